@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Runs every check and test of the workspace. CI (.ci/run) calls this after installing
+# the tools; on a developer machine tests that need missing tools skip loudly.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+echo "== cargo clippy"
+cargo clippy --workspace --all-targets -- -D warnings
+echo "== cargo test"
+cargo test --workspace --all-targets
+cargo test --workspace --doc
+if [[ -x scripts/fuzz-smoke.sh ]]; then
+  echo "== fuzz smoke"
+  scripts/fuzz-smoke.sh
+fi
