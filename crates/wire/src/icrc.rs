@@ -47,12 +47,12 @@ impl IcrcContext {
 }
 
 /// Both addresses as IPv4 when both are IPv4 (or IPv4-mapped IPv6), else as IPv6.
-enum Family {
+pub(crate) enum Family {
     V4([u8; 4], [u8; 4]),
     V6([u8; 16], [u8; 16]),
 }
 
-fn family(src: IpAddr, dst: IpAddr) -> Family {
+pub(crate) fn family(src: IpAddr, dst: IpAddr) -> Family {
     let v4 = |ip: IpAddr| match ip {
         IpAddr::V4(a) => Some(a),
         IpAddr::V6(a) => a.to_ipv4_mapped(),

@@ -15,6 +15,7 @@ pub mod headers;
 pub mod icrc;
 pub mod opcode;
 pub mod packet;
+pub mod pcap;
 pub mod types;
 
 pub use headers::{
@@ -42,8 +43,9 @@ pub enum Error {
     /// The BTH transport header version is not 0 (IBA 9.2.1: TVer must be 0).
     #[error("unsupported transport header version {0}")]
     BadVersion(u8),
-    /// The BTH pad count is larger than the payload it pads.
-    #[error("pad count larger than the payload")]
+    /// The BTH pad count is larger than the payload it pads, or payload and pad do
+    /// not end on a 4-byte boundary.
+    #[error("pad count does not pad the payload to a 4-byte boundary")]
     BadPadding,
     /// The opcode carries no payload, yet bytes follow its headers.
     #[error("opcode carries no payload but {0} bytes follow the headers")]

@@ -27,8 +27,9 @@ pub const fn pad_for(len: usize) -> usize {
 /// A checked view of a RoCEv2 packet (the UDP payload).
 ///
 /// [`RocePacket::new_checked`] validates the opcode, the transport version, the
-/// length of every header the opcode calls for, the pad count and the presence of a
-/// payload; afterwards no accessor panics.
+/// length of every header the opcode calls for, the pad count (payload and pad must
+/// fill whole 4-byte words) and the presence of a payload; afterwards no accessor
+/// panics.
 #[derive(Debug, Clone, Copy)]
 pub struct RocePacket<T: AsRef<[u8]>> {
     buffer: T,
@@ -56,7 +57,10 @@ impl<T: AsRef<[u8]>> RocePacket<T> {
         if !info.has_payload && padded != 0 {
             return Err(Error::UnexpectedPayload(padded));
         }
-        if usize::from(bth.pad_count()) > padded {
+        // Payload and pad fill whole 4-byte words (IBA 9.2.1: the pad count aligns
+        // the payload to a 4-byte boundary), so the pad count is the only one that
+        // does and parsing then re-emitting gives the same bytes.
+        if usize::from(bth.pad_count()) > padded || padded % 4 != 0 {
             return Err(Error::BadPadding);
         }
         Ok(RocePacket { buffer, info })
@@ -411,6 +415,26 @@ mod tests {
             RocePacket::new_checked(&b[..]).err(),
             Some(Error::BadPadding)
         );
+        // Payload plus pad not a whole number of words: 5 bytes with pad count 0,
+        // 6 bytes with pad count 2 (8 would be a 6-byte payload padded by 2).
+        let mut b = [0u8; 12 + 5 + 4];
+        b[0] = Opcode::RcSendOnly.value();
+        assert_eq!(
+            RocePacket::new_checked(&b[..]).err(),
+            Some(Error::BadPadding)
+        );
+        let mut b = [0u8; 12 + 6 + 4];
+        b[0] = Opcode::RcSendOnly.value();
+        b[1] = 0x20;
+        assert_eq!(
+            RocePacket::new_checked(&b[..]).err(),
+            Some(Error::BadPadding)
+        );
+        let mut b = [0u8; 12 + 8 + 4];
+        b[0] = Opcode::RcSendOnly.value();
+        b[1] = 0x20;
+        let p = RocePacket::new_checked(&b[..]).unwrap();
+        assert_eq!(p.payload().len(), 6);
         // Unknown opcode.
         let mut b = [0u8; 16];
         b[0] = 0x1f;

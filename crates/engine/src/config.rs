@@ -1,0 +1,70 @@
+//! Engine configuration and device limits.
+
+use std::net::SocketAddr;
+
+/// What the receiver does with a packet whose ICRC does not match.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IcrcPolicy {
+    /// Compute on send; verify on receive and drop mismatches (the default).
+    Enforce,
+    /// Compute on send; verify on receive, count mismatches, accept the packet
+    /// (for peers that send with an IPv4 ID the receiver cannot know).
+    CountOnly,
+    /// Compute on send; do not verify (the UDP checksum already covers the path).
+    Skip,
+}
+
+/// Configuration of one engine, i.e. one softverbs device.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// The device's IP address and UDP port: the source of every packet it sends.
+    pub local_addr: SocketAddr,
+    /// ICRC handling on receive.
+    pub icrc: IcrcPolicy,
+    /// Most QPs (QPNs 2 to 16383).
+    pub max_qp: u32,
+    /// Most memory regions.
+    pub max_mr: u32,
+    /// Most CQs.
+    pub max_cq: u32,
+    /// Most protection domains.
+    pub max_pd: u32,
+    /// Deepest CQ.
+    pub max_cqe: u32,
+    /// Deepest send or receive queue.
+    pub max_qp_wr: u32,
+    /// Most SGEs per work request.
+    pub max_sge: u32,
+    /// Most inline bytes per send work request.
+    pub max_inline_data: u32,
+    /// Most READs/atomics outstanding per QP, as requester and as responder.
+    pub max_qp_rd_atom: u8,
+    /// Largest message in bytes (IBA: 2^31).
+    pub max_msg_size: u32,
+    /// Most unacknowledged PSNs a requester keeps in flight.
+    pub send_window: u32,
+    /// The requester asks for an ACK at least every this many packets.
+    pub ack_req_interval: u32,
+}
+
+impl EngineConfig {
+    /// Defaults for a device at `local_addr`.
+    pub fn new(local_addr: SocketAddr) -> Self {
+        EngineConfig {
+            local_addr,
+            icrc: IcrcPolicy::Enforce,
+            max_qp: 16_382,
+            max_mr: 1 << 20,
+            max_cq: 1 << 16,
+            max_pd: 1 << 16,
+            max_cqe: 1 << 20,
+            max_qp_wr: 1 << 15,
+            max_sge: 32,
+            max_inline_data: 512,
+            max_qp_rd_atom: 16,
+            max_msg_size: 1 << 31,
+            send_window: 1024,
+            ack_req_interval: 64,
+        }
+    }
+}

@@ -1,0 +1,668 @@
+//! The engine: one softverbs device's objects and transport, driven from outside.
+//!
+//! Inputs are verbs calls, [`Engine::handle_datagram`] and
+//! [`Engine::handle_timeout`]; outputs are [`Engine::poll_transmit`],
+//! completions ([`Engine::poll_cq`]), async events ([`Engine::poll_event`]), CQ
+//! notifications ([`Engine::poll_cq_notification`]) and the next deadline
+//! ([`Engine::poll_timeout`]). Nothing here does I/O or reads a clock.
+
+use crate::config::{EngineConfig, IcrcPolicy};
+use crate::counters::Counters;
+use crate::cq::Cq;
+use crate::event::AsyncEvent;
+use crate::memory::MemorySpan;
+use crate::mr::{Mr, MrTable, Pd};
+use crate::node::{Node, Transmit, MAX_DATAGRAM};
+use crate::qp::attr::{QpAttr, QpAttrMask, QpInitAttr};
+use crate::qp::queues::{can_post_recv, can_post_send, PostRefused};
+use crate::qp::{ModifyQpError, Qp};
+use crate::shared::Shared;
+use crate::slab::{RawHandle, Slab};
+use crate::time::Instant;
+use crate::types::{AccessFlags, CqHandle, MrHandle, MrInfo, PdHandle, QpHandle, QpState, QpType};
+use crate::wc::{WcOpcode, WcStatus, WorkCompletion};
+use crate::wr::{Payload, RecvWr, SendFlags, SendWr};
+use softverbs_wire::icrc::{self, IcrcContext};
+use softverbs_wire::{headers::bth::DEFAULT_PKEY, Qpn, RocePacket, Transport};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::net::SocketAddr;
+
+/// Errors of object creation and destruction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ResourceError {
+    /// A handle names no live object.
+    #[error("no such object")]
+    UnknownObject,
+    /// The device limit for this kind of object is reached.
+    #[error("device limit reached")]
+    LimitReached,
+    /// A size or count is zero or beyond the device's limits.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(&'static str),
+    /// Other objects still use this one.
+    #[error("object in use")]
+    Busy,
+    /// softverbs does not implement this.
+    #[error("not supported: {0}")]
+    Unsupported(&'static str),
+}
+
+/// Errors of `post_send` and `post_recv`; nothing is queued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum PostError {
+    /// The QP does not exist.
+    #[error("no such QP")]
+    UnknownQp,
+    /// The QP's state does not accept this queue's work requests.
+    #[error("QP in state {0:?} does not accept this work request")]
+    InvalidState(QpState),
+    /// The queue is full.
+    #[error("queue full")]
+    QueueFull,
+    /// More SGEs than the QP was created with.
+    #[error("too many SGEs")]
+    TooManySge,
+    /// More inline data than max_inline_data.
+    #[error("inline data longer than max_inline_data")]
+    InlineTooLong,
+    /// The operation does not exist for this QP type.
+    #[error("operation not valid for this QP type")]
+    InvalidOpcode,
+}
+
+impl From<PostRefused> for PostError {
+    fn from(r: PostRefused) -> Self {
+        match r {
+            PostRefused::Full => PostError::QueueFull,
+            PostRefused::TooManySge => PostError::TooManySge,
+            PostRefused::InlineTooLong => PostError::InlineTooLong,
+        }
+    }
+}
+
+/// QPN layout: 14 bits of slot index and 10 bits of slot generation, so a QPN is
+/// not reused by the next QP in the same slot.
+const QPN_INDEX_BITS: u32 = 14;
+const QPN_INDEX_MASK: u32 = (1 << QPN_INDEX_BITS) - 1;
+
+fn qpn_of(h: RawHandle) -> Qpn {
+    Qpn::new(((h.generation & 0x3ff) << QPN_INDEX_BITS) | h.index)
+}
+
+/// One softverbs device: its objects and transport state.
+pub struct Engine {
+    shared: Shared,
+    pds: Slab<Pd>,
+    qps: Slab<Qp>,
+    ready: VecDeque<QpHandle>,
+    timers: BinaryHeap<Reverse<(Instant, QpHandle)>>,
+}
+
+impl Engine {
+    /// A device with no objects.
+    pub fn new(config: EngineConfig) -> Engine {
+        let max_qp = (config.max_qp as usize).min(QPN_INDEX_MASK as usize - 1);
+        Engine {
+            pds: Slab::new(config.max_pd as usize, 0),
+            qps: Slab::new(max_qp, 2),
+            ready: VecDeque::with_capacity(64),
+            timers: BinaryHeap::with_capacity(64),
+            shared: Shared {
+                mrs: MrTable::new(config.max_mr as usize),
+                cqs: Slab::new(config.max_cq as usize, 0),
+                events: VecDeque::with_capacity(16),
+                notifications: VecDeque::with_capacity(16),
+                counters: Counters::default(),
+                config,
+            },
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &EngineConfig {
+        &self.shared.config
+    }
+
+    /// Counters.
+    pub fn counters(&self) -> Counters {
+        self.shared.counters
+    }
+
+    // ----- protection domains and memory -----
+
+    /// Allocates a protection domain.
+    pub fn alloc_pd(&mut self) -> Result<PdHandle, ResourceError> {
+        self.pds
+            .insert(Pd { users: 0 })
+            .map(PdHandle)
+            .ok_or(ResourceError::LimitReached)
+    }
+
+    /// Frees a protection domain no MR or QP uses.
+    pub fn dealloc_pd(&mut self, pd: PdHandle) -> Result<(), ResourceError> {
+        let p = self.pds.get(pd.0).ok_or(ResourceError::UnknownObject)?;
+        if p.users > 0 {
+            return Err(ResourceError::Busy);
+        }
+        self.pds.remove(pd.0);
+        Ok(())
+    }
+
+    /// Registers `len` bytes at `addr`. The region's keys work until
+    /// [`Engine::dereg_mr`]; its remote address is `addr` itself.
+    ///
+    /// # Safety
+    /// `addr..addr + len` must stay valid for reads and writes, from any thread,
+    /// until the region is deregistered (or the engine dropped). The engine reads
+    /// and writes it whenever local work requests or peers' RDMA operations
+    /// address it, as a NIC would by DMA.
+    pub unsafe fn reg_mr(
+        &mut self,
+        pd: PdHandle,
+        addr: *mut u8,
+        len: usize,
+        access: AccessFlags,
+    ) -> Result<MrInfo, ResourceError> {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { self.reg_mr_with(pd, addr, len, access, false) }
+    }
+
+    /// Like [`Engine::reg_mr`], and a peer may invalidate the rkey with SEND with
+    /// Invalidate (as for fast-registered memory).
+    ///
+    /// # Safety
+    /// As for [`Engine::reg_mr`].
+    pub unsafe fn reg_mr_remote_invalidate(
+        &mut self,
+        pd: PdHandle,
+        addr: *mut u8,
+        len: usize,
+        access: AccessFlags,
+    ) -> Result<MrInfo, ResourceError> {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { self.reg_mr_with(pd, addr, len, access, true) }
+    }
+
+    unsafe fn reg_mr_with(
+        &mut self,
+        pd: PdHandle,
+        addr: *mut u8,
+        len: usize,
+        access: AccessFlags,
+        remote_invalidate: bool,
+    ) -> Result<MrInfo, ResourceError> {
+        if self.pds.get(pd.0).is_none() {
+            return Err(ResourceError::UnknownObject);
+        }
+        if addr.is_null() && len > 0 {
+            return Err(ResourceError::InvalidArgument("null address"));
+        }
+        if (addr as usize).checked_add(len).is_none() {
+            return Err(ResourceError::InvalidArgument(
+                "region wraps the address space",
+            ));
+        }
+        // IBA 10.6.3.1: remote write or atomic access requires local write.
+        if access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
+            && !access.contains(AccessFlags::LOCAL_WRITE)
+        {
+            return Err(ResourceError::InvalidArgument(
+                "remote write/atomic access requires LOCAL_WRITE",
+            ));
+        }
+        // SAFETY: the caller promises the range stays valid while registered.
+        let span = unsafe { MemorySpan::new(addr, len) };
+        let mr = Mr {
+            pd,
+            span,
+            access,
+            key_byte: 0,
+            remote_invalidate,
+            invalidated: false,
+        };
+        let (h, key) = self
+            .shared
+            .mrs
+            .insert(mr)
+            .ok_or(ResourceError::LimitReached)?;
+        if let Some(p) = self.pds.get_mut(pd.0) {
+            p.users += 1;
+        }
+        Ok(MrInfo {
+            handle: MrHandle(h),
+            lkey: key,
+            rkey: key,
+            addr: addr as u64,
+            length: len,
+        })
+    }
+
+    /// Deregisters a region: its keys stop working at once.
+    pub fn dereg_mr(&mut self, mr: MrHandle) -> Result<(), ResourceError> {
+        let m = self
+            .shared
+            .mrs
+            .remove(mr.0)
+            .ok_or(ResourceError::UnknownObject)?;
+        if let Some(p) = self.pds.get_mut(m.pd.0) {
+            p.users -= 1;
+        }
+        Ok(())
+    }
+
+    // ----- completion queues -----
+
+    /// Creates a CQ holding `cqe` completions.
+    pub fn create_cq(&mut self, cqe: u32) -> Result<CqHandle, ResourceError> {
+        if cqe == 0 || cqe > self.shared.config.max_cqe {
+            return Err(ResourceError::InvalidArgument("cqe"));
+        }
+        self.shared
+            .cqs
+            .insert(Cq::new(cqe as usize))
+            .map(CqHandle)
+            .ok_or(ResourceError::LimitReached)
+    }
+
+    /// Destroys a CQ no QP uses.
+    pub fn destroy_cq(&mut self, cq: CqHandle) -> Result<(), ResourceError> {
+        let c = self
+            .shared
+            .cqs
+            .get(cq.0)
+            .ok_or(ResourceError::UnknownObject)?;
+        if c.users > 0 {
+            return Err(ResourceError::Busy);
+        }
+        self.shared.cqs.remove(cq.0);
+        Ok(())
+    }
+
+    /// Takes up to `out.len()` completions, oldest first; returns how many.
+    pub fn poll_cq(
+        &mut self,
+        cq: CqHandle,
+        out: &mut [WorkCompletion],
+    ) -> Result<usize, ResourceError> {
+        let c = self
+            .shared
+            .cqs
+            .get_mut(cq.0)
+            .ok_or(ResourceError::UnknownObject)?;
+        let mut n = 0;
+        while n < out.len() {
+            match c.pop() {
+                Some(wc) => {
+                    out[n] = wc;
+                    n += 1;
+                }
+                None => break,
+            }
+        }
+        Ok(n)
+    }
+
+    /// Completions waiting in a CQ.
+    pub fn cq_len(&self, cq: CqHandle) -> Result<usize, ResourceError> {
+        Ok(self
+            .shared
+            .cqs
+            .get(cq.0)
+            .ok_or(ResourceError::UnknownObject)?
+            .len())
+    }
+
+    /// Arms a CQ: the next completion (only solicited or error ones when
+    /// `solicited_only`) queues a notification for [`Engine::poll_cq_notification`].
+    pub fn req_notify_cq(
+        &mut self,
+        cq: CqHandle,
+        solicited_only: bool,
+    ) -> Result<(), ResourceError> {
+        let c = self
+            .shared
+            .cqs
+            .get_mut(cq.0)
+            .ok_or(ResourceError::UnknownObject)?;
+        c.armed = Some(solicited_only);
+        Ok(())
+    }
+
+    /// The next CQ whose armed notification fired.
+    pub fn poll_cq_notification(&mut self) -> Option<CqHandle> {
+        self.shared.notifications.pop_front()
+    }
+
+    /// The next asynchronous event.
+    pub fn poll_event(&mut self) -> Option<AsyncEvent> {
+        self.shared.events.pop_front()
+    }
+
+    // ----- queue pairs -----
+
+    /// Creates a QP in RESET; returns its handle and QPN.
+    pub fn create_qp(&mut self, init: QpInitAttr) -> Result<(QpHandle, Qpn), ResourceError> {
+        if !Qp::supported(init.qp_type) {
+            return Err(ResourceError::Unsupported("UC and UD QPs (RC only so far)"));
+        }
+        let cfg = &self.shared.config;
+        let cap = init.cap;
+        if cap.max_send_wr == 0 || cap.max_recv_wr == 0 {
+            return Err(ResourceError::InvalidArgument("queue depth 0"));
+        }
+        if cap.max_send_wr > cfg.max_qp_wr || cap.max_recv_wr > cfg.max_qp_wr {
+            return Err(ResourceError::InvalidArgument(
+                "queue depth beyond max_qp_wr",
+            ));
+        }
+        if cap.max_send_sge > cfg.max_sge || cap.max_recv_sge > cfg.max_sge {
+            return Err(ResourceError::InvalidArgument("SGE count beyond max_sge"));
+        }
+        if cap.max_inline_data > cfg.max_inline_data {
+            return Err(ResourceError::InvalidArgument("max_inline_data"));
+        }
+        if self.pds.get(init.pd.0).is_none()
+            || self.shared.cqs.get(init.send_cq.0).is_none()
+            || self.shared.cqs.get(init.recv_cq.0).is_none()
+        {
+            return Err(ResourceError::UnknownObject);
+        }
+        // Build the QP completely, then make it reachable.
+        let placeholder = QpHandle(RawHandle {
+            index: 0,
+            generation: 0,
+        });
+        let qp = Qp::new(placeholder, Qpn::new(0), init, cfg.send_window);
+        let h = self.qps.insert(qp).ok_or(ResourceError::LimitReached)?;
+        let handle = QpHandle(h);
+        let qpn = qpn_of(h);
+        if let Some(qp) = self.qps.get_mut(h) {
+            qp.handle = handle;
+            qp.qpn = qpn;
+        }
+        if let Some(p) = self.pds.get_mut(init.pd.0) {
+            p.users += 1;
+        }
+        for cq in [init.send_cq, init.recv_cq] {
+            if let Some(c) = self.shared.cqs.get_mut(cq.0) {
+                c.users += 1;
+            }
+        }
+        Ok((handle, qpn))
+    }
+
+    /// Destroys a QP; it stops being reachable from the wire at once.
+    pub fn destroy_qp(&mut self, qp: QpHandle) -> Result<(), ResourceError> {
+        let q = self.qps.remove(qp.0).ok_or(ResourceError::UnknownObject)?;
+        if let Some(p) = self.pds.get_mut(q.init.pd.0) {
+            p.users -= 1;
+        }
+        for cq in [q.init.send_cq, q.init.recv_cq] {
+            if let Some(c) = self.shared.cqs.get_mut(cq.0) {
+                c.users -= 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// The QP's number.
+    pub fn qp_num(&self, qp: QpHandle) -> Option<Qpn> {
+        self.qps.get(qp.0).map(|q| q.qpn)
+    }
+
+    /// Changes a QP's state and attributes (IBA 11.2.4.2). On error nothing
+    /// changes.
+    pub fn modify_qp(
+        &mut self,
+        qp: QpHandle,
+        attr: &QpAttr,
+        mask: QpAttrMask,
+        now: Instant,
+    ) -> Result<(), ModifyQpError> {
+        let q = self.qps.get_mut(qp.0).ok_or(ModifyQpError::UnknownQp)?;
+        q.modify(&mut self.shared, attr, mask, now)?;
+        self.after_activity(qp);
+        Ok(())
+    }
+
+    /// The QP's current attributes.
+    pub fn query_qp(&self, qp: QpHandle) -> Option<(QpAttr, QpInitAttr)> {
+        self.qps.get(qp.0).map(|q| (q.attr, q.init))
+    }
+
+    /// Queues a send work request.
+    pub fn post_send(&mut self, qp: QpHandle, wr: &SendWr<'_>) -> Result<(), PostError> {
+        let q = self.qps.get_mut(qp.0).ok_or(PostError::UnknownQp)?;
+        let state = q.state();
+        if !can_post_send(state) {
+            return Err(PostError::InvalidState(state));
+        }
+        if q.init.qp_type != QpType::Rc {
+            return Err(PostError::InvalidOpcode);
+        }
+        if matches!(wr.payload, Payload::Inline(_)) && wr.op.is_read_or_atomic() {
+            return Err(PostError::InvalidOpcode);
+        }
+        let seq = q.sq.post(
+            wr.wr_id,
+            wr.op,
+            wr.flags.without(SendFlags::INLINE),
+            wr.payload,
+        )?;
+        if state == QpState::Err {
+            // Posting to a QP in error completes at once with a flush error.
+            q.sq.head = seq;
+            q.retire_send(&mut self.shared, seq, WcStatus::WrFlushErr);
+            q.sq.head = seq + 1;
+            q.req.reset(q.req.next_psn, q.sq.head);
+            return Ok(());
+        }
+        self.after_activity(qp);
+        Ok(())
+    }
+
+    /// Queues a receive work request.
+    pub fn post_recv(&mut self, qp: QpHandle, wr: &RecvWr<'_>) -> Result<(), PostError> {
+        let q = self.qps.get_mut(qp.0).ok_or(PostError::UnknownQp)?;
+        let state = q.state();
+        if !can_post_recv(state) {
+            return Err(PostError::InvalidState(state));
+        }
+        q.rq.post(wr.wr_id, wr.sges)?;
+        if state == QpState::Err {
+            q.rq.pop();
+            let wc = WorkCompletion {
+                wr_id: wr.wr_id,
+                status: WcStatus::WrFlushErr,
+                opcode: WcOpcode::Recv,
+                qp_num: q.qpn,
+                ..WorkCompletion::default()
+            };
+            self.shared.complete(q.init.recv_cq, wc);
+        }
+        Ok(())
+    }
+
+    // ----- the wire -----
+
+    fn qp_by_qpn(&self, qpn: Qpn) -> Option<QpHandle> {
+        let index = qpn.value() & QPN_INDEX_MASK;
+        let (h, q) = self.qps.get_by_index(index)?;
+        (q.qpn == qpn).then_some(QpHandle(h))
+    }
+
+    /// A datagram arrived from `src`.
+    pub fn handle_datagram(&mut self, now: Instant, src: SocketAddr, data: &[u8]) {
+        let Some(qp) = self.dispatch_target(src, data) else {
+            return;
+        };
+        let Ok(pkt) = RocePacket::new_checked(data) else {
+            return;
+        };
+        let Some(q) = self.qps.get_mut(qp.0) else {
+            return;
+        };
+        self.shared.counters.rx_packets += 1;
+        self.shared.counters.rx_bytes += data.len() as u64;
+        if pkt.info().is_request {
+            q.handle_request(&mut self.shared, &pkt);
+        } else {
+            q.handle_response(&mut self.shared, now, &pkt);
+        }
+        self.after_activity(qp);
+    }
+
+    /// The transport-level checks every packet passes before a QP sees it:
+    /// well-formed, ICRC, not a CNP, P_Key, a live QP of the right transport, from
+    /// that QP's peer. Failures are counted and dropped.
+    fn dispatch_target(&mut self, src: SocketAddr, data: &[u8]) -> Option<QpHandle> {
+        let counters = &mut self.shared.counters;
+        let Ok(pkt) = RocePacket::new_checked(data) else {
+            counters.drop_malformed += 1;
+            return None;
+        };
+        if self.shared.config.icrc != IcrcPolicy::Skip {
+            let ctx = IcrcContext::new(src, self.shared.config.local_addr);
+            if !icrc::verify(&ctx, data) {
+                if self.shared.config.icrc == IcrcPolicy::Enforce {
+                    counters.drop_icrc += 1;
+                    return None;
+                }
+                counters.icrc_mismatch_accepted += 1;
+            }
+        }
+        let info = pkt.info();
+        if info.transport == Transport::Cnp {
+            counters.cnp_received += 1;
+            return None;
+        }
+        let bth = pkt.bth();
+        if bth.pkey() & 0x7fff != DEFAULT_PKEY & 0x7fff {
+            counters.drop_bad_pkey += 1;
+            return None;
+        }
+        let dest_qp = bth.dest_qp();
+        let Some(qp) = self.qp_by_qpn(dest_qp) else {
+            self.shared.counters.drop_unknown_qp += 1;
+            return None;
+        };
+        let q = self.qps.get(qp.0)?;
+        let transport_ok = matches!(
+            (q.init.qp_type, info.transport),
+            (QpType::Rc, Transport::Rc) | (QpType::Uc, Transport::Uc) | (QpType::Ud, Transport::Ud)
+        );
+        if !transport_ok {
+            self.shared.counters.drop_bad_state += 1;
+            return None;
+        }
+        if q.peer() != Some(src) {
+            self.shared.counters.drop_wrong_source += 1;
+            return None;
+        }
+        Some(qp)
+    }
+
+    /// Timers due at `now` fire.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        while let Some(&Reverse((deadline, qp))) = self.timers.peek() {
+            if deadline > now {
+                break;
+            }
+            self.timers.pop();
+            let Some(q) = self.qps.get_mut(qp.0) else {
+                continue;
+            };
+            if q.timer_entry != Some(deadline) {
+                continue; // superseded
+            }
+            q.timer_entry = None;
+            q.handle_timeout(&mut self.shared, now);
+            self.after_activity(qp);
+        }
+    }
+
+    /// When [`Engine::handle_timeout`] should next run.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.timers.peek().map(|Reverse((t, _))| *t)
+    }
+
+    /// Writes the next datagram into `buf` (at least [`MAX_DATAGRAM`] bytes).
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        if buf.len() < MAX_DATAGRAM {
+            return None;
+        }
+        let mut budget = self.ready.len();
+        while budget > 0 {
+            budget -= 1;
+            let qp = self.ready.pop_front()?;
+            let Some(q) = self.qps.get_mut(qp.0) else {
+                continue;
+            };
+            let produced = if q.resp.has_output(q.state()) {
+                q.poll_response(&mut self.shared, buf)
+            } else {
+                None
+            };
+            let produced = produced.or_else(|| q.poll_request(&mut self.shared, now, buf));
+            let dst = q.peer();
+            let more = q.resp.has_output(q.state()) || q.requester_ready();
+            if more {
+                self.ready.push_back(qp);
+            } else {
+                q.scheduled = false;
+            }
+            self.rearm(qp);
+            if let (Some(len), Some(dst)) = (produced, dst) {
+                self.shared.counters.tx_packets += 1;
+                self.shared.counters.tx_bytes += len as u64;
+                return Some(Transmit { dst, len });
+            }
+        }
+        None
+    }
+
+    /// After anything touched a QP: schedule it for transmission and re-arm its
+    /// timer.
+    fn after_activity(&mut self, qp: QpHandle) {
+        if let Some(q) = self.qps.get_mut(qp.0) {
+            if !q.scheduled && (q.resp.has_output(q.state()) || q.requester_ready()) {
+                q.scheduled = true;
+                self.ready.push_back(qp);
+            }
+        }
+        self.rearm(qp);
+    }
+
+    fn rearm(&mut self, qp: QpHandle) {
+        let Some(q) = self.qps.get_mut(qp.0) else {
+            return;
+        };
+        let Some(deadline) = q.next_deadline() else {
+            return;
+        };
+        // One heap entry per QP at its earliest deadline; later moves are lazy.
+        if q.timer_entry.is_none_or(|t| deadline < t) {
+            q.timer_entry = Some(deadline);
+            self.timers.push(Reverse((deadline, qp)));
+        }
+    }
+}
+
+impl Node for Engine {
+    fn local_addr(&self) -> SocketAddr {
+        self.shared.config.local_addr
+    }
+    fn handle_datagram(&mut self, now: Instant, src: SocketAddr, data: &[u8]) {
+        Engine::handle_datagram(self, now, src, data)
+    }
+    fn handle_timeout(&mut self, now: Instant) {
+        Engine::handle_timeout(self, now)
+    }
+    fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        Engine::poll_transmit(self, now, buf)
+    }
+    fn poll_timeout(&self) -> Option<Instant> {
+        Engine::poll_timeout(self)
+    }
+}

@@ -1,0 +1,103 @@
+//! Work completions: what the engine reports on completion queues.
+
+use softverbs_wire::{Qpn, Rkey};
+
+/// Completion status (values as `enum ibv_wc_status`). Statuses are data: an error
+/// completion is a normal result of a work request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[repr(u32)]
+pub enum WcStatus {
+    /// The work request completed.
+    #[default]
+    Success = 0,
+    /// Local length error: a message did not fit, or an SGE list was malformed.
+    LocLenErr = 1,
+    /// Local QP operation error: the request is not valid for the QP.
+    LocQpOpErr = 2,
+    /// Local EE context operation error (RD; never produced).
+    LocEecOpErr = 3,
+    /// Local protection error: an lkey, bound or access right check failed.
+    LocProtErr = 4,
+    /// Flushed: the QP went to the error state before the request was done.
+    WrFlushErr = 5,
+    /// Memory window bind error.
+    MwBindErr = 6,
+    /// Bad response: an unexpected transport opcode came back.
+    BadRespErr = 7,
+    /// Local access error.
+    LocAccessErr = 8,
+    /// The responder NAKed the request as invalid.
+    RemInvReqErr = 9,
+    /// The responder NAKed an R_Key, access or bounds violation.
+    RemAccessErr = 10,
+    /// The responder could not complete the operation.
+    RemOpErr = 11,
+    /// The transport retry counter was exhausted (no ACK in time).
+    RetryExcErr = 12,
+    /// The RNR retry counter was exhausted.
+    RnrRetryExcErr = 13,
+    /// Local RDD violation (RD; never produced).
+    LocRddViolErr = 14,
+    /// Remote invalid RD request.
+    RemInvRdReqErr = 15,
+    /// Remote aborted.
+    RemAbortErr = 16,
+    /// Invalid EE context number (RD; never produced).
+    InvEecnErr = 17,
+    /// Invalid EE context state (RD; never produced).
+    InvEecStateErr = 18,
+    /// Fatal error.
+    FatalErr = 19,
+    /// Response timeout.
+    RespTimeoutErr = 20,
+    /// General error.
+    GeneralErr = 21,
+}
+
+/// What a completion is for (values as `enum ibv_wc_opcode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[repr(u32)]
+pub enum WcOpcode {
+    /// SEND (any flavour).
+    #[default]
+    Send = 0,
+    /// RDMA WRITE (any flavour).
+    RdmaWrite = 1,
+    /// RDMA READ.
+    RdmaRead = 2,
+    /// Atomic compare and swap.
+    CompSwap = 3,
+    /// Atomic fetch and add.
+    FetchAdd = 4,
+    /// Memory window bind.
+    BindMw = 5,
+    /// Local invalidate.
+    LocalInv = 6,
+    /// A receive consumed by a SEND.
+    Recv = 128,
+    /// A receive consumed by an RDMA WRITE with immediate.
+    RecvRdmaWithImm = 129,
+}
+
+/// One completion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct WorkCompletion {
+    /// The work request's id.
+    pub wr_id: u64,
+    /// Outcome.
+    pub status: WcStatus,
+    /// Operation (meaningful for successful completions only, as in verbs).
+    pub opcode: WcOpcode,
+    /// Bytes received (receives) or read (RDMA READ, atomics: 8).
+    pub byte_len: u32,
+    /// Immediate data, in network byte order as carried.
+    pub imm_data: Option<u32>,
+    /// The R_Key a SEND with invalidate invalidated.
+    pub invalidated_rkey: Option<Rkey>,
+    /// The local QP.
+    pub qp_num: Qpn,
+    /// The remote QP (receives).
+    pub src_qp: Qpn,
+    /// The solicited event bit of the message (receives).
+    pub solicited: bool,
+}
