@@ -35,10 +35,6 @@ impl Cq {
         }
     }
 
-    pub fn capacity(&self) -> usize {
-        self.capacity
-    }
-
     pub fn push(&mut self, wc: WorkCompletion) -> Pushed {
         if self.overrun || self.entries.len() >= self.capacity {
             self.overrun = true;

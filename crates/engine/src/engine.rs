@@ -406,6 +406,14 @@ impl Engine {
         Ok(())
     }
 
+    /// Bytes of heap the QP's send and receive queues take (WQE rings, SGE and
+    /// inline pools): what a QP costs that depends on its capacities.
+    pub fn qp_queue_bytes(&self, qp: QpHandle) -> Option<usize> {
+        self.qps
+            .get(qp.0)
+            .map(|q| q.sq.footprint() + q.rq.footprint())
+    }
+
     /// The QP's number.
     pub fn qp_num(&self, qp: QpHandle) -> Option<Qpn> {
         self.qps.get(qp.0).map(|q| q.qpn)

@@ -91,16 +91,8 @@ impl MrTable {
         Some((h, (h.index << 8) | u32::from(key_byte)))
     }
 
-    pub fn get(&self, h: RawHandle) -> Option<&Mr> {
-        self.slab.get(h)
-    }
-
     pub fn remove(&mut self, h: RawHandle) -> Option<Mr> {
         self.slab.remove(h)
-    }
-
-    pub fn len(&self) -> usize {
-        self.slab.len()
     }
 
     /// The live region a key names.

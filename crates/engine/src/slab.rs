@@ -110,19 +110,6 @@ impl<T> Slab<T> {
         self.len -= 1;
         value
     }
-
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    pub fn handles(&self) -> impl Iterator<Item = RawHandle> + '_ {
-        self.entries.iter().enumerate().filter_map(|(i, e)| {
-            e.value.as_ref().map(|_| RawHandle {
-                index: i as u32,
-                generation: e.generation,
-            })
-        })
-    }
 }
 
 #[cfg(test)]
@@ -151,6 +138,5 @@ mod tests {
         assert!(s.insert(1).is_some());
         assert!(s.insert(2).is_some());
         assert!(s.insert(3).is_none());
-        assert_eq!(s.len(), 2);
     }
 }

@@ -274,7 +274,7 @@ impl Qp {
             Position::Only => len <= mtu,
         };
         if info.has_payload && !len_ok {
-            return Err(self.refuse_length(shared));
+            return Err(self.refuse_length(shared, kind));
         }
         match kind {
             OpKind::Send => {
@@ -284,7 +284,7 @@ impl Qp {
                 };
                 let capacity = self.rq.front().map_or(0, |(w, _)| w.length);
                 if received.saturating_add(len) > capacity {
-                    return Err(self.refuse_length(shared));
+                    return Err(self.refuse_length(shared, kind));
                 }
             }
             OpKind::RdmaWrite => {
@@ -305,7 +305,7 @@ impl Qp {
                     total < dma_len
                 };
                 if !fits {
-                    return Err(self.refuse_length(shared));
+                    return Err(self.refuse_length(shared, kind));
                 }
             }
             OpKind::RdmaReadRequest => {
@@ -314,11 +314,11 @@ impl Qp {
                     return Err(Refusal::Nak(NakCode::InvalidRequest));
                 }
             }
-            OpKind::CompareSwap | OpKind::FetchAdd => {
-                // Atomics need an 8-byte aligned address (IBA 9.4.5, C9-?).
-                if pkt.atomic_eth().is_some_and(|a| a.va() % 8 != 0) {
-                    return Err(Refusal::Nak(NakCode::InvalidRequest));
-                }
+            // Atomics need an 8-byte aligned address (IBA 9.4.5).
+            OpKind::CompareSwap | OpKind::FetchAdd
+                if pkt.atomic_eth().is_some_and(|a| a.va() % 8 != 0) =>
+            {
+                return Err(Refusal::Nak(NakCode::InvalidRequest));
             }
             _ => {}
         }
@@ -479,12 +479,11 @@ impl Qp {
         Ok(())
     }
 
-    /// Length error: the receive WQE in use (if any) completes with LOC_LEN_ERR.
-    fn refuse_length(&mut self, shared: &mut Shared) -> Refusal {
-        if matches!(self.resp.msg, Some(InMessage::Send { .. })) || self.rq.front().is_some() {
-            if matches!(self.resp.msg, Some(InMessage::Send { .. })) {
-                self.fail_recv(shared, WcStatus::LocLenErr);
-            }
+    /// Length error (NAK Invalid Request); a SEND's receive WQE completes with
+    /// LOC_LEN_ERR.
+    fn refuse_length(&mut self, shared: &mut Shared, kind: OpKind) -> Refusal {
+        if kind == OpKind::Send {
+            self.fail_recv(shared, WcStatus::LocLenErr);
         }
         Refusal::Nak(NakCode::InvalidRequest)
     }
