@@ -1,0 +1,211 @@
+//! Driver configuration: a typed struct, filled from environment variables.
+//!
+//! | variable | meaning | default |
+//! |---|---|---|
+//! | `SOFTVERBS_ADDR` | IP address the device listens on | `127.0.0.1` |
+//! | `SOFTVERBS_PORT` | UDP port; 4791 gives the standard RoCEv2 GID | a free port in 20000-49151 |
+//! | `SOFTVERBS_MTU` | active path MTU reported and used (256-4096) | `4096` |
+//! | `SOFTVERBS_BUSY_POLL` | progress thread spins this many µs before sleeping | `0` |
+//! | `SOFTVERBS_FAULTS` | fault injection, e.g. `loss=0.05,dup=0.01,reorder=0.01,corrupt=0.01,seed=7` | none |
+//! | `SOFTVERBS_PCAP` | write every packet sent and received to this pcap file | none |
+//! | `SOFTVERBS_ICRC` | receive-side ICRC: `enforce`, `count` or `skip` | `enforce` |
+
+use softverbs_engine::{IcrcPolicy, Mtu};
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Fault injection rates (each 0.0-1.0) applied to datagrams the driver sends.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct FaultConfig {
+    /// Probability a datagram is dropped.
+    pub loss: f64,
+    /// Probability a datagram is sent twice.
+    pub duplicate: f64,
+    /// Probability a datagram is held back and sent after the next one.
+    pub reorder: f64,
+    /// Probability one bit of a datagram is flipped.
+    pub corrupt: f64,
+    /// Seed of the fault generator.
+    pub seed: u64,
+}
+
+/// Configuration of a softverbs device.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// Address to listen on.
+    pub addr: IpAddr,
+    /// UDP port; `None` picks a free one.
+    pub port: Option<u16>,
+    /// Path MTU.
+    pub mtu: Mtu,
+    /// How long the progress thread spins for packets before blocking.
+    pub busy_poll: Duration,
+    /// Fault injection.
+    pub faults: Option<FaultConfig>,
+    /// Packet capture file.
+    pub pcap: Option<PathBuf>,
+    /// ICRC checking on receive.
+    pub icrc: IcrcPolicy,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            addr: IpAddr::from([127, 0, 0, 1]),
+            port: None,
+            mtu: Mtu::Mtu4096,
+            busy_poll: Duration::ZERO,
+            faults: None,
+            pcap: None,
+            icrc: IcrcPolicy::Enforce,
+        }
+    }
+}
+
+/// A configuration variable has a value that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid {var}={value:?}: {why}")]
+pub struct ConfigError {
+    /// The variable.
+    pub var: &'static str,
+    /// Its value.
+    pub value: String,
+    /// What is wrong.
+    pub why: &'static str,
+}
+
+impl Config {
+    /// Defaults overridden by the `SOFTVERBS_*` environment variables.
+    pub fn from_env() -> Result<Config, ConfigError> {
+        Config::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// Like [`Config::from_env`] with a custom variable lookup (for tests).
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+        let mut c = Config::default();
+        let err = |var, value: &str, why| ConfigError {
+            var,
+            value: value.to_string(),
+            why,
+        };
+        if let Some(v) = get("SOFTVERBS_ADDR") {
+            c.addr = v
+                .trim()
+                .parse()
+                .map_err(|_| err("SOFTVERBS_ADDR", &v, "not an IP address"))?;
+        }
+        if let Some(v) = get("SOFTVERBS_PORT") {
+            let port: u16 = v
+                .trim()
+                .parse()
+                .map_err(|_| err("SOFTVERBS_PORT", &v, "not a port number"))?;
+            c.port = (port != 0).then_some(port);
+        }
+        if let Some(v) = get("SOFTVERBS_MTU") {
+            let bytes: u32 = v
+                .trim()
+                .parse()
+                .map_err(|_| err("SOFTVERBS_MTU", &v, "not a number"))?;
+            c.mtu = Mtu::from_bytes(bytes)
+                .ok_or_else(|| err("SOFTVERBS_MTU", &v, "must be 256, 512, 1024, 2048 or 4096"))?;
+        }
+        if let Some(v) = get("SOFTVERBS_BUSY_POLL") {
+            let us: u64 = v
+                .trim()
+                .parse()
+                .map_err(|_| err("SOFTVERBS_BUSY_POLL", &v, "not a number of µs"))?;
+            c.busy_poll = Duration::from_micros(us);
+        }
+        if let Some(v) = get("SOFTVERBS_FAULTS") {
+            c.faults = Some(parse_faults(&v).map_err(|why| err("SOFTVERBS_FAULTS", &v, why))?);
+        }
+        if let Some(v) = get("SOFTVERBS_PCAP") {
+            if !v.is_empty() {
+                c.pcap = Some(PathBuf::from(v));
+            }
+        }
+        if let Some(v) = get("SOFTVERBS_ICRC") {
+            c.icrc = match v.trim() {
+                "enforce" => IcrcPolicy::Enforce,
+                "count" => IcrcPolicy::CountOnly,
+                "skip" => IcrcPolicy::Skip,
+                _ => return Err(err("SOFTVERBS_ICRC", &v, "must be enforce, count or skip")),
+            };
+        }
+        Ok(c)
+    }
+}
+
+fn parse_faults(s: &str) -> Result<FaultConfig, &'static str> {
+    let mut f = FaultConfig::default();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (k, v) = part.split_once('=').ok_or("expected key=value pairs")?;
+        if k == "seed" {
+            f.seed = v.parse().map_err(|_| "seed must be an integer")?;
+            continue;
+        }
+        let rate: f64 = v.parse().map_err(|_| "rates must be numbers")?;
+        if !(0.0..=1.0).contains(&rate) {
+            return Err("rates must be between 0 and 1");
+        }
+        match k {
+            "loss" => f.loss = rate,
+            "dup" | "duplicate" => f.duplicate = rate,
+            "reorder" => f.reorder = rate,
+            "corrupt" => f.corrupt = rate,
+            _ => return Err("unknown key (loss, dup, reorder, corrupt, seed)"),
+        }
+    }
+    Ok(f)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn cfg(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let map: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Config::from_lookup(|k| map.get(k).cloned())
+    }
+
+    #[test]
+    fn parses_every_variable() {
+        let c = cfg(&[
+            ("SOFTVERBS_ADDR", "10.1.2.3"),
+            ("SOFTVERBS_PORT", "4791"),
+            ("SOFTVERBS_MTU", "1024"),
+            ("SOFTVERBS_BUSY_POLL", "50"),
+            ("SOFTVERBS_FAULTS", "loss=0.05, dup=0.01,seed=9"),
+            ("SOFTVERBS_PCAP", "/tmp/x.pcap"),
+            ("SOFTVERBS_ICRC", "count"),
+        ])
+        .unwrap();
+        assert_eq!(c.addr, IpAddr::from([10, 1, 2, 3]));
+        assert_eq!(c.port, Some(4791));
+        assert_eq!(c.mtu, Mtu::Mtu1024);
+        assert_eq!(c.busy_poll, Duration::from_micros(50));
+        let f = c.faults.unwrap();
+        assert_eq!((f.loss, f.duplicate, f.seed), (0.05, 0.01, 9));
+        assert_eq!(c.pcap.as_deref(), Some(std::path::Path::new("/tmp/x.pcap")));
+        assert_eq!(c.icrc, IcrcPolicy::CountOnly);
+        assert_eq!(cfg(&[]).unwrap(), Config::default());
+    }
+
+    #[test]
+    fn rejects_bad_values() {
+        assert_eq!(
+            cfg(&[("SOFTVERBS_MTU", "1500")]).unwrap_err().var,
+            "SOFTVERBS_MTU"
+        );
+        assert!(cfg(&[("SOFTVERBS_PORT", "70000")]).is_err());
+        assert!(cfg(&[("SOFTVERBS_ADDR", "localhost:1")]).is_err());
+        assert!(cfg(&[("SOFTVERBS_FAULTS", "loss=2")]).is_err());
+        assert!(cfg(&[("SOFTVERBS_FAULTS", "drop=0.1")]).is_err());
+        assert!(cfg(&[("SOFTVERBS_ICRC", "maybe")]).is_err());
+    }
+}

@@ -1,0 +1,346 @@
+//! The UDP driver: runs one engine over one socket.
+//!
+//! A progress thread receives datagrams, feeds them to the engine, fires its
+//! timers and sends what it produces, so one-sided operations complete while the
+//! target application does nothing. Threads that post work transmit what the
+//! post produced themselves (doorbell style) and only wake the progress thread
+//! when they armed a timer earlier than the one it sleeps for.
+
+use crate::config::Config;
+use crate::faults::{Fate, FaultInjector};
+use crate::sys::{self, EventFd, RecvBatch, SendBatch};
+use softverbs_engine::{AsyncEvent, CqHandle, Engine, EngineConfig, Instant, MAX_DATAGRAM};
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// Counters the driver keeps beside the engine's.
+#[derive(Debug, Default)]
+pub struct DriverCounters {
+    /// Datagrams handed to the kernel.
+    pub tx_datagrams: AtomicU64,
+    /// Datagrams read from the kernel.
+    pub rx_datagrams: AtomicU64,
+    /// Datagrams the kernel refused to send (e.g. unreachable destination).
+    pub tx_errors: AtomicU64,
+    /// Datagrams dropped by fault injection.
+    pub injected_drops: AtomicU64,
+    /// Datagrams too large for a receive buffer.
+    pub rx_truncated: AtomicU64,
+}
+
+/// A completion channel's shared part: CQs whose notification fired, and the fd
+/// that counts them.
+pub(crate) struct ChannelShared {
+    pub fd: EventFd,
+    pub fired: Mutex<VecDeque<CqHandle>>,
+}
+
+/// Everything behind the engine lock.
+pub(crate) struct State {
+    pub engine: Engine,
+    tx: SendBatch,
+    faults: Option<FaultInjector>,
+    held: Option<(SocketAddr, Vec<u8>)>,
+    pub channels: HashMap<CqHandle, Arc<ChannelShared>>,
+    pub async_events: VecDeque<AsyncEvent>,
+}
+
+pub(crate) struct Driver {
+    state: Mutex<State>,
+    socket: UdpSocket,
+    pub local: SocketAddr,
+    epoch: std::time::Instant,
+    wake: EventFd,
+    /// Nanoseconds since `epoch` until which the progress thread sleeps.
+    sleeping_until: AtomicU64,
+    stop: AtomicBool,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    pub counters: DriverCounters,
+    pub async_fd: EventFd,
+    busy_poll: Duration,
+    pub config: Config,
+}
+
+/// Why a device could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// The configured address and port could not be bound (in use, not local...).
+    #[error("cannot bind {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// What the kernel said.
+        source: io::Error,
+    },
+    /// No free port was found in the softverbs range.
+    #[error("no free UDP port in 20000-49151 on {0}")]
+    NoFreePort(std::net::IpAddr),
+    /// Another system call failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// The error.
+        source: io::Error,
+    },
+}
+
+fn bind(config: &Config) -> Result<UdpSocket, OpenError> {
+    if let Some(port) = config.port {
+        let addr = SocketAddr::new(config.addr, port);
+        return UdpSocket::bind(addr).map_err(|source| OpenError::Bind { addr, source });
+    }
+    // Ports 20000-49151 so that the port can double as a LID (unicast LIDs end at
+    // 0xBFFF). Start at a pseudo-random place to spread processes.
+    let start = (std::process::id() as u64).wrapping_mul(2_654_435_761) ^ now_nanos_seed();
+    let span = 49151 - 20000 + 1;
+    for i in 0..256u64 {
+        let port = 20000 + ((start.wrapping_add(i.wrapping_mul(7919))) % span) as u16;
+        if let Ok(s) = UdpSocket::bind(SocketAddr::new(config.addr, port)) {
+            return Ok(s);
+        }
+    }
+    Err(OpenError::NoFreePort(config.addr))
+}
+
+fn now_nanos_seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos() as u64)
+}
+
+impl Driver {
+    pub fn open(config: Config) -> Result<Arc<Driver>, OpenError> {
+        let socket = bind(&config)?;
+        let io_err = |what| move |source| OpenError::Io { what, source };
+        let local = socket.local_addr().map_err(io_err("local_addr"))?;
+        sys::set_dont_fragment(&socket, local.is_ipv6()).map_err(io_err("IP_MTU_DISCOVER"))?;
+        sys::set_buffers(&socket, 8 << 20);
+        socket
+            .set_nonblocking(true)
+            .map_err(io_err("set_nonblocking"))?;
+        let mut ecfg = EngineConfig::new(local);
+        ecfg.icrc = config.icrc;
+        let state = State {
+            engine: Engine::new(ecfg),
+            tx: SendBatch::new(MAX_DATAGRAM),
+            faults: config.faults.map(FaultInjector::new),
+            held: None,
+            channels: HashMap::new(),
+            async_events: VecDeque::new(),
+        };
+        let driver = Arc::new(Driver {
+            state: Mutex::new(state),
+            socket,
+            local,
+            epoch: std::time::Instant::now(),
+            wake: EventFd::new(true, false).map_err(io_err("eventfd"))?,
+            sleeping_until: AtomicU64::new(u64::MAX),
+            stop: AtomicBool::new(false),
+            thread: Mutex::new(None),
+            counters: DriverCounters::default(),
+            async_fd: EventFd::new(false, true).map_err(io_err("eventfd"))?,
+            busy_poll: config.busy_poll,
+            config,
+        });
+        let for_thread = Arc::clone(&driver);
+        let handle = std::thread::Builder::new()
+            .name(format!("softverbs-{}", local.port()))
+            .spawn(move || progress_thread(for_thread))
+            .map_err(io_err("spawn progress thread"))?;
+        *driver.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(handle);
+        tracing::debug!(%local, "softverbs device open");
+        Ok(driver)
+    }
+
+    /// The engine's current time.
+    pub fn now(&self) -> Instant {
+        Instant::from_nanos(self.epoch.elapsed().as_nanos() as u64)
+    }
+
+    /// Locks the engine.
+    pub fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sends everything the engine has to send, then makes sure the progress
+    /// thread will wake for the engine's next deadline. Call with the lock held,
+    /// after any verbs call that may have produced work.
+    pub fn pump(&self, st: &mut State) {
+        let now = self.now();
+        self.transmit(st, now);
+        self.dispatch(st);
+        if let Some(deadline) = st.engine.poll_timeout() {
+            if deadline.as_nanos() < self.sleeping_until.load(Ordering::Acquire) {
+                self.wake.signal();
+            }
+        }
+    }
+
+    fn transmit(&self, st: &mut State, now: Instant) {
+        while let Some(t) = st.engine.poll_transmit(now, st.tx.next_buf()) {
+            st.tx.commit(t.dst, t.len);
+            if st.tx.is_full() {
+                self.flush(st);
+            }
+        }
+        self.flush(st);
+    }
+
+    fn flush(&self, st: &mut State) {
+        if st.tx.is_empty() {
+            return;
+        }
+        if let Some(faults) = st.faults.as_mut() {
+            let mut extra: Vec<(SocketAddr, Vec<u8>)> = Vec::new();
+            for (dst, buf, len) in st.tx.iter_mut() {
+                match faults.decide() {
+                    Fate::Send => {}
+                    Fate::Drop => {
+                        *len = 0;
+                        self.counters.injected_drops.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Fate::Duplicate => extra.push((dst, buf[..*len].to_vec())),
+                    Fate::Corrupt { byte, bit } => {
+                        let i = byte % (*len).max(1);
+                        buf[i] ^= 1 << bit;
+                    }
+                    Fate::Reorder => {
+                        if let Some(prev) = st.held.replace((dst, buf[..*len].to_vec())) {
+                            extra.push(prev);
+                        }
+                        *len = 0;
+                    }
+                }
+            }
+            // Held datagrams go out after this batch.
+            if let Some(h) = st.held.take() {
+                extra.push(h);
+            }
+            for (dst, data) in extra {
+                let _ = self.socket.send_to(&data, dst);
+            }
+        }
+        let n = st.tx.iter_mut().filter(|(_, _, len)| **len > 0).count() as u64;
+        let errors = st.tx.flush(&self.socket) as u64;
+        self.counters
+            .tx_datagrams
+            .fetch_add(n - errors.min(n), Ordering::Relaxed);
+        self.counters.tx_errors.fetch_add(errors, Ordering::Relaxed);
+    }
+
+    /// Hands CQ notifications to completion channels and async events to the
+    /// async queue.
+    fn dispatch(&self, st: &mut State) {
+        while let Some(cq) = st.engine.poll_cq_notification() {
+            if let Some(ch) = st.channels.get(&cq) {
+                ch.fired
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push_back(cq);
+                ch.fd.signal();
+            }
+        }
+        while let Some(ev) = st.engine.poll_event() {
+            st.async_events.push_back(ev);
+            self.async_fd.signal();
+        }
+    }
+
+    fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+        self.wake.signal();
+    }
+}
+
+/// Stops the progress thread when the last user handle goes away.
+pub(crate) struct DriverHandle(pub Arc<Driver>);
+
+impl Drop for DriverHandle {
+    fn drop(&mut self) {
+        self.0.stop();
+        let handle = self
+            .0
+            .thread
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(h) = handle {
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
+        }
+    }
+}
+
+fn progress_thread(d: Arc<Driver>) {
+    let mut rx = RecvBatch::new(MAX_DATAGRAM + 64);
+    while !d.stop.load(Ordering::Acquire) {
+        // Receive whatever is there.
+        let mut got = match rx.recv(&d.socket) {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::warn!(error = %e, "recvmmsg failed");
+                0
+            }
+        };
+        if got == 0 && !d.busy_poll.is_zero() {
+            let until = std::time::Instant::now() + d.busy_poll;
+            while got == 0 && std::time::Instant::now() < until {
+                got = rx.recv(&d.socket).unwrap_or(0);
+                std::hint::spin_loop();
+            }
+        }
+        if got > 0 {
+            d.counters
+                .rx_datagrams
+                .fetch_add(got as u64, Ordering::Relaxed);
+            let mut st = d.lock();
+            let now = d.now();
+            for i in 0..got {
+                if let Some((src, data)) = rx.get(i) {
+                    if data.is_empty() {
+                        d.counters.rx_truncated.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                    st.engine.handle_datagram(now, src, data);
+                }
+            }
+            st.engine.handle_timeout(now);
+            d.pump(&mut st);
+            continue;
+        }
+        // Nothing to read: run timers, then sleep until the next deadline, a
+        // datagram or a wake-up. The sleep deadline is published under the lock,
+        // so a poster that arms an earlier timer afterwards sees it and wakes us.
+        let timeout = {
+            let mut st = d.lock();
+            let now = d.now();
+            st.engine.handle_timeout(now);
+            d.transmit(&mut st, now);
+            d.dispatch(&mut st);
+            let deadline = st.engine.poll_timeout();
+            d.sleeping_until.store(
+                deadline.map_or(u64::MAX, |t| t.as_nanos()),
+                Ordering::Release,
+            );
+            deadline.map(|t| t.saturating_duration_since(now))
+        };
+        let fds = [d.socket_fd(), d.wake.raw()];
+        let _ = sys::poll_readable(&fds, timeout);
+        d.wake.take();
+        d.sleeping_until.store(0, Ordering::Release);
+    }
+}
+
+impl Driver {
+    fn socket_fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsRawFd;
+        self.socket.as_raw_fd()
+    }
+}

@@ -1,0 +1,16 @@
+//! Errors of the verbs API, one enum per kind of operation. Completion statuses
+//! are not errors: they are data in [`crate::WorkCompletion`].
+
+pub use crate::driver::OpenError;
+pub use softverbs_engine::{ModifyQpError, PostError, ResourceError};
+
+/// Errors of `query_*` calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum QueryError {
+    /// softverbs devices have one port, number 1.
+    #[error("no port {0} (softverbs devices have port 1)")]
+    NoSuchPort(u8),
+    /// The GID table has one entry, index 0.
+    #[error("no GID at index {0} (the GID table has one entry)")]
+    NoSuchGid(u16),
+}

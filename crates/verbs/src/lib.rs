@@ -1,0 +1,40 @@
+//! softverbs: RDMA verbs in user space.
+//!
+//! The InfiniBand/RoCE verbs model — devices, protection domains, registered
+//! memory with lkey/rkey, completion queues and channels, queue pairs — over
+//! RoCEv2 packets in UDP, with no RDMA NIC, kernel module or privileges.
+//!
+//! ```no_run
+//! use softverbs::*;
+//! let ctx = Device::list()?.remove(0).open()?;
+//! let pd = ctx.alloc_pd()?;
+//! let cq = ctx.create_cq(64, None)?;
+//! let mr = pd.reg_mr(vec![0u8; 4096], AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)?;
+//! let qp = QpBuilder::new(&pd, &cq).build()?;
+//! println!("qpn {} gid {} rkey {:#x}", qp.qpn(), ctx.gid(), mr.rkey());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+#![warn(missing_docs)]
+
+pub mod config;
+mod context;
+mod cq;
+mod driver;
+pub mod error;
+mod faults;
+mod gid;
+mod pd;
+mod qp;
+mod sys;
+
+pub use config::{Config, ConfigError, FaultConfig};
+pub use context::{Context, Device, DeviceAttr, LinkLayer, PortAttr, PortState};
+pub use cq::{CompletionChannel, Cq};
+pub use gid::{Gid, ROCE_PORT};
+pub use pd::{Mr, PageAligned, Pd, RawMr, StableBuffer};
+pub use qp::{InitAttr, Qp, QpBuilder, RemoteQp, RtrAttr, RtsAttr};
+pub use softverbs_engine::{
+    AccessFlags, AsyncEvent, Counters, CqHandle, IcrcPolicy, Mtu, Payload, QpAttr, QpAttrMask,
+    QpCap, QpState, QpType, Qpn, Rkey, SendFlags, SendOp, SendWr, Sge, WcOpcode, WcStatus,
+    WorkCompletion,
+};

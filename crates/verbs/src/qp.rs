@@ -1,0 +1,310 @@
+//! Queue pairs: a builder for creation, typed attributes per transition, posting.
+
+use crate::cq::{Cq, CqInner};
+use crate::driver::DriverHandle;
+use crate::error::{ModifyQpError, PostError, ResourceError};
+use crate::gid::Gid;
+use crate::pd::{Pd, PdInner};
+use softverbs_engine::{
+    AccessFlags, Mtu, QpAttr, QpAttrMask, QpCap, QpHandle, QpInitAttr, QpState, QpType, Qpn,
+    RecvWr, SendWr, Sge,
+};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+/// Builds a QP.
+#[derive(Debug, Clone)]
+pub struct QpBuilder {
+    pd: Pd,
+    send_cq: Cq,
+    recv_cq: Cq,
+    qp_type: QpType,
+    cap: QpCap,
+    sq_sig_all: bool,
+}
+
+impl QpBuilder {
+    /// An RC QP on `pd` with `cq` for both queues and default capacities.
+    pub fn new(pd: &Pd, cq: &Cq) -> QpBuilder {
+        QpBuilder {
+            pd: pd.clone(),
+            send_cq: cq.clone(),
+            recv_cq: cq.clone(),
+            qp_type: QpType::Rc,
+            cap: QpCap::default(),
+            sq_sig_all: false,
+        }
+    }
+    /// A separate receive CQ.
+    pub fn recv_cq(mut self, cq: &Cq) -> Self {
+        self.recv_cq = cq.clone();
+        self
+    }
+    /// Transport type.
+    pub fn qp_type(mut self, t: QpType) -> Self {
+        self.qp_type = t;
+        self
+    }
+    /// Queue capacities.
+    pub fn cap(mut self, cap: QpCap) -> Self {
+        self.cap = cap;
+        self
+    }
+    /// Signal every send WR.
+    pub fn sq_sig_all(mut self, on: bool) -> Self {
+        self.sq_sig_all = on;
+        self
+    }
+    /// Creates the QP (in RESET).
+    pub fn build(self) -> Result<Qp, ResourceError> {
+        let driver = &self.pd.inner.handle;
+        let init = QpInitAttr {
+            pd: self.pd.inner.pd,
+            send_cq: self.send_cq.inner.cq,
+            recv_cq: self.recv_cq.inner.cq,
+            qp_type: self.qp_type,
+            cap: self.cap,
+            sq_sig_all: self.sq_sig_all,
+        };
+        let (qp, qpn) = driver.0.lock().engine.create_qp(init)?;
+        Ok(Qp {
+            handle: Arc::clone(driver),
+            qp,
+            qpn,
+            _pd: Arc::clone(&self.pd.inner),
+            _send_cq: Arc::clone(&self.send_cq.inner),
+            _recv_cq: Arc::clone(&self.recv_cq.inner),
+        })
+    }
+}
+
+/// Where a connected QP's peer is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RemoteQp {
+    /// The peer device's UDP endpoint (from its GID or LID).
+    pub addr: SocketAddr,
+    /// The peer QP's number.
+    pub qpn: Qpn,
+    /// The PSN the peer starts sending with.
+    pub psn: u32,
+}
+
+impl RemoteQp {
+    /// A peer named by GID.
+    pub fn from_gid(gid: Gid, qpn: Qpn, psn: u32) -> RemoteQp {
+        RemoteQp {
+            addr: gid.to_socket_addr(),
+            qpn,
+            psn,
+        }
+    }
+}
+
+/// Attributes of RESET → INIT.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InitAttr {
+    /// Remote operations allowed on this QP.
+    pub access: AccessFlags,
+}
+
+/// Attributes of INIT → RTR.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RtrAttr {
+    /// The peer.
+    pub remote: RemoteQp,
+    /// Path MTU.
+    pub mtu: Mtu,
+    /// READ/atomics accepted outstanding.
+    pub max_dest_rd_atomic: u8,
+    /// RNR NAK timer code.
+    pub min_rnr_timer: u8,
+}
+
+/// Attributes of RTR → RTS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RtsAttr {
+    /// First PSN to send.
+    pub sq_psn: u32,
+    /// Local ACK timeout code (4.096 µs × 2^timeout).
+    pub timeout: u8,
+    /// Transport retries.
+    pub retry_cnt: u8,
+    /// RNR retries (7 = infinite).
+    pub rnr_retry: u8,
+    /// READ/atomics outstanding as requester.
+    pub max_rd_atomic: u8,
+}
+
+impl Default for RtsAttr {
+    fn default() -> Self {
+        RtsAttr {
+            sq_psn: 0,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            max_rd_atomic: 16,
+        }
+    }
+}
+
+/// A queue pair.
+pub struct Qp {
+    handle: Arc<DriverHandle>,
+    qp: QpHandle,
+    qpn: Qpn,
+    _pd: Arc<PdInner>,
+    _send_cq: Arc<CqInner>,
+    _recv_cq: Arc<CqInner>,
+}
+
+impl std::fmt::Debug for Qp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Qp").field("qpn", &self.qpn).finish()
+    }
+}
+
+impl Drop for Qp {
+    fn drop(&mut self) {
+        let _ = self.handle.0.lock().engine.destroy_qp(self.qp);
+    }
+}
+
+impl Qp {
+    /// The QP number.
+    pub fn qpn(&self) -> Qpn {
+        self.qpn
+    }
+
+    /// Any transition with raw attributes and mask (IBA table rules apply).
+    pub fn modify(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<(), ModifyQpError> {
+        let d = &self.handle.0;
+        let mut st = d.lock();
+        let now = d.now();
+        st.engine.modify_qp(self.qp, attr, mask, now)?;
+        d.pump(&mut st);
+        Ok(())
+    }
+
+    /// RESET → INIT.
+    pub fn to_init(&self, a: InitAttr) -> Result<(), ModifyQpError> {
+        let attr = QpAttr {
+            qp_state: QpState::Init,
+            qp_access_flags: a.access,
+            port_num: 1,
+            ..QpAttr::default()
+        };
+        self.modify(
+            &attr,
+            QpAttrMask::STATE
+                | QpAttrMask::PKEY_INDEX
+                | QpAttrMask::PORT
+                | QpAttrMask::ACCESS_FLAGS,
+        )
+    }
+
+    /// INIT → RTR.
+    pub fn to_rtr(&self, a: RtrAttr) -> Result<(), ModifyQpError> {
+        let attr = QpAttr {
+            qp_state: QpState::Rtr,
+            path_mtu: a.mtu,
+            dest_qp_num: a.remote.qpn.value(),
+            rq_psn: a.remote.psn,
+            max_dest_rd_atomic: a.max_dest_rd_atomic,
+            min_rnr_timer: a.min_rnr_timer,
+            av: Some(a.remote.addr),
+            ..QpAttr::default()
+        };
+        self.modify(
+            &attr,
+            QpAttrMask::STATE
+                | QpAttrMask::AV
+                | QpAttrMask::PATH_MTU
+                | QpAttrMask::DEST_QPN
+                | QpAttrMask::RQ_PSN
+                | QpAttrMask::MAX_DEST_RD_ATOMIC
+                | QpAttrMask::MIN_RNR_TIMER,
+        )
+    }
+
+    /// RTR → RTS.
+    pub fn to_rts(&self, a: RtsAttr) -> Result<(), ModifyQpError> {
+        let attr = QpAttr {
+            qp_state: QpState::Rts,
+            sq_psn: a.sq_psn,
+            timeout: a.timeout,
+            retry_cnt: a.retry_cnt,
+            rnr_retry: a.rnr_retry,
+            max_rd_atomic: a.max_rd_atomic,
+            ..QpAttr::default()
+        };
+        self.modify(
+            &attr,
+            QpAttrMask::STATE
+                | QpAttrMask::SQ_PSN
+                | QpAttrMask::TIMEOUT
+                | QpAttrMask::RETRY_CNT
+                | QpAttrMask::RNR_RETRY
+                | QpAttrMask::MAX_QP_RD_ATOMIC,
+        )
+    }
+
+    /// Any state → ERR: outstanding work is flushed.
+    pub fn to_error(&self) -> Result<(), ModifyQpError> {
+        self.modify(
+            &QpAttr {
+                qp_state: QpState::Err,
+                ..QpAttr::default()
+            },
+            QpAttrMask::STATE,
+        )
+    }
+
+    /// Current attributes.
+    pub fn query(&self) -> QpAttr {
+        self.handle
+            .0
+            .lock()
+            .engine
+            .query_qp(self.qp)
+            .map(|(a, _)| a)
+            .unwrap_or_default()
+    }
+
+    /// Posts a send WR and transmits what it produced right away.
+    pub fn post_send(&self, wr: &SendWr<'_>) -> Result<(), PostError> {
+        let d = &self.handle.0;
+        let mut st = d.lock();
+        st.engine.post_send(self.qp, wr)?;
+        d.pump(&mut st);
+        Ok(())
+    }
+
+    /// Posts several send WRs; stops at the first that fails (index, error).
+    pub fn post_send_list(&self, wrs: &[SendWr<'_>]) -> Result<(), (usize, PostError)> {
+        let d = &self.handle.0;
+        let mut st = d.lock();
+        let mut result = Ok(());
+        for (i, wr) in wrs.iter().enumerate() {
+            if let Err(e) = st.engine.post_send(self.qp, wr) {
+                result = Err((i, e));
+                break;
+            }
+        }
+        d.pump(&mut st);
+        result
+    }
+
+    /// Posts a receive WR.
+    pub fn post_recv(&self, wr_id: u64, sges: &[Sge]) -> Result<(), PostError> {
+        let d = &self.handle.0;
+        let mut st = d.lock();
+        st.engine.post_recv(self.qp, &RecvWr { wr_id, sges })?;
+        d.pump(&mut st);
+        Ok(())
+    }
+
+    /// The engine handle.
+    pub fn handle(&self) -> QpHandle {
+        self.qp
+    }
+}

@@ -1,0 +1,214 @@
+//! Two contexts in one process over real UDP sockets on loopback.
+
+use softverbs::*;
+use std::time::Duration;
+
+pub struct End {
+    pub ctx: Context,
+    pub pd: Pd,
+    pub cq: Cq,
+    pub qp: Qp,
+    pub mr: Mr<Vec<u8>>,
+}
+
+fn all_access() -> AccessFlags {
+    AccessFlags::LOCAL_WRITE
+        | AccessFlags::REMOTE_WRITE
+        | AccessFlags::REMOTE_READ
+        | AccessFlags::REMOTE_ATOMIC
+}
+
+fn end(config: Config) -> End {
+    let ctx = Device::with_config("test", config).open().unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(256, None).unwrap();
+    let qp = QpBuilder::new(&pd, &cq).build().unwrap();
+    let mr = pd.reg_mr(vec![0u8; 1 << 20], all_access()).unwrap();
+    End {
+        ctx,
+        pd,
+        cq,
+        qp,
+        mr,
+    }
+}
+
+fn connect(a: &End, b: &End, mtu: Mtu) {
+    for (x, y, psn) in [(a, b, 100u32), (b, a, 200u32)] {
+        x.qp.to_init(InitAttr {
+            access: all_access(),
+        })
+        .unwrap();
+        let remote =
+            RemoteQp::from_gid(y.ctx.gid(), y.qp.qpn(), if psn == 100 { 200 } else { 100 });
+        x.qp.to_rtr(RtrAttr {
+            remote,
+            mtu,
+            max_dest_rd_atomic: 16,
+            min_rnr_timer: 1,
+        })
+        .unwrap();
+        x.qp.to_rts(RtsAttr {
+            sq_psn: psn,
+            ..RtsAttr::default()
+        })
+        .unwrap();
+    }
+}
+
+pub fn pair(config: Config) -> (End, End) {
+    let a = end(config.clone());
+    let b = end(config);
+    connect(&a, &b, Mtu::Mtu4096);
+    (a, b)
+}
+
+const WAIT: Duration = Duration::from_secs(20);
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(13).wrapping_add(seed))
+        .collect()
+}
+
+#[test]
+fn send_write_read_atomic_over_udp() {
+    let (a, b) = pair(Config::default());
+    assert_ne!(a.ctx.local_addr(), b.ctx.local_addr());
+    // SEND of 100 KB (25 packets).
+    let data = pattern(100_000, 1);
+    a.mr.write(0, &data);
+    b.qp.post_recv(7, &[b.mr.sge(0, 200_000)]).unwrap();
+    a.qp.post_send(&SendWr::new(1, SendOp::Send, &[a.mr.sge(0, 100_000)]))
+        .unwrap();
+    let wc = b.cq.wait_for(1, WAIT);
+    assert_eq!(wc.len(), 1, "receive completion");
+    assert_eq!(
+        (wc[0].wr_id, wc[0].status, wc[0].byte_len),
+        (7, WcStatus::Success, 100_000)
+    );
+    let mut got = vec![0u8; 100_000];
+    b.mr.read(0, &mut got);
+    assert_eq!(got, data);
+    assert_eq!(a.cq.wait_for(1, WAIT)[0].status, WcStatus::Success);
+
+    // RDMA WRITE 300 KB into B without B doing anything, then READ it back.
+    let data = pattern(300_000, 9);
+    a.mr.write(200_000, &data);
+    let wr_sges = [a.mr.sge(200_000, 300_000)];
+    let wr = SendWr::new(
+        2,
+        SendOp::RdmaWrite {
+            remote_addr: b.mr.addr() + 500_000,
+            rkey: Rkey(b.mr.rkey()),
+        },
+        &wr_sges,
+    );
+    a.qp.post_send(&wr).unwrap();
+    let rd_sges = [a.mr.sge(600_000, 300_000)];
+    let rd = SendWr::new(
+        3,
+        SendOp::RdmaRead {
+            remote_addr: b.mr.addr() + 500_000,
+            rkey: Rkey(b.mr.rkey()),
+        },
+        &rd_sges,
+    );
+    a.qp.post_send(&rd).unwrap();
+    let wcs = a.cq.wait_for(2, WAIT);
+    assert_eq!(
+        wcs.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        vec![(2, WcStatus::Success), (3, WcStatus::Success)]
+    );
+    let mut back = vec![0u8; 300_000];
+    a.mr.read(600_000, &mut back);
+    assert_eq!(back, data);
+
+    // Fetch-and-add on B's memory.
+    b.mr.write(1000, &40u64.to_ne_bytes());
+    let fa_sges = [a.mr.sge(0, 8)];
+    let fa = SendWr::new(
+        4,
+        SendOp::AtomicFetchAdd {
+            remote_addr: b.mr.addr() + 1000,
+            rkey: Rkey(b.mr.rkey()),
+            add: 2,
+        },
+        &fa_sges,
+    );
+    a.qp.post_send(&fa).unwrap();
+    assert_eq!(a.cq.wait_for(1, WAIT)[0].status, WcStatus::Success);
+    let mut old = [0u8; 8];
+    a.mr.read(0, &mut old);
+    assert_eq!(u64::from_ne_bytes(old), 40);
+    let mut now = [0u8; 8];
+    b.mr.read(1000, &mut now);
+    assert_eq!(u64::from_ne_bytes(now), 42);
+    let c = a.ctx.counters();
+    assert!(c.tx_packets > 100 && c.rx_packets > 0, "{c:?}");
+}
+
+#[test]
+fn survives_injected_loss() {
+    let faults = FaultConfig {
+        loss: 0.05,
+        duplicate: 0.01,
+        reorder: 0.01,
+        corrupt: 0.01,
+        seed: 5,
+    };
+    let cfg = Config {
+        faults: Some(faults),
+        ..Config::default()
+    };
+    let (a, b) = pair(cfg);
+    let data = pattern(1 << 19, 3);
+    a.mr.write(0, &data);
+    for i in 0..8u64 {
+        let wr_sges = [a.mr.sge(0, 1 << 19)];
+        let wr = SendWr::new(
+            i,
+            SendOp::RdmaWrite {
+                remote_addr: b.mr.addr(),
+                rkey: Rkey(b.mr.rkey()),
+            },
+            &wr_sges,
+        );
+        a.qp.post_send(&wr).unwrap();
+    }
+    let wcs = a.cq.wait_for(8, Duration::from_secs(60));
+    assert_eq!(wcs.len(), 8);
+    assert!(wcs.iter().all(|w| w.status == WcStatus::Success), "{wcs:?}");
+    let mut got = vec![0u8; 1 << 19];
+    b.mr.read(0, &mut got);
+    assert_eq!(got, data);
+    let (_, _, _, drops) = a.ctx.driver_counters();
+    assert!(drops > 0, "faults were injected");
+}
+
+#[test]
+fn bad_port_is_a_clear_error() {
+    let a = Device::with_config("x", Config::default()).open().unwrap();
+    let taken = a.local_addr().port();
+    let err = Device::with_config(
+        "y",
+        Config {
+            port: Some(taken),
+            ..Config::default()
+        },
+    )
+    .open()
+    .unwrap_err();
+    assert!(err.to_string().contains("cannot bind"), "{err}");
+    let err = Device::with_config(
+        "z",
+        Config {
+            addr: "192.0.2.1".parse().unwrap(),
+            port: Some(4791),
+            ..Config::default()
+        },
+    )
+    .open()
+    .unwrap_err();
+    assert!(err.to_string().contains("192.0.2.1"), "{err}");
+}
