@@ -10,8 +10,11 @@ use crate::config::Config;
 use crate::faults::{Fate, FaultInjector};
 use crate::sys::{self, EventFd, RecvBatch, SendBatch};
 use softverbs_engine::{AsyncEvent, CqHandle, Engine, EngineConfig, Instant, MAX_DATAGRAM};
+use softverbs_wire::pcap::PcapWriter;
 use std::collections::{HashMap, VecDeque};
+use std::fs::File;
 use std::io;
+use std::io::BufWriter;
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -48,6 +51,29 @@ pub(crate) struct State {
     held: Option<(SocketAddr, Vec<u8>)>,
     pub channels: HashMap<CqHandle, Arc<ChannelShared>>,
     pub async_events: VecDeque<AsyncEvent>,
+    pcap: Option<PcapWriter<BufWriter<File>>>,
+}
+
+impl State {
+    /// Records one datagram in the capture file, if capturing.
+    fn capture(&mut self, src: SocketAddr, dst: SocketAddr, data: &[u8]) {
+        if let Some(w) = self.pcap.as_mut() {
+            let ts = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            if let Err(e) = w.write_udp(ts, src, dst, 0, data) {
+                tracing::warn!(error = %e, "packet capture failed; capture stops");
+                self.pcap = None;
+            }
+        }
+    }
+
+    /// Flushes the capture file.
+    pub fn flush_capture(&mut self) {
+        if let Some(w) = self.pcap.as_mut() {
+            let _ = w.flush();
+        }
+    }
 }
 
 pub(crate) struct Driver {
@@ -124,6 +150,13 @@ impl Driver {
         socket
             .set_nonblocking(true)
             .map_err(io_err("set_nonblocking"))?;
+        let pcap = match &config.pcap {
+            Some(path) => {
+                let file = File::create(path).map_err(io_err("create SOFTVERBS_PCAP file"))?;
+                Some(PcapWriter::new(BufWriter::new(file)).map_err(io_err("write pcap header"))?)
+            }
+            None => None,
+        };
         let mut ecfg = EngineConfig::new(local);
         ecfg.icrc = config.icrc;
         let state = State {
@@ -133,6 +166,7 @@ impl Driver {
             held: None,
             channels: HashMap::new(),
             async_events: VecDeque::new(),
+            pcap,
         };
         let driver = Arc::new(Driver {
             state: Mutex::new(state),
@@ -226,6 +260,18 @@ impl Driver {
                 let _ = self.socket.send_to(&data, dst);
             }
         }
+        if st.pcap.is_some() {
+            let local = self.local;
+            let mut frames: Vec<(SocketAddr, Vec<u8>)> = Vec::new();
+            for (dst, buf, len) in st.tx.iter_mut() {
+                if *len > 0 {
+                    frames.push((dst, buf[..*len].to_vec()));
+                }
+            }
+            for (dst, data) in frames {
+                st.capture(local, dst, &data);
+            }
+        }
         let n = st.tx.iter_mut().filter(|(_, _, len)| **len > 0).count() as u64;
         let errors = st.tx.flush(&self.socket) as u64;
         self.counters
@@ -275,6 +321,7 @@ impl Drop for DriverHandle {
                 let _ = h.join();
             }
         }
+        self.0.lock().flush_capture();
     }
 }
 
@@ -308,6 +355,7 @@ fn progress_thread(d: Arc<Driver>) {
                         d.counters.rx_truncated.fetch_add(1, Ordering::Relaxed);
                         continue;
                     }
+                    st.capture(src, d.local, data);
                     st.engine.handle_datagram(now, src, data);
                 }
             }
@@ -324,6 +372,7 @@ fn progress_thread(d: Arc<Driver>) {
             st.engine.handle_timeout(now);
             d.transmit(&mut st, now);
             d.dispatch(&mut st);
+            st.flush_capture();
             let deadline = st.engine.poll_timeout();
             d.sleeping_until.store(
                 deadline.map_or(u64::MAX, |t| t.as_nanos()),
