@@ -97,6 +97,7 @@ pub struct Engine {
     qps: Slab<Qp>,
     ready: VecDeque<QpHandle>,
     timers: BinaryHeap<Reverse<(Instant, QpHandle)>>,
+    rx_ipv4_id_hint: u16,
 }
 
 impl Engine {
@@ -108,12 +109,14 @@ impl Engine {
             qps: Slab::new(max_qp, 2),
             ready: VecDeque::with_capacity(64),
             timers: BinaryHeap::with_capacity(64),
+            rx_ipv4_id_hint: 0,
             shared: Shared {
                 mrs: MrTable::new(config.max_mr as usize),
                 cqs: Slab::new(config.max_cq as usize, 0),
                 events: VecDeque::with_capacity(16),
                 notifications: VecDeque::with_capacity(16),
                 counters: Counters::default(),
+                tx_ipv4_id: 0,
                 config,
             },
         }
@@ -502,6 +505,20 @@ impl Engine {
 
     /// A datagram arrived from `src`.
     pub fn handle_datagram(&mut self, now: Instant, src: SocketAddr, data: &[u8]) {
+        self.handle_datagram_with_ipv4_id(now, src, data, 0)
+    }
+
+    /// A datagram arrived from `src`; it may have carried IPv4 Identification
+    /// `ipv4_id_hint` (segment k of a GRO batch carried ID k). The ICRC is
+    /// accepted if it matches with ID 0 or with the hint.
+    pub fn handle_datagram_with_ipv4_id(
+        &mut self,
+        now: Instant,
+        src: SocketAddr,
+        data: &[u8],
+        ipv4_id_hint: u16,
+    ) {
+        self.rx_ipv4_id_hint = ipv4_id_hint;
         let Some(qp) = self.dispatch_target(src, data) else {
             return;
         };
@@ -532,7 +549,13 @@ impl Engine {
         };
         if self.shared.config.icrc != IcrcPolicy::Skip {
             let ctx = IcrcContext::new(src, self.shared.config.local_addr);
-            if !icrc::verify(&ctx, data) {
+            let hinted = IcrcContext {
+                ipv4_id: self.rx_ipv4_id_hint,
+                ..ctx
+            };
+            if !icrc::verify(&ctx, data)
+                && (self.rx_ipv4_id_hint == 0 || !icrc::verify(&hinted, data))
+            {
                 if self.shared.config.icrc == IcrcPolicy::Enforce {
                     counters.drop_icrc += 1;
                     return None;
@@ -593,6 +616,21 @@ impl Engine {
     /// When [`Engine::handle_timeout`] should next run.
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.timers.peek().map(|Reverse((t, _))| *t)
+    }
+
+    /// Like [`Engine::poll_transmit`], computing the ICRC for IPv4 Identification
+    /// `ipv4_id`: the ID the datagram will carry (segment k of a UDP GSO batch
+    /// sent with DF on an unconnected socket carries ID k).
+    pub fn poll_transmit_with_ipv4_id(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+        ipv4_id: u16,
+    ) -> Option<Transmit> {
+        self.shared.tx_ipv4_id = ipv4_id;
+        let t = self.poll_transmit(now, buf);
+        self.shared.tx_ipv4_id = 0;
+        t
     }
 
     /// Writes the next datagram into `buf` (at least [`MAX_DATAGRAM`] bytes).

@@ -18,6 +18,9 @@ pub(crate) struct Shared {
     pub events: VecDeque<AsyncEvent>,
     pub notifications: VecDeque<CqHandle>,
     pub counters: Counters,
+    /// IPv4 Identification the ICRC of the packet being built is computed with
+    /// (segment k of a UDP GSO batch goes out with ID k; see DESIGN.md).
+    pub tx_ipv4_id: u16,
 }
 
 impl Shared {

@@ -9,6 +9,7 @@
 //! | `SOFTVERBS_FAULTS` | fault injection, e.g. `loss=0.05,dup=0.01,reorder=0.01,corrupt=0.01,seed=7` | none |
 //! | `SOFTVERBS_PCAP` | write every packet sent and received to this pcap file | none |
 //! | `SOFTVERBS_ICRC` | receive-side ICRC: `enforce`, `count` or `skip` | `enforce` |
+//! | `SOFTVERBS_GSO` | UDP GSO/GRO batching; `0` turns it off (fault injection turns GSO off) | `1` |
 
 use softverbs_engine::{IcrcPolicy, Mtu};
 use std::net::IpAddr;
@@ -47,6 +48,8 @@ pub struct Config {
     pub pcap: Option<PathBuf>,
     /// ICRC checking on receive.
     pub icrc: IcrcPolicy,
+    /// Use UDP GSO on send and GRO on receive where the kernel offers them.
+    pub gso: bool,
 }
 
 impl Default for Config {
@@ -59,6 +62,7 @@ impl Default for Config {
             faults: None,
             pcap: None,
             icrc: IcrcPolicy::Enforce,
+            gso: true,
         }
     }
 }
@@ -131,6 +135,13 @@ impl Config {
                 "count" => IcrcPolicy::CountOnly,
                 "skip" => IcrcPolicy::Skip,
                 _ => return Err(err("SOFTVERBS_ICRC", &v, "must be enforce, count or skip")),
+            };
+        }
+        if let Some(v) = get("SOFTVERBS_GSO") {
+            c.gso = match v.trim() {
+                "1" | "on" | "yes" => true,
+                "0" | "off" | "no" => false,
+                _ => return Err(err("SOFTVERBS_GSO", &v, "must be 0 or 1")),
             };
         }
         Ok(c)

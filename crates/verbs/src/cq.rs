@@ -81,17 +81,23 @@ impl Cq {
             .req_notify_cq(self.inner.cq, solicited_only)
     }
 
-    /// Polls until `n` completions arrived or `timeout` passed (busy-polling with
-    /// short sleeps); returns them.
+    /// Polls until `n` completions arrived or `timeout` passed (spinning a while,
+    /// then polling with short sleeps); returns them.
     pub fn wait_for(&self, n: usize, timeout: Duration) -> Vec<WorkCompletion> {
         let deadline = std::time::Instant::now() + timeout;
         let mut got = Vec::with_capacity(n);
         let mut batch = [WorkCompletion::default(); 16];
+        let mut spins = 0u32;
         while got.len() < n && std::time::Instant::now() < deadline {
             let k = self.poll(&mut batch[..(n - got.len()).min(16)]);
             got.extend_from_slice(&batch[..k]);
             if k == 0 {
-                std::thread::sleep(Duration::from_micros(50));
+                spins += 1;
+                if spins < 2000 {
+                    std::thread::yield_now();
+                } else {
+                    std::thread::sleep(Duration::from_micros(50));
+                }
             }
         }
         got

@@ -56,12 +56,12 @@ pub(crate) struct State {
 
 impl State {
     /// Records one datagram in the capture file, if capturing.
-    fn capture(&mut self, src: SocketAddr, dst: SocketAddr, data: &[u8]) {
+    fn capture(&mut self, src: SocketAddr, dst: SocketAddr, ipv4_id: u16, data: &[u8]) {
         if let Some(w) = self.pcap.as_mut() {
             let ts = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .unwrap_or_default();
-            if let Err(e) = w.write_udp(ts, src, dst, 0, data) {
+            if let Err(e) = w.write_udp(ts, src, dst, ipv4_id, data) {
                 tracing::warn!(error = %e, "packet capture failed; capture stops");
                 self.pcap = None;
             }
@@ -89,6 +89,8 @@ pub(crate) struct Driver {
     pub counters: DriverCounters,
     pub async_fd: EventFd,
     busy_poll: Duration,
+    /// The socket coalesces received datagrams (UDP GRO).
+    gro: bool,
     pub config: Config,
 }
 
@@ -150,6 +152,7 @@ impl Driver {
         socket
             .set_nonblocking(true)
             .map_err(io_err("set_nonblocking"))?;
+        let gro = config.gso && sys::enable_gro(&socket);
         let pcap = match &config.pcap {
             Some(path) => {
                 let file = File::create(path).map_err(io_err("create SOFTVERBS_PCAP file"))?;
@@ -161,7 +164,7 @@ impl Driver {
         ecfg.icrc = config.icrc;
         let state = State {
             engine: Engine::new(ecfg),
-            tx: SendBatch::new(MAX_DATAGRAM),
+            tx: SendBatch::new(MAX_DATAGRAM, config.gso && config.faults.is_none()),
             faults: config.faults.map(FaultInjector::new),
             held: None,
             channels: HashMap::new(),
@@ -180,6 +183,7 @@ impl Driver {
             counters: DriverCounters::default(),
             async_fd: EventFd::new(false, true).map_err(io_err("eventfd"))?,
             busy_poll: config.busy_poll,
+            gro,
             config,
         });
         let for_thread = Arc::clone(&driver);
@@ -217,8 +221,19 @@ impl Driver {
     }
 
     fn transmit(&self, st: &mut State, now: Instant) {
-        while let Some(t) = st.engine.poll_transmit(now, st.tx.next_buf()) {
-            st.tx.commit(t.dst, t.len);
+        loop {
+            let id = st.tx.next_ipv4_id();
+            let Some(t) = st
+                .engine
+                .poll_transmit_with_ipv4_id(now, st.tx.next_buf(), id)
+            else {
+                break;
+            };
+            if st.tx.commit(t.dst, t.len) != id {
+                // It could not join the GSO group it was built for: it goes out
+                // first in a new one, with IPv4 ID 0.
+                st.tx.refill_icrc_last(self.local);
+            }
             if st.tx.is_full() {
                 self.flush(st);
             }
@@ -232,7 +247,7 @@ impl Driver {
         }
         if let Some(faults) = st.faults.as_mut() {
             let mut extra: Vec<(SocketAddr, Vec<u8>)> = Vec::new();
-            for (dst, buf, len) in st.tx.iter_mut() {
+            for (dst, buf, len, _) in st.tx.iter_mut() {
                 match faults.decide() {
                     Fate::Send => {}
                     Fate::Drop => {
@@ -262,17 +277,17 @@ impl Driver {
         }
         if st.pcap.is_some() {
             let local = self.local;
-            let mut frames: Vec<(SocketAddr, Vec<u8>)> = Vec::new();
-            for (dst, buf, len) in st.tx.iter_mut() {
+            let mut frames: Vec<(SocketAddr, Vec<u8>, u16)> = Vec::new();
+            for (dst, buf, len, id) in st.tx.iter_mut() {
                 if *len > 0 {
-                    frames.push((dst, buf[..*len].to_vec()));
+                    frames.push((dst, buf[..*len].to_vec(), id));
                 }
             }
-            for (dst, data) in frames {
-                st.capture(local, dst, &data);
+            for (dst, data, id) in frames {
+                st.capture(local, dst, id, &data);
             }
         }
-        let n = st.tx.iter_mut().filter(|(_, _, len)| **len > 0).count() as u64;
+        let n = st.tx.iter_mut().filter(|(_, _, len, _)| **len > 0).count() as u64;
         let errors = st.tx.flush(&self.socket) as u64;
         self.counters
             .tx_datagrams
@@ -326,7 +341,11 @@ impl Drop for DriverHandle {
 }
 
 fn progress_thread(d: Arc<Driver>) {
-    let mut rx = RecvBatch::new(MAX_DATAGRAM + 64);
+    let mut rx = RecvBatch::new(if d.gro {
+        sys::GRO_BUF
+    } else {
+        MAX_DATAGRAM + 64
+    });
     while !d.stop.load(Ordering::Acquire) {
         // Receive whatever is there.
         let mut got = match rx.recv(&d.socket) {
@@ -350,13 +369,16 @@ fn progress_thread(d: Arc<Driver>) {
             let mut st = d.lock();
             let now = d.now();
             for i in 0..got {
-                if let Some((src, data)) = rx.get(i) {
-                    if data.is_empty() {
-                        d.counters.rx_truncated.fetch_add(1, Ordering::Relaxed);
-                        continue;
-                    }
-                    st.capture(src, d.local, data);
-                    st.engine.handle_datagram(now, src, data);
+                if rx.truncated(i) {
+                    d.counters.rx_truncated.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                let Some((src, datagrams)) = rx.datagrams(i) else {
+                    continue;
+                };
+                for (k, data) in datagrams {
+                    st.capture(src, d.local, k, data);
+                    st.engine.handle_datagram_with_ipv4_id(now, src, data, k);
                 }
             }
             st.engine.handle_timeout(now);

@@ -117,11 +117,44 @@ fn from_storage(ss: &libc::sockaddr_storage) -> Option<SocketAddr> {
     }
 }
 
-/// Fixed buffers for one batched receive.
+/// `SOL_UDP` socket option: segment size for UDP GSO on send.
+const UDP_SEGMENT: libc::c_int = 103;
+/// `SOL_UDP` socket option: receive coalesced datagrams (UDP GRO).
+const UDP_GRO: libc::c_int = 104;
+/// Most segments Linux accepts in one GSO send (UDP_MAX_SEGMENTS).
+pub const GSO_MAX_SEGMENTS: usize = 64;
+/// Most bytes in one GSO send (a UDP datagram's limit, less headers).
+const GSO_MAX_BYTES: usize = 65_000;
+/// Receive buffer size: a whole coalesced GRO read.
+pub const GRO_BUF: usize = 65_536;
+
+/// Asks the kernel to coalesce received datagrams (UDP GRO); `false` if it
+/// cannot.
+pub fn enable_gro(sock: &UdpSocket) -> bool {
+    let one: libc::c_int = 1;
+    // SAFETY: `one` is a live c_int; its size is passed.
+    unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_UDP,
+            UDP_GRO,
+            (&one as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        ) == 0
+    }
+}
+
+/// Room for one cmsg carrying an int.
+const CMSG_SPACE_INT: usize = 32;
+
+/// Fixed buffers for one batched receive. With GRO, one read may hold several
+/// datagrams of `segment` bytes each (the last may be shorter).
 pub struct RecvBatch {
     bufs: Vec<Vec<u8>>,
     addrs: Vec<libc::sockaddr_storage>,
     lens: Vec<usize>,
+    segs: Vec<usize>,
+    ctrl: Vec<[u64; CMSG_SPACE_INT / 8]>,
     count: usize,
 }
 
@@ -132,16 +165,17 @@ impl RecvBatch {
             // SAFETY: plain old data, all-zero is valid.
             addrs: vec![unsafe { std::mem::zeroed() }; BATCH],
             lens: vec![0; BATCH],
+            segs: vec![0; BATCH],
+            ctrl: vec![[0u64; CMSG_SPACE_INT / 8]; BATCH],
             count: 0,
         }
     }
 
-    /// Receives up to [`BATCH`] datagrams without blocking; returns how many.
+    /// Receives up to [`BATCH`] reads without blocking; returns how many.
     pub fn recv(&mut self, sock: &UdpSocket) -> io::Result<usize> {
-        let mut iovs: [libc::iovec; BATCH] =
-            // SAFETY: iovec is plain old data.
-            unsafe { std::mem::zeroed() };
-        // SAFETY: mmsghdr is plain old data.
+        // SAFETY: iovec and mmsghdr are plain old data.
+        let mut iovs: [libc::iovec; BATCH] = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
         let mut msgs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
         for i in 0..BATCH {
             iovs[i] = libc::iovec {
@@ -153,6 +187,8 @@ impl RecvBatch {
                 std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
             msgs[i].msg_hdr.msg_iov = &mut iovs[i];
             msgs[i].msg_hdr.msg_iovlen = 1;
+            msgs[i].msg_hdr.msg_control = self.ctrl[i].as_mut_ptr().cast();
+            msgs[i].msg_hdr.msg_controllen = CMSG_SPACE_INT as _;
         }
         // SAFETY: every msghdr points at live buffers of the stated lengths owned by
         // `self` or this frame; the kernel writes at most those lengths.
@@ -182,35 +218,72 @@ impl RecvBatch {
             } else {
                 m.msg_len as usize
             };
+            self.segs[i] = gro_segment_size(&m.msg_hdr).unwrap_or(self.lens[i]);
         }
         self.count = n;
         Ok(n)
     }
 
-    /// The `i`-th datagram received and its source.
-    pub fn get(&self, i: usize) -> Option<(SocketAddr, &[u8])> {
+    /// The datagrams of read `i`: source, and the datagrams themselves with their
+    /// index in the coalesced read (the IPv4 ID a GSO sender gave them).
+    pub fn datagrams(&self, i: usize) -> Option<(SocketAddr, impl Iterator<Item = (u16, &[u8])>)> {
         if i >= self.count {
             return None;
         }
-        Some((from_storage(&self.addrs[i])?, &self.bufs[i][..self.lens[i]]))
+        let src = from_storage(&self.addrs[i])?;
+        let data = &self.bufs[i][..self.lens[i]];
+        let seg = self.segs[i].max(1);
+        Some((
+            src,
+            data.chunks(seg).enumerate().map(|(k, d)| (k as u16, d)),
+        ))
+    }
+
+    /// Whether read `i` was truncated.
+    pub fn truncated(&self, i: usize) -> bool {
+        i < self.count && self.lens[i] == 0
     }
 }
 
-/// Datagrams queued for one batched send.
+/// The GRO segment size from a received message's control data.
+fn gro_segment_size(hdr: &libc::msghdr) -> Option<usize> {
+    // SAFETY: the kernel filled msg_control/msg_controllen; CMSG_* walk it within
+    // those bounds.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(hdr);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_UDP && (*c).cmsg_type == UDP_GRO {
+                let v = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::c_int);
+                return usize::try_from(v).ok().filter(|&v| v > 0);
+            }
+            c = libc::CMSG_NXTHDR(hdr, c);
+        }
+    }
+    None
+}
+
+/// Datagrams queued for one batched send, grouped for UDP GSO: consecutive
+/// datagrams to one destination, all of one size but the last, go out as one
+/// send whose segment k carries IPv4 ID k.
 pub struct SendBatch {
     bufs: Vec<Vec<u8>>,
     lens: Vec<usize>,
     dsts: Vec<SocketAddr>,
+    /// Index of each datagram within its GSO group (its IPv4 ID).
+    ids: Vec<u16>,
     count: usize,
+    gso: bool,
 }
 
 impl SendBatch {
-    pub fn new(buf_size: usize) -> Self {
+    pub fn new(buf_size: usize, gso: bool) -> Self {
         SendBatch {
             bufs: (0..BATCH).map(|_| vec![0u8; buf_size]).collect(),
             lens: vec![0; BATCH],
             dsts: vec![SocketAddr::from(([0, 0, 0, 0], 0)); BATCH],
+            ids: vec![0; BATCH],
             count: 0,
+            gso,
         }
     }
 
@@ -227,86 +300,169 @@ impl SendBatch {
         &mut self.bufs[self.count]
     }
 
-    /// Commits the datagram built in [`SendBatch::next_buf`].
-    pub fn commit(&mut self, dst: SocketAddr, len: usize) {
-        self.lens[self.count] = len;
-        self.dsts[self.count] = dst;
-        self.count += 1;
+    /// The IPv4 ID the next datagram gets if it joins the open GSO group.
+    pub fn next_ipv4_id(&self) -> u16 {
+        if !self.gso || self.count == 0 {
+            return 0;
+        }
+        let last = self.count - 1;
+        let id = usize::from(self.ids[last]) + 1;
+        if id >= GSO_MAX_SEGMENTS {
+            0
+        } else {
+            id as u16
+        }
     }
 
-    /// The queued datagrams.
-    pub fn iter_mut(&mut self) -> impl Iterator<Item = (SocketAddr, &mut Vec<u8>, &mut usize)> {
+    /// Commits the datagram built in [`SendBatch::next_buf`]; returns the IPv4 ID
+    /// it will carry (0 when it starts a new group). If that differs from the ID
+    /// it was built for, the caller must recompute its ICRC.
+    pub fn commit(&mut self, dst: SocketAddr, len: usize) -> u16 {
+        let i = self.count;
+        let id = if self.gso && i > 0 && self.joins_group(i, dst, len) {
+            self.ids[i - 1] + 1
+        } else {
+            0
+        };
+        self.lens[i] = len;
+        self.dsts[i] = dst;
+        self.ids[i] = id;
+        self.count += 1;
+        id
+    }
+
+    /// Whether datagram `i` (to `dst`, `len` bytes) can extend the group datagram
+    /// `i - 1` belongs to.
+    fn joins_group(&self, i: usize, dst: SocketAddr, len: usize) -> bool {
+        let prev = i - 1;
+        let start = prev - usize::from(self.ids[prev]);
+        let seg = self.lens[start];
+        let members = i - start;
+        let bytes: usize = self.lens[start..i].iter().sum();
+        dst == self.dsts[prev]
+            && self.lens[prev] == seg // the group is not closed by a short one
+            && len <= seg
+            && members < GSO_MAX_SEGMENTS
+            && bytes + len <= GSO_MAX_BYTES
+    }
+
+    /// Recomputes the ICRC of the last committed datagram for the IPv4 ID it
+    /// was given, its source being `src`.
+    pub fn refill_icrc_last(&mut self, src: SocketAddr) {
+        use softverbs_wire::icrc::{fill, IcrcContext};
+        let i = self.count - 1;
+        let ctx = IcrcContext {
+            ipv4_id: self.ids[i],
+            ..IcrcContext::new(src, self.dsts[i])
+        };
+        let _ = fill(&ctx, &mut self.bufs[i][..self.lens[i]]);
+    }
+
+    /// The queued datagrams with destination, buffer, length and IPv4 ID.
+    pub fn iter_mut(
+        &mut self,
+    ) -> impl Iterator<Item = (SocketAddr, &mut Vec<u8>, &mut usize, u16)> {
         let n = self.count;
         self.dsts
             .iter()
             .copied()
             .zip(self.bufs.iter_mut())
             .zip(self.lens.iter_mut())
+            .zip(self.ids.iter().copied())
             .take(n)
-            .map(|((d, b), l)| (d, b, l))
+            .map(|(((d, b), l), id)| (d, b, l, id))
     }
 
-    /// Sends everything queued (datagrams whose length was set to 0 are skipped);
-    /// returns errors counted, not raised: UDP loses datagrams anyway.
+    /// Sends everything queued; returns how many datagrams the kernel refused
+    /// (counted, not raised: UDP loses datagrams anyway). Datagrams whose length
+    /// was set to 0 are skipped, and then GSO is not used for their group since
+    /// the IDs of later segments would shift.
     pub fn flush(&mut self, sock: &UdpSocket) -> usize {
-        let mut errors = 0;
-        let mut start = 0;
-        while start < self.count {
-            let mut storage = [(unsafe_zero_storage(), 0 as libc::socklen_t); BATCH];
-            // SAFETY: iovec and mmsghdr are plain old data.
-            let mut iovs: [libc::iovec; BATCH] = unsafe { std::mem::zeroed() };
-            // SAFETY: as above.
-            let mut msgs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
-            let mut n = 0;
-            for i in start..self.count {
-                if self.lens[i] == 0 {
+        let mut storage = [(zero_storage(), 0 as libc::socklen_t); BATCH];
+        // SAFETY: iovec and mmsghdr are plain old data.
+        let mut iovs: [libc::iovec; BATCH] = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        let mut msgs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
+        let mut ctrl = [[0u64; CMSG_SPACE_INT / 8]; BATCH];
+        let mut members = [0usize; BATCH];
+        let mut m = 0;
+        let mut i = 0;
+        while i < self.count {
+            // The group starting at i.
+            let mut end = i + 1;
+            while end < self.count && self.ids[end] != 0 {
+                end += 1;
+            }
+            let intact = self.lens[i..end].iter().all(|&l| l > 0);
+            let whole_group = self.gso && intact && end - i > 1;
+            let mut k = i;
+            while k < end {
+                let (a, b) = if whole_group { (i, end) } else { (k, k + 1) };
+                k = b;
+                if self.lens[a] == 0 {
                     continue;
                 }
-                storage[n] = to_storage(&self.dsts[i]);
-                iovs[n] = libc::iovec {
-                    iov_base: self.bufs[i].as_mut_ptr().cast(),
-                    iov_len: self.lens[i],
-                };
-                n += 1;
-            }
-            for i in 0..n {
-                msgs[i].msg_hdr.msg_name =
-                    (&mut storage[i].0 as *mut libc::sockaddr_storage).cast();
-                msgs[i].msg_hdr.msg_namelen = storage[i].1;
-                msgs[i].msg_hdr.msg_iov = &mut iovs[i];
-                msgs[i].msg_hdr.msg_iovlen = 1;
-            }
-            if n == 0 {
-                break;
-            }
-            let mut sent = 0;
-            while sent < n {
-                // SAFETY: the headers point at live buffers and addresses in this
-                // frame and `self`; the kernel only reads them.
-                let r = unsafe {
-                    libc::sendmmsg(
-                        sock.as_raw_fd(),
-                        msgs[sent..].as_mut_ptr(),
-                        (n - sent) as libc::c_uint,
-                        0,
-                    )
-                };
-                if r <= 0 {
-                    // Drop the one that failed (e.g. unreachable) and go on.
-                    errors += 1;
-                    sent += 1;
-                } else {
-                    sent += r as usize;
+                storage[m] = to_storage(&self.dsts[a]);
+                for j in a..b {
+                    iovs[j] = libc::iovec {
+                        iov_base: self.bufs[j].as_mut_ptr().cast(),
+                        iov_len: self.lens[j],
+                    };
                 }
+                let hdr = &mut msgs[m].msg_hdr;
+                hdr.msg_name = (&mut storage[m].0 as *mut libc::sockaddr_storage).cast();
+                hdr.msg_namelen = storage[m].1;
+                hdr.msg_iov = iovs[a..].as_mut_ptr();
+                hdr.msg_iovlen = b - a;
+                if b - a > 1 {
+                    hdr.msg_control = ctrl[m].as_mut_ptr().cast();
+                    // SAFETY: CMSG_SPACE is a pure size computation.
+                    hdr.msg_controllen = unsafe { libc::CMSG_SPACE(2) } as _;
+                    // SAFETY: msg_control points at CMSG_SPACE_INT zeroed bytes,
+                    // enough for one cmsg with a u16 payload.
+                    unsafe {
+                        let c = libc::CMSG_FIRSTHDR(hdr);
+                        (*c).cmsg_level = libc::SOL_UDP;
+                        (*c).cmsg_type = UDP_SEGMENT;
+                        (*c).cmsg_len = libc::CMSG_LEN(2) as _;
+                        std::ptr::write_unaligned(
+                            libc::CMSG_DATA(c) as *mut u16,
+                            self.lens[a] as u16,
+                        );
+                    }
+                }
+                members[m] = b - a;
+                m += 1;
             }
-            start = self.count;
+            i = end;
+        }
+        let mut errors = 0;
+        let mut sent = 0;
+        while sent < m {
+            // SAFETY: the headers point at live buffers, addresses and control
+            // data in this frame and `self`; the kernel only reads them.
+            let r = unsafe {
+                libc::sendmmsg(
+                    sock.as_raw_fd(),
+                    msgs[sent..].as_mut_ptr(),
+                    (m - sent) as libc::c_uint,
+                    0,
+                )
+            };
+            if r <= 0 {
+                // Drop the message that failed (e.g. unreachable) and go on.
+                errors += members[sent];
+                sent += 1;
+            } else {
+                sent += r as usize;
+            }
         }
         self.count = 0;
         errors
     }
 }
 
-fn unsafe_zero_storage() -> libc::sockaddr_storage {
+fn zero_storage() -> libc::sockaddr_storage {
     // SAFETY: plain old data, all-zero is valid.
     unsafe { std::mem::zeroed() }
 }

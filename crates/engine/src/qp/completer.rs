@@ -184,6 +184,13 @@ impl Qp {
         if self.state() == QpState::Err {
             return;
         }
+        // Responses are taken in PSN order (IBA 9.7.5.2.2): while an earlier READ
+        // or atomic lacks its response, this one is out of order. ack_through went
+        // back for the earlier one; this one is replayed by the responder later.
+        if self.req.una != psn {
+            shared.counters.drop_out_of_sequence += 1;
+            return;
+        }
         // The old value lands in the single 8-byte local buffer, in host order.
         if shared
             .scatter(self.init.pd, self.sq.sges(seq), 0, &orig.to_ne_bytes())
@@ -221,6 +228,12 @@ impl Qp {
             return;
         }
         let expected = w.first_psn.add(w.read_pkts_done);
+        if self.req.una != expected {
+            // An earlier READ or atomic lacks its response: out of order, as for
+            // atomic acknowledges above.
+            shared.counters.drop_out_of_sequence += 1;
+            return;
+        }
         if psn != expected {
             if expected.before(psn) {
                 // A response was lost: ask again from the missing one, once.

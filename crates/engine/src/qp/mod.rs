@@ -379,11 +379,11 @@ impl Qp {
         payload_len: usize,
     ) -> Option<usize> {
         let len = packet::finish(buf, header_len, payload_len).ok()?;
-        icrc::fill(
-            &IcrcContext::new(shared.config.local_addr, dst),
-            &mut buf[..len],
-        )
-        .ok()?;
+        let ctx = IcrcContext {
+            ipv4_id: shared.tx_ipv4_id,
+            ..IcrcContext::new(shared.config.local_addr, dst)
+        };
+        icrc::fill(&ctx, &mut buf[..len]).ok()?;
         Some(len)
     }
 }
