@@ -403,10 +403,14 @@ impl SendBatch {
                     continue;
                 }
                 storage[m] = to_storage(&self.dsts[a]);
-                for j in a..b {
-                    iovs[j] = libc::iovec {
-                        iov_base: self.bufs[j].as_mut_ptr().cast(),
-                        iov_len: self.lens[j],
+                for ((iov, buf), len) in iovs[a..b]
+                    .iter_mut()
+                    .zip(&mut self.bufs[a..b])
+                    .zip(&self.lens[a..b])
+                {
+                    *iov = libc::iovec {
+                        iov_base: buf.as_mut_ptr().cast(),
+                        iov_len: *len,
                     };
                 }
                 let hdr = &mut msgs[m].msg_hdr;
