@@ -129,6 +129,29 @@ impl CompletionChannel {
         })
     }
 
+    /// A channel whose fd does not block (for async readers).
+    pub(crate) fn new_nonblocking(ctx: &Context) -> std::io::Result<CompletionChannel> {
+        Ok(CompletionChannel {
+            shared: Arc::new(ChannelShared {
+                fd: EventFd::new(true, true)?,
+                fired: Mutex::new(Default::default()),
+            }),
+            _handle: Arc::clone(&ctx.handle),
+            acked: Mutex::new(0),
+        })
+    }
+
+    /// Takes one pending event without blocking (only meaningful on a
+    /// non-blocking channel).
+    pub(crate) fn try_get_event(&self) -> Option<CqHandle> {
+        self.shared.fd.take()?;
+        self.shared
+            .fired
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop_front()
+    }
+
     /// The file descriptor: readable while an event is pending.
     pub fn fd(&self) -> std::os::fd::RawFd {
         self.shared.fd.raw()

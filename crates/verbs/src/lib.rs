@@ -25,6 +25,8 @@ mod faults;
 mod gid;
 mod pd;
 mod qp;
+#[cfg(feature = "tokio")]
+mod stream;
 mod sys;
 
 pub use config::{Config, ConfigError, FaultConfig};
@@ -38,3 +40,5 @@ pub use softverbs_engine::{
     QpCap, QpState, QpType, Qpn, Rkey, SendFlags, SendOp, SendWr, Sge, WcOpcode, WcStatus,
     WorkCompletion,
 };
+#[cfg(feature = "tokio")]
+pub use stream::CompletionStream;
