@@ -8,9 +8,11 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
+cargo clippy -p softverbs --all-targets --features tokio -- -D warnings
 echo "== cargo test"
 cargo test --workspace --all-targets
 cargo test --workspace --doc
+cargo test -p softverbs --features tokio --test async_stream
 if [[ -x scripts/fuzz-smoke.sh ]]; then
   echo "== fuzz smoke"
   scripts/fuzz-smoke.sh
