@@ -126,7 +126,7 @@ mod tests {
         assert_eq!(span.compare_swap(8, 5, 1), Some(9));
         assert_eq!(span.fetch_add(4, 1), None, "misaligned");
         assert_eq!(span.fetch_add(32, 1), None, "out of range");
-        drop(span);
+        let _ = span;
         assert_eq!(buf[1], 9);
     }
 }

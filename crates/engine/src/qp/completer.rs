@@ -105,9 +105,15 @@ impl Qp {
         if self.req.cursor < self.req.started {
             let w = self.sq.get(self.req.cursor);
             let cursor_psn = w.first_psn.add(self.req.cursor_pkt);
-            if cursor_psn.before(una) && !matches!(w.op, SendOp::RdmaRead { .. }) {
-                self.rewind_to(una);
-                self.req.rewound_to = None;
+            if cursor_psn.before(una) {
+                if matches!(w.op, SendOp::RdmaRead { .. }) {
+                    // A READ to ask again asks only for the responses still
+                    // missing; left behind una, the requester would never send.
+                    self.req.cursor_pkt = self.req.cursor_pkt.max(w.read_pkts_done);
+                } else {
+                    self.rewind_to(una);
+                    self.req.rewound_to = None;
+                }
             }
         }
         self.req.retrans_deadline = if self.req.una == self.req.next_psn {
@@ -119,6 +125,11 @@ impl Qp {
 
     fn on_rnr_nak(&mut self, shared: &mut Shared, now: Instant, psn: Psn, timer: u8) {
         shared.counters.rnr_nak_received += 1;
+        if psn.before(self.req.una) {
+            // Stale: that PSN has been acknowledged since (a delayed duplicate).
+            shared.counters.drop_out_of_sequence += 1;
+            return;
+        }
         self.ack_through(shared, now, psn.sub(1));
         if self.state() == QpState::Err {
             return;
@@ -131,8 +142,9 @@ impl Qp {
         if self.req.rnr_retry_left != RNR_RETRY_INFINITE {
             self.req.rnr_retry_left -= 1;
         }
-        // Wait, then resend from the refused packet (IBA 9.7.5.2.8).
-        self.rewind_to(psn);
+        // Wait, then resend from the refused packet (IBA 9.7.5.2.8), or from an
+        // earlier READ or atomic still lacking its response.
+        self.rewind_to(self.resend_from(psn));
         self.req.rnr_deadline = Some(now + timers::rnr_delay(timer));
         self.req.retrans_deadline = None;
     }
@@ -140,18 +152,25 @@ impl Qp {
     fn on_nak(&mut self, shared: &mut Shared, now: Instant, psn: Psn, code: NakCode) {
         if code == NakCode::PsnSequenceError {
             shared.counters.nak_seq_received += 1;
+            if psn.before(self.req.una) {
+                // Stale: that PSN has been acknowledged since; going back to it
+                // would leave the send cursor behind una.
+                shared.counters.drop_out_of_sequence += 1;
+                return;
+            }
             // Everything before the expected PSN arrived (IBA 9.7.5.2.5).
             self.ack_through(shared, now, psn.sub(1));
-            if self.state() == QpState::Err || self.req.rewound_to == Some(psn) {
+            let from = self.resend_from(psn);
+            if self.state() == QpState::Err || self.req.rewound_to == Some(from) {
                 return;
             }
             if self.req.retry_left == 0 {
-                let seq = self.wqe_with_psn(psn).unwrap_or(self.sq.head);
+                let seq = self.wqe_with_psn(from).unwrap_or(self.sq.head);
                 self.fail_wqe(shared, seq, WcStatus::RetryExcErr);
                 return;
             }
             self.req.retry_left -= 1;
-            self.rewind_to(psn);
+            self.rewind_to(from);
             return;
         }
         shared.counters.nak_error_received += 1;
@@ -269,6 +288,17 @@ impl Qp {
             self.req.rd_atomic_outstanding -= 1;
         }
         self.progress(now, psn.next());
+    }
+
+    /// Where to resend from after a NAK for `psn`: `psn`, unless an earlier READ
+    /// or atomic still lacks its response (then una stayed on it), since the
+    /// responder answers that one only when asked again.
+    fn resend_from(&self, psn: Psn) -> Psn {
+        if self.req.una.before(psn) {
+            self.req.una
+        } else {
+            psn
+        }
     }
 
     /// The started, unfinished WQE whose PSN range holds `psn`.

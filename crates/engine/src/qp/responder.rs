@@ -199,12 +199,6 @@ impl Qp {
                 shared.counters.rnr_nak_sent += 1;
             }
             Err(Refusal::Nak(code)) => {
-                let msn = self.resp.msn;
-                self.resp.out.push_back(Outgoing::Nak {
-                    psn,
-                    syndrome: AethSyndrome::Nak(code),
-                    msn,
-                });
                 shared.counters.nak_error_sent += 1;
                 let event = match code {
                     NakCode::RemoteAccessError => AsyncEvent::QpAccessError(self.handle),
@@ -212,8 +206,18 @@ impl Qp {
                     _ => AsyncEvent::QpRequestError(self.handle),
                 };
                 shared.events.push_back(event);
-                // The NAK stays queued; everything else is flushed.
+                // Answers still queued belong to requests executed before this one
+                // (an atomic already changed memory): they go out ahead of the NAK,
+                // in PSN order. Nothing else will be answered.
+                let owed = std::mem::take(&mut self.resp.out);
                 self.enter_error(shared);
+                self.resp.out = owed;
+                let msn = self.resp.msn;
+                self.resp.out.push_back(Outgoing::Nak {
+                    psn,
+                    syndrome: AethSyndrome::Nak(code),
+                    msn,
+                });
             }
         }
     }
@@ -610,9 +614,16 @@ impl Qp {
         let dest_qp = Qpn::new(self.attr.dest_qp_num);
         loop {
             let item = *self.resp.out.front()?;
-            if in_error && !matches!(item, Outgoing::Nak { .. }) {
-                self.resp.out.pop_front();
-                continue;
+            // In ERR only a final NAK, and the answers queued ahead of it, go out.
+            if in_error
+                && !self
+                    .resp
+                    .out
+                    .iter()
+                    .any(|o| matches!(o, Outgoing::Nak { .. }))
+            {
+                self.resp.out.clear();
+                return None;
             }
             match item {
                 Outgoing::Ack { psn, msn } => {

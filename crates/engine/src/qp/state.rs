@@ -123,7 +123,9 @@ static TABLE: &[Transition] = &[
         to: QpState::Sqd,
         required: [NONE; 3],
         optional: [
+            // RC may also name the primary path's port along with its AV.
             m(M::PKEY_INDEX.0
+                | M::PORT.0
                 | M::AV.0
                 | M::ALT_PATH.0
                 | M::ACCESS_FLAGS.0
