@@ -135,11 +135,12 @@ impl Responder {
     }
 
     fn remember(&mut self, e: Executed) {
+        // The cap may have been lowered (SQD -> SQD): trim down to it.
+        while self.executed.len() >= self.executed_cap.max(1) {
+            self.executed.pop_front();
+        }
         if self.executed_cap == 0 {
             return;
-        }
-        if self.executed.len() == self.executed_cap {
-            self.executed.pop_front();
         }
         self.executed.push_back(e);
     }

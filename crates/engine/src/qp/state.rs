@@ -169,10 +169,12 @@ pub enum TransitionError {
 pub fn check(qp_type: QpType, from: QpState, to: QpState, mask: M) -> Result<(), TransitionError> {
     let mask = mask.without(M::STATE);
     // Any state may move to RESET or ERR with no other attribute (IBA 10.3.1).
+    // CUR_STATE is allowed only where the table lists it as optional (the
+    // kernel's ib_modify_qp_is_ok applies the same rule).
     if matches!(to, QpState::Reset | QpState::Err)
         && !(from == QpState::Reset && to == QpState::Reset)
     {
-        return if mask.without(M::CUR_STATE).0 == 0 {
+        return if mask.0 == 0 {
             Ok(())
         } else {
             Err(TransitionError::Forbidden(mask))

@@ -335,16 +335,19 @@ impl Pair {
         self.engine(end).query_qp(qp).unwrap().0.qp_state
     }
 
-    /// Fills `len` bytes at `offset` of an end's buffer with a pattern from `seed`.
+    /// Fills `len` bytes at `offset` of an end's buffer with a pattern from `seed`
+    /// that does not repeat at any power-of-two period, so data placed at a
+    /// wrong MTU-sized offset cannot match by accident.
     pub fn fill(&mut self, end: End, offset: usize, len: usize, seed: u8) {
-        for (i, b) in self.side_mut(end).buf[offset..offset + len]
-            .iter_mut()
-            .enumerate()
-        {
-            *b = (i as u8).wrapping_mul(31).wrapping_add(seed);
+        let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ u64::from(seed) ^ ((offset as u64) << 8);
+        for b in self.side_mut(end).buf[offset..offset + len].iter_mut() {
+            // xorshift64*: cheap and aperiodic over any buffer we use.
+            x ^= x >> 12;
+            x ^= x << 25;
+            x ^= x >> 27;
+            *b = (x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 56) as u8;
         }
     }
-
     pub fn bytes(&self, end: End, offset: usize, len: usize) -> &[u8] {
         &self.side(end).buf[offset..offset + len]
     }
