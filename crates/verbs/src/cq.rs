@@ -130,6 +130,7 @@ impl CompletionChannel {
     }
 
     /// A channel whose fd does not block (for async readers).
+    #[cfg(feature = "tokio")]
     pub(crate) fn new_nonblocking(ctx: &Context) -> std::io::Result<CompletionChannel> {
         Ok(CompletionChannel {
             shared: Arc::new(ChannelShared {
@@ -143,6 +144,7 @@ impl CompletionChannel {
 
     /// Takes one pending event without blocking (only meaningful on a
     /// non-blocking channel).
+    #[cfg(feature = "tokio")]
     pub(crate) fn try_get_event(&self) -> Option<CqHandle> {
         self.shared.fd.take()?;
         self.shared

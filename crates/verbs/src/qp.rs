@@ -248,6 +248,40 @@ impl Qp {
         )
     }
 
+    /// RTS → SQD: no new work starts; what was started completes. With
+    /// `notify`, [`softverbs_engine::AsyncEvent::SqDrained`] arrives when the send
+    /// queue has drained.
+    pub fn to_sqd(&self, notify: bool) -> Result<(), ModifyQpError> {
+        let attr = QpAttr {
+            qp_state: QpState::Sqd,
+            en_sqd_async_notify: notify,
+            ..QpAttr::default()
+        };
+        self.modify(&attr, QpAttrMask::STATE | QpAttrMask::EN_SQD_ASYNC_NOTIFY)
+    }
+
+    /// SQD → RTS: the send queue resumes.
+    pub fn sqd_to_rts(&self) -> Result<(), ModifyQpError> {
+        self.modify(
+            &QpAttr {
+                qp_state: QpState::Rts,
+                ..QpAttr::default()
+            },
+            QpAttrMask::STATE,
+        )
+    }
+
+    /// Any state → RESET: queues are emptied without completions.
+    pub fn to_reset(&self) -> Result<(), ModifyQpError> {
+        self.modify(
+            &QpAttr {
+                qp_state: QpState::Reset,
+                ..QpAttr::default()
+            },
+            QpAttrMask::STATE,
+        )
+    }
+
     /// Any state → ERR: outstanding work is flushed.
     pub fn to_error(&self) -> Result<(), ModifyQpError> {
         self.modify(

@@ -1,5 +1,6 @@
 //! Two contexts in one process over real UDP sockets on loopback.
 
+use softverbs::error::ModifyQpError;
 use softverbs::*;
 use std::time::Duration;
 
@@ -269,4 +270,46 @@ fn pcap_captures_every_packet_both_ways() {
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn typed_transitions_through_sqd_and_reset() {
+    let (a, b) = pair(Config::default());
+    a.qp.to_sqd(true).unwrap();
+    assert_eq!(a.qp.query().qp_state, QpState::Sqd);
+    // Work posted in SQD waits.
+    let sges = [a.mr.sge(0, 64)];
+    let wr = SendWr::new(
+        1,
+        SendOp::RdmaWrite {
+            remote_addr: b.mr.addr(),
+            rkey: Rkey(b.mr.rkey()),
+        },
+        &sges,
+    );
+    a.qp.post_send(&wr).unwrap();
+    assert!(a.cq.wait_for(1, Duration::from_millis(100)).is_empty());
+    let deadline = std::time::Instant::now() + WAIT;
+    let mut drained = false;
+    while !drained && std::time::Instant::now() < deadline {
+        drained = matches!(a.ctx.poll_async_event(), Some(AsyncEvent::SqDrained(_)));
+    }
+    assert!(drained, "SQ_DRAINED event");
+    a.qp.sqd_to_rts().unwrap();
+    assert_eq!(a.cq.wait_for(1, WAIT)[0].status, WcStatus::Success);
+    // Invalid transitions are refused and leave the QP as it was.
+    assert!(matches!(
+        a.qp.to_init(InitAttr {
+            access: all_access()
+        }),
+        Err(ModifyQpError::InvalidTransition { .. })
+    ));
+    assert_eq!(a.qp.query().qp_state, QpState::Rts);
+    a.qp.to_reset().unwrap();
+    assert_eq!(a.qp.query().qp_state, QpState::Reset);
+    a.qp.to_init(InitAttr {
+        access: all_access(),
+    })
+    .unwrap();
+    assert_eq!(a.qp.query().qp_state, QpState::Init);
 }

@@ -71,6 +71,7 @@ impl Qp {
                         let missing = w.first_psn.add(w.read_pkts_done);
                         una = missing;
                         if self.req.rewound_to != Some(missing) {
+                            self.on_loss(false);
                             self.rewind_to(missing);
                         }
                         break;
@@ -93,7 +94,11 @@ impl Qp {
         if !self.req.una.before(una) {
             return;
         }
+        let acked = self.req.una.distance_to(una);
         self.req.una = una;
+        if self.req.cwnd != 0 {
+            self.req.cwnd = self.req.cwnd.saturating_add(acked);
+        }
         self.req.retry_left = self.attr.retry_cnt;
         if self.req.rnr_retry_left != RNR_RETRY_INFINITE {
             self.req.rnr_retry_left = self.attr.rnr_retry;
@@ -170,6 +175,7 @@ impl Qp {
                 return;
             }
             self.req.retry_left -= 1;
+            self.on_loss(false);
             self.rewind_to(from);
             return;
         }
@@ -257,6 +263,7 @@ impl Qp {
             if expected.before(psn) {
                 // A response was lost: ask again from the missing one, once.
                 if self.req.rewound_to != Some(expected) {
+                    self.on_loss(false);
                     self.rewind_to(expected);
                 }
             }
@@ -348,6 +355,7 @@ impl Qp {
             return;
         }
         self.req.retry_left -= 1;
+        self.on_loss(true);
         self.rewind_to(self.req.una);
         self.req.retrans_deadline = None;
     }

@@ -53,6 +53,8 @@ pub(crate) struct Requester {
     pub resending_until: Option<Psn>,
     /// SQ_DRAINED already reported for this SQD visit.
     pub sqd_notified: bool,
+    /// Loss-adaptive window in PSNs (0: none, the configured window applies).
+    pub cwnd: u32,
 }
 
 impl Requester {
@@ -71,6 +73,9 @@ impl Requester {
         self.resending_until = None;
     }
 }
+
+/// The smallest loss-adaptive window, in PSNs.
+const MIN_WINDOW: u32 = 16;
 
 /// Packets a message of `len` bytes needs at `mtu` (at least one).
 pub(crate) fn packets_for(len: u32, mtu: u32) -> u32 {
@@ -119,8 +124,22 @@ impl Qp {
     }
 
     fn config_window(&self) -> u32 {
-        // The window is bounded by half the PSN space whatever the configuration.
-        self.req_window.min(Psn::HALF_SPACE)
+        // The window is bounded by half the PSN space whatever the configuration,
+        // and by the loss-adaptive window while one is in force.
+        let configured = self.req_window.min(Psn::HALF_SPACE);
+        match self.req.cwnd {
+            0 => configured,
+            cwnd => cwnd.min(configured),
+        }
+    }
+
+    /// A packet was lost (timeout, NAK, a gap in READ responses): shrink the
+    /// window so go-back-N does not resend a whole full window into the same
+    /// loss again. Halve it, or drop to the floor after a timeout; it grows
+    /// back by one PSN per PSN acknowledged.
+    pub fn on_loss(&mut self, timeout: bool) {
+        let current = self.config_window();
+        self.req.cwnd = if timeout { MIN_WINDOW } else { (current / 2).max(MIN_WINDOW) };
     }
 
     /// PSN of the packet at the cursor.
