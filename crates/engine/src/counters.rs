@@ -52,3 +52,34 @@ pub struct Counters {
     /// Completions lost to a full CQ.
     pub cq_overruns: u64,
 }
+
+impl Counters {
+    /// Every counter with its name, in declaration order.
+    pub fn named(&self) -> [(&'static str, u64); 23] {
+        [
+            ("tx_packets", self.tx_packets),
+            ("tx_bytes", self.tx_bytes),
+            ("rx_packets", self.rx_packets),
+            ("rx_bytes", self.rx_bytes),
+            ("retransmitted_packets", self.retransmitted_packets),
+            ("ack_timeouts", self.ack_timeouts),
+            ("nak_seq_sent", self.nak_seq_sent),
+            ("nak_seq_received", self.nak_seq_received),
+            ("nak_error_sent", self.nak_error_sent),
+            ("nak_error_received", self.nak_error_received),
+            ("rnr_nak_sent", self.rnr_nak_sent),
+            ("rnr_nak_received", self.rnr_nak_received),
+            ("duplicate_requests", self.duplicate_requests),
+            ("drop_malformed", self.drop_malformed),
+            ("drop_icrc", self.drop_icrc),
+            ("icrc_mismatch_accepted", self.icrc_mismatch_accepted),
+            ("drop_unknown_qp", self.drop_unknown_qp),
+            ("drop_bad_state", self.drop_bad_state),
+            ("drop_wrong_source", self.drop_wrong_source),
+            ("drop_bad_pkey", self.drop_bad_pkey),
+            ("drop_out_of_sequence", self.drop_out_of_sequence),
+            ("cnp_received", self.cnp_received),
+            ("cq_overruns", self.cq_overruns),
+        ]
+    }
+}

@@ -91,6 +91,9 @@ pub(crate) struct Driver {
     busy_poll: Duration,
     /// The socket coalesces received datagrams (UDP GRO).
     gro: bool,
+    /// When the counters were last published, and what they were.
+    published_at: AtomicU64,
+    published: Mutex<Option<softverbs_engine::Counters>>,
     pub config: Config,
 }
 
@@ -184,6 +187,8 @@ impl Driver {
             async_fd: EventFd::new(false, true).map_err(io_err("eventfd"))?,
             busy_poll: config.busy_poll,
             gro,
+            published_at: AtomicU64::new(0),
+            published: Mutex::new(None),
             config,
         });
         let for_thread = Arc::clone(&driver);
@@ -337,6 +342,7 @@ impl Drop for DriverHandle {
             }
         }
         self.0.lock().flush_capture();
+        crate::published::unpublish(self.0.local);
     }
 }
 
@@ -383,6 +389,7 @@ fn progress_thread(d: Arc<Driver>) {
             }
             st.engine.handle_timeout(now);
             d.pump(&mut st);
+            let _ = d.publish_counters(&st);
             continue;
         }
         // Nothing to read: run timers, then sleep until the next deadline, a
@@ -395,12 +402,17 @@ fn progress_thread(d: Arc<Driver>) {
             d.transmit(&mut st, now);
             d.dispatch(&mut st);
             st.flush_capture();
+            let republish = d.publish_counters(&st);
             let deadline = st.engine.poll_timeout();
             d.sleeping_until.store(
                 deadline.map_or(u64::MAX, |t| t.as_nanos()),
                 Ordering::Release,
             );
-            deadline.map(|t| t.saturating_duration_since(now))
+            let timer = deadline.map(|t| t.saturating_duration_since(now));
+            match (timer, republish) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            }
         };
         let fds = [d.socket_fd(), d.wake.raw()];
         let _ = sys::poll_readable(&fds, timeout);
@@ -410,6 +422,35 @@ fn progress_thread(d: Arc<Driver>) {
 }
 
 impl Driver {
+    /// Publishes the counters for `softverbs stat` when they changed, at most
+    /// every 100 ms. Returns how soon to call again when a change
+    /// is still waiting to be published.
+    fn publish_counters(&self, st: &State) -> Option<Duration> {
+        const EVERY: u64 = 100_000_000;
+        let c = st.engine.counters();
+        if Some(c) == *self.published.lock().unwrap_or_else(|e| e.into_inner()) {
+            return None;
+        }
+        let now = self.now().as_nanos();
+        let last = self.published_at.load(Ordering::Relaxed);
+        if last != 0 && now.saturating_sub(last) < EVERY {
+            return Some(Duration::from_nanos(EVERY - now.saturating_sub(last)));
+        }
+        self.published_at.store(now.max(1), Ordering::Relaxed);
+        *self.published.lock().unwrap_or_else(|e| e.into_inner()) = Some(c);
+        let mut lines: Vec<(&str, u64)> = c.named().to_vec();
+        let dc = &self.counters;
+        lines.push(("udp_tx_datagrams", dc.tx_datagrams.load(Ordering::Relaxed)));
+        lines.push(("udp_rx_datagrams", dc.rx_datagrams.load(Ordering::Relaxed)));
+        lines.push(("udp_tx_errors", dc.tx_errors.load(Ordering::Relaxed)));
+        lines.push(("injected_drops", dc.injected_drops.load(Ordering::Relaxed)));
+        lines.push(("rx_truncated", dc.rx_truncated.load(Ordering::Relaxed)));
+        if let Err(e) = crate::published::publish(self.local, &lines) {
+            tracing::debug!(error = %e, "cannot publish counters");
+        }
+        None
+    }
+
     fn socket_fd(&self) -> std::os::fd::RawFd {
         use std::os::fd::AsRawFd;
         self.socket.as_raw_fd()

@@ -24,6 +24,7 @@ pub mod error;
 mod faults;
 mod gid;
 mod pd;
+pub mod published;
 mod qp;
 #[cfg(feature = "tokio")]
 mod stream;

@@ -313,3 +313,35 @@ fn typed_transitions_through_sqd_and_reset() {
     .unwrap();
     assert_eq!(a.qp.query().qp_state, QpState::Init);
 }
+
+#[test]
+fn counters_are_published_for_other_processes() {
+    let (a, b) = pair(Config::default());
+    b.qp.post_recv(1, &[b.mr.sge(0, 100)]).unwrap();
+    let sges = [a.mr.sge(0, 100)];
+    a.qp.post_send(&SendWr::new(1, SendOp::Send, &sges))
+        .unwrap();
+    assert_eq!(a.cq.wait_for(1, WAIT).len(), 1);
+    let me = a.ctx.local_addr().to_string();
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let found = softverbs::published::read_published()
+            .into_iter()
+            .find(|p| p.addr == me);
+        if let Some(p) = found {
+            if p.counters.iter().any(|(k, v)| k == "tx_packets" && *v >= 1) {
+                assert_eq!(p.pid, std::process::id());
+                break;
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "device {me} never published its counters"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let port = a.ctx.local_addr().port();
+    drop(a);
+    let path = softverbs::published::stats_dir().join(format!("{port}.stat"));
+    assert!(!path.exists(), "the file goes away with the device");
+}

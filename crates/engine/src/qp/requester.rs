@@ -139,7 +139,11 @@ impl Qp {
     /// back by one PSN per PSN acknowledged.
     pub fn on_loss(&mut self, timeout: bool) {
         let current = self.config_window();
-        self.req.cwnd = if timeout { MIN_WINDOW } else { (current / 2).max(MIN_WINDOW) };
+        self.req.cwnd = if timeout {
+            MIN_WINDOW
+        } else {
+            (current / 2).max(MIN_WINDOW)
+        };
     }
 
     /// PSN of the packet at the cursor.
