@@ -1,0 +1,303 @@
+//! Latency, on the first QP.
+//!
+//! - write: like ib_write_lat, each side RDMA-WRITEs the other's buffer and polls
+//!   the last byte of its own for the iteration's tag; the client reports half
+//!   of each round trip.
+//! - send: SEND ping-pong; half of each round trip.
+//! - read, atomic: one operation at a time, the time to its completion.
+
+use super::{QpEnd, Side, Step, INLINE_MAX};
+use crate::conn::{check_wc, Spin};
+use crate::progress::Progress;
+use crate::{Op, Result};
+use softverbs::{Payload, Rkey, SendFlags, SendOp, SendWr, WcOpcode, WorkCompletion};
+use std::sync::atomic::{fence, Ordering};
+use std::time::Instant;
+
+/// Receives kept posted in the SEND ping-pong.
+const LAT_RX: u64 = 64;
+/// One WRITE in this many is signaled.
+const WRITE_SIG: u64 = 16;
+
+/// The byte iteration `i` leaves at the end of the peer's buffer: never the same
+/// for consecutive iterations, never 0 (the reset value).
+fn tag(i: u64) -> u8 {
+    (i % 255) as u8 + 1
+}
+
+fn usec(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1e6
+}
+
+/// Polls the last byte the peer writes until it carries `want`.
+fn wait_byte(e: &QpEnd, offset: usize, want: u8) -> Result<()> {
+    let mut spin = Spin::new();
+    let mut b = [0u8];
+    loop {
+        // The engine writes the buffer from another thread, as a NIC would by
+        // DMA; the fence keeps the compiler from caching the byte across rounds.
+        fence(Ordering::Acquire);
+        e.mr.read(offset, &mut b);
+        if b[0] == want {
+            return Ok(());
+        }
+        spin.idle("waiting for the peer's RDMA WRITE")?;
+    }
+}
+
+/// Clears the polled byte before a WRITE latency run.
+pub fn write_prepare(side: &Side, size: u32) {
+    side.qps[0].mr.write(size as usize - 1, &[0]);
+}
+
+/// Send completions of moderated WRITEs: `posted` posted, `done` retired.
+struct Reaper {
+    posted: u64,
+    done: u64,
+    cap: u64,
+    total: u64,
+    wcs: [WorkCompletion; 16],
+}
+
+impl Reaper {
+    fn flags(&self) -> SendFlags {
+        let id = self.posted + 1;
+        if id % WRITE_SIG == 0 || id == self.total {
+            SendFlags::SIGNALED
+        } else {
+            SendFlags::EMPTY
+        }
+    }
+
+    fn poll(&mut self, side: &Side) -> Result<usize> {
+        let n = side.cq.poll(&mut self.wcs);
+        for wc in &self.wcs[..n] {
+            check_wc(wc)?;
+            self.done = wc.wr_id;
+        }
+        Ok(n)
+    }
+
+    /// Makes room for one more WR in the send queue.
+    fn room(&mut self, side: &Side) -> Result<()> {
+        let mut spin = Spin::new();
+        while self.posted - self.done >= self.cap {
+            if self.poll(side)? > 0 {
+                spin.progress();
+            } else {
+                spin.idle("waiting for WRITE completions")?;
+            }
+        }
+        Ok(())
+    }
+
+    fn drain(&mut self, side: &Side) -> Result<()> {
+        let mut spin = Spin::new();
+        while self.done < self.posted {
+            if self.poll(side)? > 0 {
+                spin.progress();
+            } else {
+                spin.idle("waiting for the last WRITE completion")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One side of the WRITE ping-pong; the client returns the samples.
+pub fn write_lat(
+    side: &Side,
+    step: &Step,
+    client: bool,
+    progress: &mut Progress,
+) -> Result<Vec<f64>> {
+    let e = &side.qps[0];
+    let size = step.size as usize;
+    let last = size - 1;
+    let src = side.region;
+    let inline = step.size <= INLINE_MAX;
+    let mut data = vec![0u8; if inline { size } else { 0 }];
+    let sges = [e.mr.sge(src, step.size)];
+    let op = SendOp::RdmaWrite {
+        remote_addr: e.remote.vaddr,
+        rkey: Rkey(e.remote.rkey),
+    };
+    let iters = step.iters as u64;
+    let mut reaper = Reaper {
+        posted: 0,
+        done: 0,
+        cap: side.max_send_wr as u64 - 1,
+        total: iters,
+        wcs: [WorkCompletion::default(); 16],
+    };
+    let mut samples = Vec::with_capacity(if client { iters as usize } else { 0 });
+    for i in 0..iters {
+        let t = tag(i);
+        if !client {
+            wait_byte(e, last, t)?;
+        }
+        reaper.room(side)?;
+        let t0 = Instant::now();
+        let payload = if inline {
+            data[last] = t;
+            Payload::Inline(&data)
+        } else {
+            e.mr.write(src + last, &[t]);
+            Payload::Sges(&sges)
+        };
+        e.qp.post_send(&SendWr {
+            wr_id: reaper.posted + 1,
+            op,
+            payload,
+            flags: reaper.flags(),
+        })?;
+        reaper.posted += 1;
+        if client {
+            wait_byte(e, last, t)?;
+            samples.push(usec(t0) / 2.0);
+            progress.update(i + 1, iters);
+        }
+        if reaper.posted - reaper.done >= WRITE_SIG * 2 {
+            reaper.poll(side)?;
+        }
+    }
+    reaper.drain(side)?;
+    Ok(samples)
+}
+
+/// Posts the first receives of a SEND ping-pong.
+pub fn send_prepare(side: &Side, size: u32, iters: u32) -> Result<()> {
+    let e = &side.qps[0];
+    let sge = [e.mr.sge(0, size)];
+    for i in 0..LAT_RX.min(iters as u64) {
+        e.qp.post_recv(i, &sge)?;
+    }
+    Ok(())
+}
+
+/// One side of the SEND ping-pong; the client returns the samples.
+pub fn send_lat(
+    side: &Side,
+    step: &Step,
+    client: bool,
+    progress: &mut Progress,
+) -> Result<Vec<f64>> {
+    let e = &side.qps[0];
+    let iters = step.iters as u64;
+    let inline = step.size <= INLINE_MAX;
+    let data = vec![0u8; if inline { step.size as usize } else { 0 }];
+    let sges = [e.mr.sge(side.region, step.size)];
+    let recv_sge = [e.mr.sge(0, step.size)];
+    let mut recv_posted = LAT_RX.min(iters);
+    let (mut recvs, mut sends_posted, mut sends_done) = (0u64, 0u64, 0u64);
+    let mut wcs = [WorkCompletion::default(); 16];
+    let mut samples = Vec::with_capacity(if client { iters as usize } else { 0 });
+    let cap = side.max_send_wr as u64 - 1;
+    // Takes completions of both kinds.
+    let mut poll = |recvs: &mut u64, sends_done: &mut u64| -> Result<usize> {
+        let n = side.cq.poll(&mut wcs);
+        for wc in &wcs[..n] {
+            check_wc(wc)?;
+            if wc.opcode == WcOpcode::Recv {
+                *recvs += 1;
+            } else {
+                *sends_done += 1;
+            }
+        }
+        Ok(n)
+    };
+    let post = |sends_posted: &mut u64| -> Result<()> {
+        let payload = if inline {
+            Payload::Inline(&data)
+        } else {
+            Payload::Sges(&sges)
+        };
+        e.qp.post_send(&SendWr {
+            wr_id: *sends_posted,
+            op: SendOp::Send,
+            payload,
+            flags: SendFlags::SIGNALED,
+        })?;
+        *sends_posted += 1;
+        Ok(())
+    };
+    for i in 0..iters {
+        let mut spin = Spin::new();
+        while sends_posted - sends_done >= cap {
+            if poll(&mut recvs, &mut sends_done)? > 0 {
+                spin.progress();
+            } else {
+                spin.idle("waiting for SEND completions")?;
+            }
+        }
+        let t0 = Instant::now();
+        if client {
+            post(&mut sends_posted)?;
+        }
+        while recvs <= i {
+            if poll(&mut recvs, &mut sends_done)? > 0 {
+                spin.progress();
+            } else {
+                spin.idle("waiting for the peer's SEND")?;
+            }
+        }
+        if client {
+            samples.push(usec(t0) / 2.0);
+            progress.update(i + 1, iters);
+        }
+        if recv_posted < iters {
+            e.qp.post_recv(recv_posted, &recv_sge)?;
+            recv_posted += 1;
+        }
+        if !client {
+            post(&mut sends_posted)?;
+        }
+    }
+    let mut spin = Spin::new();
+    while sends_done < sends_posted {
+        if poll(&mut recvs, &mut sends_done)? > 0 {
+            spin.progress();
+        } else {
+            spin.idle("waiting for the last SEND completion")?;
+        }
+    }
+    Ok(samples)
+}
+
+/// READ or atomic latency: one at a time, each to its completion.
+pub fn rdma_lat(side: &Side, op: Op, step: &Step, progress: &mut Progress) -> Result<Vec<f64>> {
+    let e = &side.qps[0];
+    let iters = step.iters as u64;
+    let len = if op == Op::Atomic { 8 } else { step.size };
+    let sges = [e.mr.sge(side.region, len)];
+    let remote_addr = e.remote.vaddr;
+    let rkey = Rkey(e.remote.rkey);
+    let sop = match op {
+        Op::Atomic => SendOp::AtomicFetchAdd {
+            remote_addr,
+            rkey,
+            add: 1,
+        },
+        _ => SendOp::RdmaRead { remote_addr, rkey },
+    };
+    let mut wcs = [WorkCompletion::default(); 4];
+    let mut samples = Vec::with_capacity(iters as usize);
+    for i in 0..iters {
+        let t0 = Instant::now();
+        e.qp.post_send(&SendWr::new(i, sop, &sges))?;
+        let mut spin = Spin::new();
+        loop {
+            let n = side.cq.poll(&mut wcs);
+            if n > 0 {
+                for wc in &wcs[..n] {
+                    check_wc(wc)?;
+                }
+                break;
+            }
+            spin.idle("waiting for the completion")?;
+        }
+        samples.push(usec(t0));
+        progress.update(i + 1, iters);
+    }
+    Ok(samples)
+}

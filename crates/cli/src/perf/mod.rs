@@ -1,0 +1,600 @@
+//! `softverbs perf`: perftest-like bandwidth and latency benchmarks.
+//!
+//! Control protocol (text lines over TCP, client first):
+//!
+//! ```text
+//! C: SOFTVERBS-PERF 1 op=write qps=1 mtu=4096 region=65536 tx_depth=128 cq_mod=64
+//! C: lid:qpn:psn:rkey:vaddr:gid        (one line per QP, hex)
+//! S: OK                                (or ERR why)
+//! S: lid:qpn:psn:rkey:vaddr:gid        (one line per QP; the server's QPs are in RTS)
+//! then per measurement:
+//! C: RUN bw|lat SIZE ITERS   S: GO     (the server has posted receives / reset its buffer)
+//! C: FIN                     S: DONE   (both ends finished their part)
+//! C: BYE                     S: BYE
+//! ```
+//!
+//! Each QP has one page-aligned registered buffer of two regions of `region`
+//! bytes: the first is what the peer targets (WRITE destination, READ source,
+//! atomic word, SEND landing zone), the second is local data (WRITE and SEND
+//! source, READ and atomic results).
+
+mod bw;
+mod lat;
+mod report;
+
+use crate::conn::{connect_qp, open_device, random_psn, Ctrl, QpInfo};
+use crate::progress::Progress;
+use crate::{fail, Op, PerfArgs, Result};
+use report::{BwRow, LatRow, Report};
+use softverbs::{Context, Cq, Mr, Mtu, PageAligned, Pd, Qp, QpBuilder, QpCap};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Receives kept posted per QP by a SEND receiver.
+pub const RX_DEPTH: u32 = 512;
+/// Messages up to this size go inline in latency tests.
+pub const INLINE_MAX: u32 = 256;
+/// Largest size of `--all`.
+const ALL_MAX: u32 = 8 << 20;
+
+/// What a measurement measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Bw,
+    Lat,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Bw => "bw",
+            Mode::Lat => "lat",
+        }
+    }
+}
+
+/// One measurement: a mode, a message size and a number of iterations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Step {
+    pub mode: Mode,
+    pub size: u32,
+    pub iters: u32,
+}
+
+/// What the client tells the server before anything is created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Plan {
+    pub op: Op,
+    pub qps: u32,
+    pub mtu: u32,
+    pub region: usize,
+    pub tx_depth: u32,
+    pub cq_mod: u32,
+}
+
+const MAGIC: &str = "SOFTVERBS-PERF 1";
+
+impl Plan {
+    fn line(&self) -> String {
+        format!(
+            "{MAGIC} op={} qps={} mtu={} region={} tx_depth={} cq_mod={}",
+            self.op.name(),
+            self.qps,
+            self.mtu,
+            self.region,
+            self.tx_depth,
+            self.cq_mod
+        )
+    }
+
+    fn parse(line: &str) -> Result<Plan> {
+        let Some(rest) = line.strip_prefix(MAGIC) else {
+            fail!("the client does not speak this protocol (got {line:?})");
+        };
+        let mut plan = Plan {
+            op: Op::Write,
+            qps: 1,
+            mtu: 4096,
+            region: 4096,
+            tx_depth: 128,
+            cq_mod: 64,
+        };
+        for kv in rest.split_whitespace() {
+            let Some((k, v)) = kv.split_once('=') else {
+                fail!("bad parameter {kv:?} from the client");
+            };
+            let num = || -> Result<u64> {
+                v.parse::<u64>()
+                    .map_err(|_| format!("bad value in {kv:?} from the client").into())
+            };
+            match k {
+                "op" => plan.op = Op::from_name(v).ok_or_else(|| format!("unknown op {v:?}"))?,
+                "qps" => plan.qps = num()?.try_into()?,
+                "mtu" => plan.mtu = num()?.try_into()?,
+                "region" => plan.region = num()?.try_into()?,
+                "tx_depth" => plan.tx_depth = num()?.try_into()?,
+                "cq_mod" => plan.cq_mod = num()?.try_into()?,
+                _ => {} // newer clients may say more
+            }
+        }
+        plan.check()?;
+        Ok(plan)
+    }
+
+    fn check(&self) -> Result<()> {
+        if !(1..=4096).contains(&self.qps) {
+            fail!("QPs must be between 1 and 4096");
+        }
+        if !(1..=16384).contains(&self.tx_depth) {
+            fail!("the TX depth must be between 1 and 16384");
+        }
+        if self.cq_mod == 0 {
+            fail!("CQ moderation must be at least 1");
+        }
+        let total = (self.region as u64) * 2 * self.qps as u64;
+        if total > 8 << 30 {
+            fail!(
+                "{} QPs with {} byte buffers need {} MiB; that is too much",
+                self.qps,
+                self.region,
+                total >> 20
+            );
+        }
+        Ok(())
+    }
+
+    fn max_send_wr(&self) -> u32 {
+        self.tx_depth.max(64)
+    }
+}
+
+/// One QP with its buffer and its peer.
+pub struct QpEnd {
+    pub qp: Qp,
+    pub mr: Mr<PageAligned>,
+    pub psn: u32,
+    pub remote: QpInfo,
+}
+
+/// One end of a benchmark: a device, a CQ shared by all QPs, the QPs.
+pub struct Side {
+    pub ctx: Context,
+    _pd: Pd,
+    pub cq: Cq,
+    pub qps: Vec<QpEnd>,
+    pub region: usize,
+    pub max_send_wr: u32,
+}
+
+impl Side {
+    fn new(ctx: Context, plan: &Plan) -> Result<Side> {
+        let pd = ctx.alloc_pd()?;
+        let max_send_wr = plan.max_send_wr();
+        let cqe = plan.qps * (max_send_wr + RX_DEPTH) + 64;
+        let cq = ctx.create_cq(cqe, None)?;
+        let mut qps = Vec::with_capacity(plan.qps as usize);
+        for _ in 0..plan.qps {
+            let qp = QpBuilder::new(&pd, &cq)
+                .cap(QpCap {
+                    max_send_wr,
+                    max_recv_wr: RX_DEPTH,
+                    max_send_sge: 1,
+                    max_recv_sge: 1,
+                    max_inline_data: INLINE_MAX,
+                })
+                .build()?;
+            let mr = pd.reg_mr(PageAligned::new(plan.region * 2), crate::conn::all_access())?;
+            let psn = random_psn(qp.qpn().value());
+            qps.push(QpEnd {
+                qp,
+                mr,
+                psn,
+                remote: QpInfo::default(),
+            });
+        }
+        Ok(Side {
+            ctx,
+            _pd: pd,
+            cq,
+            qps,
+            region: plan.region,
+            max_send_wr,
+        })
+    }
+
+    fn local_info(&self, q: usize) -> QpInfo {
+        let e = &self.qps[q];
+        QpInfo {
+            lid: self.ctx.lid(),
+            qpn: e.qp.qpn().value(),
+            psn: e.psn,
+            rkey: e.mr.rkey(),
+            vaddr: e.mr.addr(),
+            gid: self.ctx.gid(),
+        }
+    }
+
+    fn connect(&mut self, remotes: Vec<QpInfo>, mtu: Mtu) -> Result<()> {
+        for (e, remote) in self.qps.iter_mut().zip(remotes) {
+            connect_qp(&self.ctx, &e.qp, e.psn, &remote, mtu)?;
+            e.remote = remote;
+        }
+        Ok(())
+    }
+}
+
+pub fn run(a: &PerfArgs) -> Result<()> {
+    if a.server {
+        return server(a);
+    }
+    match &a.host {
+        Some(host) => client(a, host, a.port, None),
+        None => local(a),
+    }
+}
+
+/// The measurements the arguments ask for.
+fn plan_steps(a: &PerfArgs) -> Result<Vec<Step>> {
+    let mut modes = Vec::new();
+    if a.bw || !a.lat {
+        modes.push(Mode::Bw);
+    }
+    if a.lat {
+        modes.push(Mode::Lat);
+    }
+    if a.iters == Some(0) {
+        fail!("iterations must be at least 1");
+    }
+    if a.qps == 0 || a.tx_depth == 0 || a.cq_mod == 0 {
+        fail!("--qps, --tx-depth and --cq-mod must be at least 1");
+    }
+    let mut steps = Vec::new();
+    for mode in modes {
+        let base = a.iters.unwrap_or(match mode {
+            Mode::Bw => 5000,
+            Mode::Lat => 1000,
+        });
+        let sizes: Vec<u32> = if a.op == Op::Atomic {
+            if a.size.is_some_and(|s| s != 8) {
+                fail!("atomic operations move 8 bytes: use --size 8 or leave it out");
+            }
+            vec![8]
+        } else if a.all {
+            (1..=23)
+                .map(|k| 1u32 << k)
+                .filter(|&s| s <= ALL_MAX)
+                .collect()
+        } else {
+            vec![a.size.unwrap_or(match mode {
+                Mode::Bw => 65536,
+                Mode::Lat => 2,
+            })]
+        };
+        for size in sizes {
+            if size == 0 {
+                fail!("the message size must be at least 1 byte");
+            }
+            if size > 1 << 30 {
+                fail!("messages larger than 1 GiB are not supported here");
+            }
+            let iters = if a.all && a.op != Op::Atomic {
+                // Keep every size of a sweep to a bounded amount of data.
+                let budget: u64 = match mode {
+                    Mode::Bw => 1 << 30,
+                    Mode::Lat => 128 << 20,
+                };
+                let floor = match mode {
+                    Mode::Bw => 64,
+                    Mode::Lat => 20,
+                };
+                (base as u64).min((budget / size as u64).max(floor)) as u32
+            } else {
+                base
+            };
+            steps.push(Step { mode, size, iters });
+        }
+    }
+    Ok(steps)
+}
+
+/// A TCP port nobody listens on right now.
+fn free_tcp_port() -> Result<u16> {
+    let l = std::net::TcpListener::bind(("127.0.0.1", 0))?;
+    Ok(l.local_addr()?.port())
+}
+
+/// Both ends on this machine: a child process serves, this one measures.
+fn local(a: &PerfArgs) -> Result<()> {
+    let port = free_tcp_port()?;
+    let exe = std::env::current_exe()?;
+    let mut child = Command::new(exe)
+        .args([
+            "perf",
+            a.op.name(),
+            "--server",
+            "--spawned",
+            "-p",
+            &port.to_string(),
+        ])
+        // Each end opens its own device: one fixed port or capture file cannot
+        // serve both (the client's capture sees both directions anyway).
+        .env_remove("SOFTVERBS_PORT")
+        .env_remove("SOFTVERBS_PCAP")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| format!("cannot start the local server: {e}"))?;
+    let result = client(a, "127.0.0.1", port, Some(&mut child));
+    match result {
+        Ok(()) => match wait_child(&mut child, Duration::from_secs(30))? {
+            Some(status) if status.success() => Ok(()),
+            Some(status) => fail!("the local server failed ({status})"),
+            None => {
+                let _ = child.kill();
+                let _ = child.wait();
+                fail!("the local server did not exit after the test")
+            }
+        },
+        Err(e) => {
+            if wait_child(&mut child, Duration::from_secs(2))?.is_none() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+            Err(e)
+        }
+    }
+}
+
+fn wait_child(child: &mut Child, patience: Duration) -> Result<Option<std::process::ExitStatus>> {
+    let deadline = Instant::now() + patience;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(Some(status));
+        }
+        if Instant::now() >= deadline {
+            return Ok(None);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn client(a: &PerfArgs, host: &str, port: u16, mut child: Option<&mut Child>) -> Result<()> {
+    let steps = plan_steps(a)?;
+    let mut ctrl = Ctrl::connect(host, port, Duration::from_secs(10), || {
+        let c = child.as_mut()?;
+        match c.try_wait() {
+            Ok(Some(status)) => Some(format!("the local server exited early ({status})")),
+            _ => None,
+        }
+    })?;
+    let result = client_session(a, &mut ctrl, &steps);
+    if let Err(e) = &result {
+        ctrl.send_error(&e.to_string());
+    }
+    result
+}
+
+fn client_session(a: &PerfArgs, ctrl: &mut Ctrl, steps: &[Step]) -> Result<()> {
+    let ctx = open_device(Some(ctrl.local_ip()?), a.mtu)?;
+    let mtu = ctx.query_port(1)?.active_mtu;
+    let max_size = steps.iter().map(|s| s.size).max().unwrap_or(8) as usize;
+    let plan = Plan {
+        op: a.op,
+        qps: a.qps,
+        mtu: mtu.bytes(),
+        region: max_size.max(8).div_ceil(4096) * 4096,
+        tx_depth: a.tx_depth,
+        cq_mod: a.cq_mod.min(a.tx_depth),
+    };
+    plan.check()?;
+    let mut side = Side::new(ctx, &plan)?;
+    ctrl.send(&plan.line())?;
+    for q in 0..side.qps.len() {
+        ctrl.send(&side.local_info(q).to_perf())?;
+    }
+    ctrl.expect("OK")?;
+    let mut remotes = Vec::with_capacity(side.qps.len());
+    for _ in 0..side.qps.len() {
+        remotes.push(QpInfo::from_perf(&ctrl.recv()?)?);
+    }
+    side.connect(remotes, mtu)?;
+
+    let mut report = Report::new(a, &plan, ctrl.peer()?.port());
+    report.header(&side);
+    let mut progress = Progress::new(a.progress);
+    for step in steps {
+        progress.start(format!(
+            "{} {} {} bytes",
+            a.op.name(),
+            step.mode.name(),
+            step.size
+        ));
+        match step.mode {
+            Mode::Lat => {
+                match a.op {
+                    Op::Write => lat::write_prepare(&side, step.size),
+                    Op::Send => lat::send_prepare(&side, step.size, step.iters)?,
+                    Op::Read | Op::Atomic => {}
+                }
+                run_cmd(ctrl, step)?;
+                let mut samples = match a.op {
+                    Op::Write => lat::write_lat(&side, step, true, &mut progress)?,
+                    Op::Send => lat::send_lat(&side, step, true, &mut progress)?,
+                    Op::Read | Op::Atomic => lat::rdma_lat(&side, a.op, step, &mut progress)?,
+                };
+                finish_cmd(ctrl)?;
+                progress.finish();
+                let stats = crate::stats::lat_stats(&mut samples);
+                report.lat_row(LatRow {
+                    bytes: step.size,
+                    iters: step.iters,
+                    stats,
+                });
+            }
+            Mode::Bw => {
+                run_cmd(ctrl, step)?;
+                let r = bw::bw_client(&side, a.op, step, &plan, &mut progress)?;
+                finish_cmd(ctrl)?;
+                progress.finish();
+                report.bw_row(BwRow {
+                    bytes: step.size,
+                    iters: step.iters,
+                    peak_mbs: r.peak_mbs,
+                    avg_mbs: r.avg_mbs,
+                    msg_rate_mpps: r.msg_rate_mpps,
+                    seconds: r.seconds,
+                });
+            }
+        }
+    }
+    ctrl.send("BYE")?;
+    ctrl.expect("BYE")?;
+    report.finish(&side)?;
+    Ok(())
+}
+
+fn run_cmd(ctrl: &mut Ctrl, step: &Step) -> Result<()> {
+    ctrl.send(&format!(
+        "RUN {} {} {}",
+        step.mode.name(),
+        step.size,
+        step.iters
+    ))?;
+    ctrl.expect("GO")
+}
+
+fn finish_cmd(ctrl: &mut Ctrl) -> Result<()> {
+    ctrl.send("FIN")?;
+    ctrl.expect("DONE")
+}
+
+fn server(a: &PerfArgs) -> Result<()> {
+    if !a.spawned {
+        eprintln!(
+            "softverbs perf {}: waiting for a client on TCP port {}",
+            a.op.name(),
+            a.port
+        );
+    }
+    let mut ctrl = Ctrl::accept(a.port)?;
+    let result = server_session(a, &mut ctrl);
+    if let Err(e) = &result {
+        ctrl.send_error(&e.to_string());
+        if a.spawned {
+            // The client that started us prints it (or its own error).
+            return Err(Box::new(crate::Quiet));
+        }
+    }
+    result
+}
+
+fn server_session(a: &PerfArgs, ctrl: &mut Ctrl) -> Result<()> {
+    let plan = Plan::parse(&ctrl.recv()?)?;
+    if plan.op != a.op {
+        fail!(
+            "the client measures {} but this server was started for {}",
+            plan.op.name(),
+            a.op.name()
+        );
+    }
+    let mut remotes = Vec::with_capacity(plan.qps as usize);
+    for _ in 0..plan.qps {
+        remotes.push(QpInfo::from_perf(&ctrl.recv()?)?);
+    }
+    let ctx = open_device(Some(ctrl.local_ip()?), Some(plan.mtu))?;
+    let mtu = crate::conn::parse_mtu(plan.mtu)?;
+    let mut side = Side::new(ctx, &plan)?;
+    side.connect(remotes, mtu)?;
+    ctrl.send("OK")?;
+    for q in 0..side.qps.len() {
+        ctrl.send(&side.local_info(q).to_perf())?;
+    }
+    println!(
+        "softverbs perf {} server: {} QP(s), MTU {}, client {}",
+        plan.op.name(),
+        plan.qps,
+        plan.mtu,
+        ctrl.peer()?
+    );
+    let mut progress = Progress::new(false);
+    loop {
+        let line = ctrl.recv()?;
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.as_slice() {
+            ["BYE"] => {
+                ctrl.send("BYE")?;
+                return Ok(());
+            }
+            ["RUN", mode, size, iters] => {
+                let mode = match *mode {
+                    "bw" => Mode::Bw,
+                    "lat" => Mode::Lat,
+                    _ => fail!("unknown mode {mode:?} from the client"),
+                };
+                let step = Step {
+                    mode,
+                    size: size.parse().map_err(|_| "bad size from the client")?,
+                    iters: iters
+                        .parse()
+                        .map_err(|_| "bad iterations from the client")?,
+                };
+                if step.size as usize > side.region || step.size == 0 || step.iters == 0 {
+                    fail!("bad step from the client: {line:?}");
+                }
+                server_step(&side, ctrl, plan.op, &step, &mut progress)?;
+            }
+            _ => fail!("unexpected message from the client: {line:?}"),
+        }
+    }
+}
+
+fn server_step(
+    side: &Side,
+    ctrl: &mut Ctrl,
+    op: Op,
+    step: &Step,
+    progress: &mut Progress,
+) -> Result<()> {
+    match (step.mode, op) {
+        (Mode::Bw, Op::Send) => {
+            let mut posted = bw::recv_prepare(side, step)?;
+            ctrl.send("GO")?;
+            bw::recv_server(side, step, &mut posted)?;
+        }
+        (Mode::Lat, Op::Write) => {
+            lat::write_prepare(side, step.size);
+            ctrl.send("GO")?;
+            lat::write_lat(side, step, false, progress)?;
+        }
+        (Mode::Lat, Op::Send) => {
+            lat::send_prepare(side, step.size, step.iters)?;
+            ctrl.send("GO")?;
+            lat::send_lat(side, step, false, progress)?;
+        }
+        // The client does it all: one-sided operations, or SENDs we receive above.
+        (Mode::Bw, _) | (Mode::Lat, Op::Read | Op::Atomic) => ctrl.send("GO")?,
+    }
+    ctrl.expect("FIN")?;
+    ctrl.send("DONE")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plan_round_trips() {
+        let p = Plan {
+            op: Op::Atomic,
+            qps: 3,
+            mtu: 1024,
+            region: 8192,
+            tx_depth: 16,
+            cq_mod: 4,
+        };
+        assert_eq!(Plan::parse(&p.line()).unwrap(), p);
+        assert!(Plan::parse("HELLO").is_err());
+        assert!(Plan::parse(&format!("{MAGIC} qps=0")).is_err());
+    }
+}

@@ -1,0 +1,266 @@
+//! `softverbs pingpong`: RC SEND/RECV ping-pong, like ibv_rc_pingpong.
+//!
+//! The server listens on a TCP port; the client connects and sends its
+//! `lid:qpn:psn:gid`; the server connects its QP and answers with its own; the
+//! client connects. Then the client sends a message, the server answers with
+//! one, ITERS times. A TCP `done` exchange at the end keeps both devices alive
+//! until both have all their acknowledgements.
+
+use crate::conn::{
+    all_access, check_wc, open_device, parse_mtu, random_psn, rtr_rts, Ctrl, QpInfo, Spin,
+};
+use crate::{fail, PingpongArgs, Result};
+use softverbs::{
+    PageAligned, QpBuilder, QpCap, SendFlags, SendOp, SendWr, WcOpcode, WorkCompletion,
+};
+use std::time::{Duration, Instant};
+
+/// Receives kept posted.
+const RX_DEPTH: u32 = 16;
+/// Sends the send queue holds.
+const TX_DEPTH: u32 = 16;
+
+/// Byte `j` of message `iter` sent by the client (`from_server` false) or the
+/// server: changes with all three, so a stale or misplaced byte shows.
+pub fn pattern_byte(iter: u32, j: usize, from_server: bool) -> u8 {
+    let j = j as u32;
+    let x = iter
+        .wrapping_mul(0x9e37_79b1)
+        .wrapping_add(j.wrapping_mul(0x85eb_ca77))
+        ^ (j >> 8)
+        ^ if from_server { 0x5a5a_5a5a } else { 0 };
+    (x ^ (x >> 13) ^ (x >> 24)) as u8
+}
+
+fn fill(buf: &mut [u8], iter: u32, from_server: bool) {
+    for (j, b) in buf.iter_mut().enumerate() {
+        *b = pattern_byte(iter, j, from_server);
+    }
+}
+
+fn check(buf: &[u8], iter: u32, from_server: bool) -> Result<()> {
+    for (j, &b) in buf.iter().enumerate() {
+        let want = pattern_byte(iter, j, from_server);
+        if b != want {
+            fail!("validation failed: message {iter}, byte {j} is {b:#04x}, expected {want:#04x}");
+        }
+    }
+    Ok(())
+}
+
+pub fn run(a: &PingpongArgs) -> Result<()> {
+    let mtu = parse_mtu(a.mtu)?;
+    if a.size == 0 {
+        fail!("the message size must be at least 1 byte");
+    }
+    let size = a.size as usize;
+    let mut ctrl = match &a.host {
+        Some(host) if !a.server => Ctrl::connect(host, a.port, Duration::from_secs(10), || None)?,
+        _ => {
+            eprintln!("waiting for a client on TCP port {}", a.port);
+            Ctrl::accept(a.port)?
+        }
+    };
+    let result = session(a, &mut ctrl, mtu, size);
+    if let Err(e) = &result {
+        ctrl.send_error(&e.to_string());
+    }
+    result
+}
+
+fn session(a: &PingpongArgs, ctrl: &mut Ctrl, mtu: softverbs::Mtu, size: usize) -> Result<()> {
+    let server = a.server;
+    let ctx = open_device(Some(ctrl.local_ip()?), Some(a.mtu))?;
+    let pd = ctx.alloc_pd()?;
+    let rx_depth = RX_DEPTH.min(a.iters.max(1));
+    let cq = ctx.create_cq(RX_DEPTH + TX_DEPTH + 8, None)?;
+    let qp = QpBuilder::new(&pd, &cq)
+        .cap(QpCap {
+            max_send_wr: TX_DEPTH,
+            max_recv_wr: RX_DEPTH,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        })
+        .build()?;
+    // Slot 0 sends; slots 1..=RX_DEPTH receive.
+    let mr = pd.reg_mr(
+        PageAligned::new(size * (RX_DEPTH as usize + 1)),
+        all_access(),
+    )?;
+    let slot = |k: u64| (k as usize + 1) * size;
+    // Receives are posted before the peer learns where we are.
+    qp.to_init(softverbs::InitAttr {
+        access: all_access(),
+    })?;
+    let mut recv_posted = 0u32;
+    for k in 0..rx_depth {
+        qp.post_recv(k as u64, &[mr.sge(slot(k as u64), size as u32)])?;
+        recv_posted += 1;
+    }
+    let psn = random_psn(qp.qpn().value());
+    let local = QpInfo {
+        lid: ctx.lid(),
+        qpn: qp.qpn().value(),
+        psn,
+        rkey: 0,
+        vaddr: 0,
+        gid: ctx.gid(),
+    };
+    let remote = if server {
+        let remote = QpInfo::from_pingpong(&ctrl.recv()?)?;
+        rtr_rts(&ctx, &qp, psn, &remote, mtu)?;
+        ctrl.send(&local.to_pingpong())?;
+        remote
+    } else {
+        ctrl.send(&local.to_pingpong())?;
+        let remote = QpInfo::from_pingpong(&ctrl.recv()?)?;
+        rtr_rts(&ctx, &qp, psn, &remote, mtu)?;
+        remote
+    };
+    for (what, i) in [("local address: ", &local), ("remote address:", &remote)] {
+        println!(
+            "  {what} LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}, GID {}",
+            i.lid, i.qpn, i.psn, i.gid
+        );
+    }
+
+    let mut wcs = [WorkCompletion::default(); 16];
+    let mut sends_out = 0u32;
+    let mut send_buf = vec![0u8; size];
+    let mut recv_buf = vec![0u8; size];
+    let start = Instant::now();
+    for iter in 0..a.iters {
+        if !server {
+            send(
+                a,
+                &qp,
+                &mr,
+                &mut send_buf,
+                iter,
+                false,
+                size,
+                &mut sends_out,
+            )?;
+        }
+        // Wait for the peer's message of this iteration.
+        let mut spin = Spin::new();
+        let got = loop {
+            let n = cq.poll(&mut wcs);
+            let mut got = None;
+            for wc in &wcs[..n] {
+                check_wc(wc)?;
+                if wc.opcode == WcOpcode::Recv {
+                    got = Some(*wc);
+                } else {
+                    sends_out -= 1;
+                }
+            }
+            if let Some(wc) = got {
+                break wc;
+            }
+            if n > 0 {
+                spin.progress();
+            } else {
+                spin.idle("waiting for the peer's message")?;
+            }
+        };
+        if got.byte_len as usize != size {
+            fail!(
+                "message {iter}: received {} bytes, expected {size}",
+                got.byte_len
+            );
+        }
+        if a.validate {
+            mr.read(slot(got.wr_id), &mut recv_buf);
+            check(&recv_buf, iter, !server)?;
+        }
+        if recv_posted < a.iters {
+            qp.post_recv(got.wr_id, &[mr.sge(slot(got.wr_id), size as u32)])?;
+            recv_posted += 1;
+        }
+        if server {
+            send(a, &qp, &mr, &mut send_buf, iter, true, size, &mut sends_out)?;
+        }
+    }
+    // Every send acknowledged.
+    let mut spin = Spin::new();
+    while sends_out > 0 {
+        let n = cq.poll(&mut wcs);
+        for wc in &wcs[..n] {
+            check_wc(wc)?;
+            sends_out -= 1;
+        }
+        if n > 0 {
+            spin.progress();
+        } else {
+            spin.idle("waiting for the last acknowledgements")?;
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    // Both ends finished: only now may either close its device.
+    if server {
+        ctrl.expect("done")?;
+        ctrl.send("done")?;
+    } else {
+        ctrl.send("done")?;
+        ctrl.expect("done")?;
+    }
+    let bytes = size as u64 * a.iters as u64 * 2;
+    let secs = secs.max(1e-9);
+    println!(
+        "{bytes} bytes in {secs:.2} seconds = {:.2} Mbit/sec",
+        bytes as f64 * 8.0 / secs / 1e6
+    );
+    println!(
+        "{} iters in {secs:.2} seconds = {:.2} usec/iter",
+        a.iters,
+        secs * 1e6 / a.iters.max(1) as f64
+    );
+    if a.validate {
+        println!("validated {} messages of {size} bytes", a.iters);
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn send(
+    a: &PingpongArgs,
+    qp: &softverbs::Qp,
+    mr: &softverbs::Mr<PageAligned>,
+    buf: &mut [u8],
+    iter: u32,
+    from_server: bool,
+    size: usize,
+    sends_out: &mut u32,
+) -> Result<()> {
+    if a.validate {
+        fill(buf, iter, from_server);
+        mr.write(0, buf);
+    }
+    let sges = [mr.sge(0, size as u32)];
+    let wr = SendWr {
+        flags: SendFlags::SIGNALED,
+        ..SendWr::new(iter as u64, SendOp::Send, &sges)
+    };
+    qp.post_send(&wr)?;
+    *sends_out += 1;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patterns_differ_by_iteration_direction_and_position() {
+        let a: Vec<u8> = (0..4096).map(|j| pattern_byte(1, j, false)).collect();
+        let b: Vec<u8> = (0..4096).map(|j| pattern_byte(2, j, false)).collect();
+        let c: Vec<u8> = (0..4096).map(|j| pattern_byte(1, j, true)).collect();
+        assert_ne!(a, b);
+        assert_ne!(a, c);
+        assert!(a.windows(2).filter(|w| w[0] == w[1]).count() < 100);
+        assert!(check(&a, 1, false).is_ok());
+        assert!(check(&a, 2, false).is_err());
+    }
+}

@@ -1,0 +1,93 @@
+//! `softverbs stat`: engine and driver counters.
+//!
+//! Every open softverbs device publishes its counters in a small file (see
+//! `softverbs::published`); without options this command shows those of every
+//! live device on the host. `--open` opens a device of its own instead and
+//! shows its counters (all zero: useful to check the configuration and the
+//! counter set).
+
+use crate::conn::open_device;
+use crate::json::Json;
+use crate::Result;
+use softverbs::published::{read_published, stats_dir, PublishedCounters};
+use softverbs::Context;
+
+/// The counters of `ctx` as (name, value) pairs: the engine's, then the
+/// driver's, named as devices publish them.
+pub fn counters(ctx: &Context) -> Vec<(&'static str, u64)> {
+    let (tx, rx, tx_err, drops) = ctx.driver_counters();
+    let mut v = ctx.counters().named().to_vec();
+    v.extend([
+        ("udp_tx_datagrams", tx),
+        ("udp_rx_datagrams", rx),
+        ("udp_tx_errors", tx_err),
+        ("injected_drops", drops),
+    ]);
+    v
+}
+
+/// The counters as a JSON object.
+pub fn counters_json(ctx: &Context) -> Json {
+    counters(ctx)
+        .into_iter()
+        .fold(Json::obj(), |j, (k, v)| j.with(k, v))
+}
+
+fn published_json(p: &PublishedCounters) -> Json {
+    let counters = p
+        .counters
+        .iter()
+        .fold(Json::obj(), |j, (k, v)| j.with(k, *v));
+    Json::obj()
+        .with("pid", p.pid)
+        .with("address", p.addr.as_str())
+        .with("counters", counters)
+}
+
+fn print_lines<'a>(lines: impl IntoIterator<Item = (&'a str, u64)>) {
+    for (name, value) in lines {
+        println!("{name:<28}{value}");
+    }
+}
+
+pub fn run(json: bool, open: bool) -> Result<()> {
+    if open {
+        let ctx = open_device(None, None)?;
+        if json {
+            let doc = Json::obj()
+                .with("pid", std::process::id())
+                .with("address", ctx.local_addr().to_string())
+                .with("counters", counters_json(&ctx));
+            println!("{}", doc.pretty());
+        } else {
+            println!(
+                "# device {} at {} (opened by this command)",
+                ctx.name(),
+                ctx.local_addr()
+            );
+            print_lines(counters(&ctx));
+        }
+        return Ok(());
+    }
+    let devices = read_published();
+    if json {
+        let list: Vec<Json> = devices.iter().map(published_json).collect();
+        println!("{}", Json::Arr(list).pretty());
+        return Ok(());
+    }
+    if devices.is_empty() {
+        println!(
+            "# no open softverbs device on this host (none publishes in {})",
+            stats_dir().display()
+        );
+        return Ok(());
+    }
+    for (i, d) in devices.iter().enumerate() {
+        if i > 0 {
+            println!();
+        }
+        println!("# device at {} (pid {})", d.addr, d.pid);
+        print_lines(d.counters.iter().map(|(k, v)| (k.as_str(), *v)));
+    }
+    Ok(())
+}

@@ -1,0 +1,386 @@
+//! The `softverbs` binary end to end: every test runs it as separate processes
+//! talking over loopback, each bounded by a timeout.
+
+use std::io::Read;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_softverbs");
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The machine may have two cores; benchmarks spin, so they run one at a time.
+static HEAVY: Mutex<()> = Mutex::new(());
+
+fn heavy() -> std::sync::MutexGuard<'static, ()> {
+    HEAVY.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+struct Out {
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+}
+
+fn spawn(args: &[&str], env: &[(&str, &str)]) -> Child {
+    let mut cmd = Command::new(BIN);
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.spawn().expect("start softverbs")
+}
+
+/// Waits for `child`, killing it after `TIMEOUT`.
+fn finish(mut child: Child, what: &str) -> Out {
+    let mut so = child.stdout.take().unwrap();
+    let mut se = child.stderr.take().unwrap();
+    let t_out = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = so.read_to_string(&mut s);
+        s
+    });
+    let t_err = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = se.read_to_string(&mut s);
+        s
+    });
+    let deadline = Instant::now() + TIMEOUT;
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what}: still running after {TIMEOUT:?}; killed");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    Out {
+        status,
+        stdout: t_out.join().unwrap(),
+        stderr: t_err.join().unwrap(),
+    }
+}
+
+fn run(args: &[&str], env: &[(&str, &str)]) -> Out {
+    finish(spawn(args, env), &args.join(" "))
+}
+
+fn run_ok(args: &[&str]) -> Out {
+    let out = run(args, &[]);
+    assert!(
+        out.status.success(),
+        "softverbs {} failed ({}):\nstdout:\n{}\nstderr:\n{}",
+        args.join(" "),
+        out.status,
+        out.stdout,
+        out.stderr
+    );
+    out
+}
+
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
+    l.local_addr().unwrap().port()
+}
+
+/// The numbers of the first table row after the header line starting with `#bytes`.
+fn table_row(out: &str) -> Vec<f64> {
+    let mut lines = out
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("#bytes"));
+    lines.next().expect("a results table");
+    let row = lines.next().expect("a results row");
+    row.split_whitespace()
+        .map(|w| {
+            w.parse::<f64>()
+                .unwrap_or_else(|_| panic!("number in {row:?}"))
+        })
+        .collect()
+}
+
+#[test]
+fn devinfo_shows_an_active_port_and_the_gid() {
+    let out = run_ok(&["devinfo", "-v"]);
+    let text = &out.stdout;
+    assert!(text.contains("hca_id:\tsoftverbs0"), "{text}");
+    assert!(text.contains("PORT_ACTIVE"), "{text}");
+    assert!(text.contains("link_layer:\t\tEthernet"), "{text}");
+    assert!(text.contains("max_qp_rd_atom:"), "{text}");
+    // The GID carries the device's UDP endpoint: 0:0:0:0:PORT:ffff:127.0.0.1.
+    let endpoint = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("udp_endpoint:"))
+        .expect("udp_endpoint line")
+        .split_whitespace()
+        .next()
+        .unwrap();
+    let port: u16 = endpoint.rsplit(':').next().unwrap().parse().unwrap();
+    let gid = format!("0000:0000:0000:0000:{port:04x}:ffff:7f00:0001");
+    assert!(
+        text.contains(&format!("GID[  0]:\t\t{gid}")),
+        "{gid} in\n{text}"
+    );
+    let plain = run_ok(&["devinfo"]).stdout;
+    assert!(plain.contains("PORT_ACTIVE") && !plain.contains("max_qp:"));
+}
+
+#[test]
+fn stat_open_prints_its_own_counters_as_text_and_json() {
+    let text = run_ok(&["stat", "--open"]).stdout;
+    assert!(text.lines().any(|l| l.starts_with("tx_packets ")), "{text}");
+    assert!(text.contains("udp_rx_datagrams"), "{text}");
+    let json: serde_json::Value =
+        serde_json::from_str(&run_ok(&["stat", "--open", "--json"]).stdout)
+            .expect("stat --open --json is JSON");
+    assert_eq!(json["counters"]["tx_packets"], 0);
+    assert!(json["counters"]["injected_drops"].is_u64());
+}
+
+#[test]
+fn stat_shows_the_devices_of_other_processes() {
+    let _g = heavy();
+    let port = free_port().to_string();
+    // A ping-pong long enough to be watched, killed once seen.
+    let mut server = spawn(
+        &["pingpong", "--server", "-p", &port, "-n", "100000000"],
+        &[],
+    );
+    let mut client = spawn(
+        &["pingpong", "127.0.0.1", "-p", &port, "-n", "100000000"],
+        &[],
+    );
+    let pids = [server.id() as u64, client.id() as u64];
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut last = String::new();
+    let seen = loop {
+        let out = run_ok(&["stat", "--json"]).stdout;
+        let v: serde_json::Value = serde_json::from_str(&out).expect("stat --json is JSON");
+        let busy = v
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|d| pids.contains(&d["pid"].as_u64().unwrap_or(0)))
+            .filter(|d| d["counters"]["tx_packets"].as_u64().unwrap_or(0) > 0)
+            .count();
+        if busy == 2 || Instant::now() > deadline {
+            break busy == 2;
+        }
+        last = out;
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let text = run_ok(&["stat"]).stdout;
+    for c in [&mut server, &mut client] {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    assert!(seen, "both ping-pong devices publish counters:\n{last}");
+    assert!(text.contains(&format!("(pid {})", pids[0])), "{text}");
+}
+
+#[test]
+fn perf_bw_every_operation_both_ends_local() {
+    let _g = heavy();
+    for op in ["write", "read", "send", "atomic"] {
+        let mut args = vec!["perf", op, "--bw", "--iters", "200"];
+        if op != "atomic" {
+            args.extend(["--size", "4096"]);
+        }
+        let out = run_ok(&args);
+        let row = table_row(&out.stdout);
+        let size = if op == "atomic" { 8.0 } else { 4096.0 };
+        assert_eq!(&row[..2], &[size, 200.0], "{op}: {}", out.stdout);
+        // peak, average, message rate
+        assert!(
+            row[2] > 0.0 && row[3] > 0.0 && row[4] > 0.0,
+            "{op}: {row:?}"
+        );
+        assert!(row[2] >= row[3], "{op}: peak below average: {row:?}");
+    }
+}
+
+#[test]
+fn perf_lat_every_operation_both_ends_local() {
+    let _g = heavy();
+    for op in ["write", "read", "send", "atomic"] {
+        let out = run_ok(&["perf", op, "--lat", "--iters", "100"]);
+        let row = table_row(&out.stdout);
+        assert_eq!(row.len(), 9, "{op}: {}", out.stdout);
+        assert_eq!(row[1], 100.0);
+        let (min, max, typical, avg, p99, p999) = (row[2], row[3], row[4], row[5], row[7], row[8]);
+        assert!(min > 0.0, "{op}: {row:?}");
+        assert!(min <= typical && typical <= max && min <= avg && avg <= max);
+        assert!(
+            typical <= p99 && p99 <= p999 && p999 <= max,
+            "{op}: {row:?}"
+        );
+    }
+}
+
+#[test]
+fn perf_json_is_json() {
+    let _g = heavy();
+    let out = run_ok(&[
+        "perf", "write", "--bw", "--lat", "--size", "4096", "--iters", "100", "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: not JSON:\n{}", out.stdout));
+    assert_eq!(v["test"], "write");
+    assert_eq!(v["mtu"], 4096);
+    let bw = &v["bw"][0];
+    assert_eq!(bw["bytes"], 4096);
+    assert_eq!(bw["iterations"], 100);
+    assert!(bw["bw_avg_mb_per_sec"].as_f64().unwrap() > 0.0, "{bw}");
+    assert!(bw["msg_rate_mpps"].as_f64().unwrap() > 0.0, "{bw}");
+    let lat = &v["lat"][0];
+    assert!(lat["t_typical_usec"].as_f64().unwrap() > 0.0, "{lat}");
+    assert!(lat["p99_9_usec"].as_f64().unwrap() >= lat["t_min_usec"].as_f64().unwrap());
+    assert!(v["client_counters"]["tx_packets"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn perf_all_sizes_with_plot() {
+    let _g = heavy();
+    let dir = std::env::temp_dir().join(format!("softverbs-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let svg = dir.join("chart.svg");
+    let out = run_ok(&[
+        "perf",
+        "send",
+        "--all",
+        "--bw",
+        "--lat",
+        "--iters",
+        "4",
+        "--json",
+        "--plot",
+        svg.to_str().unwrap(),
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let sizes: Vec<u64> = v["bw"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["bytes"].as_u64().unwrap())
+        .collect();
+    assert_eq!(sizes, (1..=23).map(|k| 1u64 << k).collect::<Vec<_>>());
+    assert_eq!(v["lat"].as_array().unwrap().len(), 23);
+    let chart = std::fs::read_to_string(&svg).unwrap();
+    assert!(chart.contains("<svg"), "{chart}");
+    assert!(chart.contains("bandwidth") && chart.contains("latency"));
+    assert!(chart.contains(">8M<"), "x axis reaches 8 MiB");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn perf_server_and_client_as_separate_commands() {
+    let _g = heavy();
+    let port = free_port().to_string();
+    let server = spawn(&["perf", "read", "--server", "-p", &port], &[]);
+    let client = run(
+        &[
+            "perf",
+            "read",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "--bw",
+            "--size",
+            "1024",
+            "--iters",
+            "300",
+            "--qps",
+            "2",
+        ],
+        &[],
+    );
+    let server = finish(server, "perf server");
+    assert!(client.status.success(), "client: {}", client.stderr);
+    assert!(server.status.success(), "server: {}", server.stderr);
+    let row = table_row(&client.stdout);
+    assert_eq!(&row[..2], &[1024.0, 300.0]);
+    assert!(row[3] > 0.0);
+    assert!(server.stdout.contains("2 QP(s)"), "{}", server.stdout);
+}
+
+#[test]
+fn perf_rejects_mismatched_operations_and_bad_sizes() {
+    let out = run(&["perf", "atomic", "--size", "64"], &[]);
+    assert!(!out.status.success());
+    assert!(out.stderr.contains("8 bytes"), "{}", out.stderr);
+    let port = free_port().to_string();
+    let server = spawn(&["perf", "write", "--server", "-p", &port], &[]);
+    let client = run(&["perf", "read", "127.0.0.1", "-p", &port], &[]);
+    let server = finish(server, "perf server");
+    assert!(!client.status.success() && !server.status.success());
+    assert!(
+        client.stderr.contains("started for write"),
+        "{}",
+        client.stderr
+    );
+}
+
+fn pingpong(env: &[(&str, &str)], iters: &str) {
+    let port = free_port().to_string();
+    let server = spawn(
+        &[
+            "pingpong",
+            "--server",
+            "-p",
+            &port,
+            "--validate",
+            "-n",
+            iters,
+        ],
+        env,
+    );
+    let client = finish(
+        spawn(
+            &[
+                "pingpong",
+                "127.0.0.1",
+                "-p",
+                &port,
+                "--validate",
+                "-n",
+                iters,
+            ],
+            env,
+        ),
+        "pingpong client",
+    );
+    let server = finish(server, "pingpong server");
+    for (who, out) in [("client", &client), ("server", &server)] {
+        assert!(
+            out.status.success(),
+            "{who} failed ({}):\n{}\n{}",
+            out.status,
+            out.stdout,
+            out.stderr
+        );
+        assert!(
+            out.stdout.contains(&format!("{iters} iters in")),
+            "{who}: {}",
+            out.stdout
+        );
+        assert!(out.stdout.contains("Mbit/sec"));
+        assert!(out.stdout.contains("validated"));
+    }
+}
+
+#[test]
+fn pingpong_validates_every_byte() {
+    let _g = heavy();
+    pingpong(&[], "300");
+}
+
+#[test]
+fn pingpong_validates_under_injected_loss() {
+    let _g = heavy();
+    pingpong(&[("SOFTVERBS_FAULTS", "loss=0.05,seed=1")], "100");
+}
