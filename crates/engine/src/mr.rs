@@ -69,7 +69,8 @@ impl MemRef {
     }
 }
 
-/// The memory region table. Keys are `slot index << 8 | key byte`.
+/// The memory region table. Keys are `slot index << 8 | key byte`; slot 0 is
+/// never used, so no key is 0 (which some applications treat as unset).
 pub(crate) struct MrTable {
     slab: Slab<Mr>,
     next_key_byte: u8,
@@ -78,7 +79,7 @@ pub(crate) struct MrTable {
 impl MrTable {
     pub fn new(limit: usize) -> Self {
         MrTable {
-            slab: Slab::new(limit.min(1 << 24), 0),
+            slab: Slab::new(limit.min(1 << 24), 1),
             next_key_byte: 0,
         }
     }
