@@ -181,6 +181,10 @@ pub struct PerfArgs {
     /// Iterations per size and QP [default: 5000 for bandwidth, 1000 for latency].
     #[arg(short = 'n', long)]
     iters: Option<u32>,
+    /// Run a bandwidth test for this many seconds instead of a number of iterations
+    /// (write, read and atomic only: a SEND receiver needs the message count).
+    #[arg(short = 'D', long, value_name = "SECS", conflicts_with_all = ["iters", "all", "lat"])]
+    duration: Option<f64>,
     /// Number of QPs (bandwidth tests spread the work over all of them; latency tests use the first).
     #[arg(short, long, default_value_t = 1)]
     qps: u32,

@@ -112,7 +112,8 @@ pub struct PortAttr {
     pub state: PortState,
     /// Largest MTU supported.
     pub max_mtu: Mtu,
-    /// MTU in use.
+    /// MTU in use: the configured one, capped so that a packet with every header
+    /// fits the link the device's address is on.
     pub active_mtu: Mtu,
     /// GID table length.
     pub gid_tbl_len: u32,
@@ -210,7 +211,7 @@ impl Context {
         Ok(PortAttr {
             state: PortState::Active,
             max_mtu: Mtu::Mtu4096,
-            active_mtu: self.driver().config.mtu,
+            active_mtu: self.driver().active_mtu,
             gid_tbl_len: 1,
             lid: self.lid(),
             link_layer: LinkLayer::Ethernet,

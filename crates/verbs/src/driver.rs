@@ -9,7 +9,7 @@
 use crate::config::Config;
 use crate::faults::{Fate, FaultInjector};
 use crate::sys::{self, EventFd, RecvBatch, SendBatch};
-use softverbs_engine::{AsyncEvent, CqHandle, Engine, EngineConfig, Instant, MAX_DATAGRAM};
+use softverbs_engine::{AsyncEvent, CqHandle, Engine, EngineConfig, Instant, Mtu, MAX_DATAGRAM};
 use softverbs_wire::pcap::PcapWriter;
 use std::collections::{HashMap, VecDeque};
 use std::fs::File;
@@ -91,10 +91,12 @@ pub(crate) struct Driver {
     busy_poll: Duration,
     /// The socket coalesces received datagrams (UDP GRO).
     gro: bool,
+    /// The port's active MTU: the configured one, capped to fit the link.
+    pub active_mtu: Mtu,
+    warned_tx_error: AtomicBool,
     /// When the counters were last published, and what they were.
     published_at: AtomicU64,
     published: Mutex<Option<softverbs_engine::Counters>>,
-    pub config: Config,
 }
 
 /// Why a device could not be opened.
@@ -156,6 +158,24 @@ impl Driver {
             .set_nonblocking(true)
             .map_err(io_err("set_nonblocking"))?;
         let gro = config.gso && sys::enable_gro(&socket);
+        // The path MTU must fit the link: RoCE headers (IP, UDP, BTH, up to 28
+        // bytes of extension headers, ICRC) come on top of the payload.
+        let overhead = if local.is_ipv6() { 40 } else { 20 } + 8 + 12 + 28 + 4;
+        let link_mtu = sys::link_mtu(local.ip());
+        let active_mtu = match link_mtu {
+            Some(link) => [
+                Mtu::Mtu4096,
+                Mtu::Mtu2048,
+                Mtu::Mtu1024,
+                Mtu::Mtu512,
+                Mtu::Mtu256,
+            ]
+            .into_iter()
+            .find(|m| m.bytes() + overhead <= link)
+            .unwrap_or(Mtu::Mtu256)
+            .min(config.mtu),
+            None => config.mtu,
+        };
         let pcap = match &config.pcap {
             Some(path) => {
                 let file = File::create(path).map_err(io_err("create SOFTVERBS_PCAP file"))?;
@@ -187,9 +207,10 @@ impl Driver {
             async_fd: EventFd::new(false, true).map_err(io_err("eventfd"))?,
             busy_poll: config.busy_poll,
             gro,
+            active_mtu,
+            warned_tx_error: AtomicBool::new(false),
             published_at: AtomicU64::new(0),
             published: Mutex::new(None),
-            config,
         });
         let for_thread = Arc::clone(&driver);
         let handle = std::thread::Builder::new()
@@ -298,6 +319,13 @@ impl Driver {
             .tx_datagrams
             .fetch_add(n - errors.min(n), Ordering::Relaxed);
         self.counters.tx_errors.fetch_add(errors, Ordering::Relaxed);
+        if errors > 0 && !self.warned_tx_error.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                local = %self.local,
+                error = %io::Error::last_os_error(),
+                "the kernel refused to send {errors} datagram(s); is the path MTU larger than the link's?"
+            );
+        }
     }
 
     /// Hands CQ notifications to completion channels and async events to the

@@ -544,3 +544,59 @@ pub fn poll_readable(fds: &[RawFd], timeout: Option<Duration>) -> io::Result<()>
     }
     Ok(())
 }
+
+/// The MTU of the network interface that owns `ip`, if one does.
+pub fn link_mtu(ip: std::net::IpAddr) -> Option<u32> {
+    let mut ifap: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `ifap` with a list we free below.
+    if unsafe { libc::getifaddrs(&mut ifap) } != 0 {
+        return None;
+    }
+    let mut name = None;
+    let mut cur = ifap;
+    while !cur.is_null() {
+        // SAFETY: `cur` walks the list getifaddrs returned, which stays valid
+        // until freeifaddrs.
+        let ifa = unsafe { &*cur };
+        if !ifa.ifa_addr.is_null() {
+            // SAFETY: ifa_addr points at a sockaddr whose family says its size;
+            // from_storage only reads AF_INET/AF_INET6 ones, which fit.
+            let addr = unsafe {
+                let mut ss: libc::sockaddr_storage = std::mem::zeroed();
+                let len = match i32::from((*ifa.ifa_addr).sa_family) {
+                    libc::AF_INET => std::mem::size_of::<libc::sockaddr_in>(),
+                    libc::AF_INET6 => std::mem::size_of::<libc::sockaddr_in6>(),
+                    _ => 0,
+                };
+                std::ptr::copy_nonoverlapping(
+                    ifa.ifa_addr.cast::<u8>(),
+                    (&mut ss as *mut libc::sockaddr_storage).cast::<u8>(),
+                    len,
+                );
+                if len == 0 {
+                    None
+                } else {
+                    from_storage(&ss)
+                }
+            };
+            if addr.is_some_and(|a| a.ip() == ip) {
+                // SAFETY: ifa_name is a NUL-terminated C string owned by the list.
+                name = Some(
+                    unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }
+                        .to_string_lossy()
+                        .into_owned(),
+                );
+                break;
+            }
+        }
+        cur = ifa.ifa_next;
+    }
+    // SAFETY: frees the list getifaddrs allocated; nothing points into it now.
+    unsafe { libc::freeifaddrs(ifap) };
+    let name = name?;
+    std::fs::read_to_string(format!("/sys/class/net/{name}/mtu"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}

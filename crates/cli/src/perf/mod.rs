@@ -503,7 +503,8 @@ fn server_session(a: &PerfArgs, ctrl: &mut Ctrl) -> Result<()> {
         remotes.push(QpInfo::from_perf(&ctrl.recv()?)?);
     }
     let ctx = open_device(Some(ctrl.local_ip()?), Some(plan.mtu))?;
-    let mtu = crate::conn::parse_mtu(plan.mtu)?;
+    // Never more than this side's link carries.
+    let mtu = crate::conn::parse_mtu(plan.mtu)?.min(ctx.query_port(1)?.active_mtu);
     let mut side = Side::new(ctx, &plan)?;
     side.connect(remotes, mtu)?;
     ctrl.send("OK")?;
