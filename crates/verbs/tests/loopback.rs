@@ -345,3 +345,20 @@ fn counters_are_published_for_other_processes() {
     let path = softverbs::published::stats_dir().join(format!("{port}.stat"));
     assert!(!path.exists(), "the file goes away with the device");
 }
+
+#[test]
+fn busy_polling_progress_thread_works() {
+    let cfg = Config {
+        busy_poll: Duration::from_micros(200),
+        ..Config::default()
+    };
+    let (a, b) = pair(cfg);
+    for i in 0..50u64 {
+        b.qp.post_recv(i, &[b.mr.sge(0, 64)]).unwrap();
+        let sges = [a.mr.sge(0, 64)];
+        a.qp.post_send(&SendWr::new(i, SendOp::Send, &sges))
+            .unwrap();
+        assert_eq!(b.cq.wait_for(1, WAIT)[0].wr_id, i);
+        assert_eq!(a.cq.wait_for(1, WAIT)[0].status, WcStatus::Success);
+    }
+}
