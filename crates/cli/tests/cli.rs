@@ -244,6 +244,47 @@ fn perf_json_is_json() {
 }
 
 #[test]
+fn perf_bw_for_a_duration() {
+    let _g = heavy();
+    for (op, qps) in [("write", "1"), ("read", "2")] {
+        let out = run_ok(&[
+            "perf",
+            op,
+            "--bw",
+            "--size",
+            "4096",
+            "--duration",
+            "0.5",
+            "--qps",
+            qps,
+            "--json",
+        ]);
+        let v: serde_json::Value = serde_json::from_str(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: not JSON:\n{}", out.stdout));
+        let bw = &v["bw"][0];
+        let iters = bw["iterations"].as_u64().unwrap();
+        // It stops at a signaled WR: a whole number of moderation periods.
+        assert!(iters >= 64 && iters % 64 == 0, "{op}: {bw}");
+        let secs = bw["seconds"].as_f64().unwrap();
+        assert!((0.5..10.0).contains(&secs), "{op}: {bw}");
+        assert!(
+            bw["bw_avg_mb_per_sec"].as_f64().unwrap() > 0.0,
+            "{op}: {bw}"
+        );
+    }
+    // A SEND receiver needs the count; latency tests and sweeps have one.
+    let out = run(&["perf", "send", "--bw", "--duration", "1"], &[]);
+    assert!(!out.status.success());
+    assert!(out.stderr.contains("--duration"), "{}", out.stderr);
+    for extra in ["--lat", "--all"] {
+        let out = run(&["perf", "write", "--duration", "1", extra], &[]);
+        assert!(!out.status.success(), "--duration with {extra}");
+    }
+    let out = run(&["perf", "write", "--duration", "0"], &[]);
+    assert!(!out.status.success());
+}
+
+#[test]
 fn perf_all_sizes_with_plot() {
     let _g = heavy();
     let dir = std::env::temp_dir().join(format!("softverbs-cli-{}", std::process::id()));

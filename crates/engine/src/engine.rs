@@ -347,7 +347,7 @@ impl Engine {
     /// Creates a QP in RESET; returns its handle and QPN.
     pub fn create_qp(&mut self, init: QpInitAttr) -> Result<(QpHandle, Qpn), ResourceError> {
         if !Qp::supported(init.qp_type) {
-            return Err(ResourceError::Unsupported("UC and UD QPs (RC only so far)"));
+            return Err(ResourceError::Unsupported("UD QPs (RC and UC only so far)"));
         }
         let cfg = &self.shared.config;
         let cap = init.cap;
@@ -449,7 +449,8 @@ impl Engine {
         if !can_post_send(state) {
             return Err(PostError::InvalidState(state));
         }
-        if q.init.qp_type != QpType::Rc {
+        // UC carries SEND and RDMA WRITE only (IBA 9.8.1, table 37).
+        if q.init.qp_type == QpType::Uc && wr.op.is_read_or_atomic() {
             return Err(PostError::InvalidOpcode);
         }
         if matches!(wr.payload, Payload::Inline(_)) && wr.op.is_read_or_atomic() {
@@ -461,8 +462,9 @@ impl Engine {
             wr.flags.without(SendFlags::INLINE),
             wr.payload,
         )?;
-        if state == QpState::Err {
-            // Posting to a QP in error completes at once with a flush error.
+        if matches!(state, QpState::Err | QpState::Sqe) {
+            // Posting to a QP in error (or a UC send queue in error) completes at
+            // once with a flush error.
             q.sq.head = seq;
             q.retire_send(&mut self.shared, seq, WcStatus::WrFlushErr);
             q.sq.head = seq + 1;

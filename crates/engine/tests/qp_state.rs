@@ -1438,15 +1438,14 @@ fn create_qp_and_cq_refuse_what_they_cannot_do() {
         cap: cap(),
         sq_sig_all: false,
     };
-    for qp_type in [QpType::Uc, QpType::Ud] {
-        assert!(
-            matches!(
-                e.create_qp(QpInitAttr { qp_type, ..base }),
-                Err(ResourceError::Unsupported(_))
-            ),
-            "{qp_type:?}"
-        );
-    }
+    // UD is not implemented yet: a clear error, not a half-working QP.
+    assert!(matches!(
+        e.create_qp(QpInitAttr {
+            qp_type: QpType::Ud,
+            ..base
+        }),
+        Err(ResourceError::Unsupported(_))
+    ));
     type Tweak = fn(&mut QpCap, &EngineConfig);
     let bad: [(&str, Tweak); 8] = [
         ("max_send_wr 0", |c, _| c.max_send_wr = 0),

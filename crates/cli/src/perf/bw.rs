@@ -15,6 +15,8 @@ use std::time::Instant;
 const MB: f64 = (1u64 << 20) as f64;
 
 pub struct BwResult {
+    /// Messages per QP.
+    pub iters: u64,
     pub peak_mbs: f64,
     pub avg_mbs: f64,
     pub msg_rate_mpps: f64,
@@ -42,7 +44,12 @@ fn op_for(side: &Side, q: usize, op: Op) -> SendOp {
     }
 }
 
-/// The client's side: posts and measures.
+/// Samples kept by a run of a given duration (it may be long: the memory it
+/// uses must not grow with it; 16 KiB, touched as the run goes).
+const TIMED_SAMPLES: u32 = 1024;
+
+/// The client's side: posts and measures. A run of a given duration posts
+/// until the time is up, then up to the next signaled WR, and waits for that.
 pub fn bw_client(
     side: &Side,
     op: Op,
@@ -51,7 +58,13 @@ pub fn bw_client(
     progress: &mut Progress,
 ) -> Result<BwResult> {
     let nq = side.qps.len();
-    let iters = step.iters as u64;
+    let timed = step.duration;
+    // Per QP; a timed run learns it when the time is up.
+    let mut iters = if timed.is_some() {
+        u64::MAX
+    } else {
+        step.iters as u64
+    };
     let depth = plan.tx_depth.min(side.max_send_wr) as u64;
     let cq_mod = (plan.cq_mod as u64).clamp(1, depth);
     let len = if op == Op::Atomic { 8 } else { step.size };
@@ -67,18 +80,35 @@ pub fn bw_client(
         .enumerate()
         .map(|(i, e)| (e.qp.qpn().value(), i))
         .collect();
-    let total = iters * nq as u64;
+    let mut total = iters.saturating_mul(nq as u64);
     let mut posted = vec![0u64; nq];
     let mut done = vec![0u64; nq];
     let mut total_done = 0u64;
     let mut wrs: Vec<SendWr<'_>> = Vec::with_capacity(depth as usize);
     let mut wcs = [WorkCompletion::default(); 64];
-    let mut samples: Vec<(f64, u64)> =
-        Vec::with_capacity((total / cq_mod + nq as u64 + 2) as usize);
+    // A timed run samples at most every `interval` seconds.
+    let (interval, cap) = match timed {
+        Some(d) => (
+            (d.as_secs_f64() / TIMED_SAMPLES as f64).max(1e-3),
+            TIMED_SAMPLES as usize + 2,
+        ),
+        None => (0.0, (total / cq_mod + nq as u64 + 2) as usize),
+    };
+    let mut samples: Vec<(f64, u64)> = Vec::with_capacity(cap);
     let mut spin = Spin::new();
     let start = Instant::now();
+    let deadline = timed.map(|d| start + d);
     samples.push((0.0, 0));
     while total_done < total {
+        if let Some(end) = deadline {
+            if iters == u64::MAX && Instant::now() >= end {
+                // Stop at a signaled WR: the next multiple of cq_mod at or
+                // after what the QP furthest ahead posted.
+                let furthest = posted.iter().copied().max().unwrap_or(0);
+                iters = furthest.div_ceil(cq_mod).max(1) * cq_mod;
+                total = iters * nq as u64;
+            }
+        }
         let mut posted_any = false;
         for q in 0..nq {
             let room = depth - (posted[q] - done[q]);
@@ -123,9 +153,19 @@ pub fn bw_client(
             done[q] = wc.wr_id;
         }
         if k > 0 {
-            samples.push((start.elapsed().as_secs_f64(), total_done));
+            let now = start.elapsed().as_secs_f64();
+            let last = samples.last().map_or(0.0, |s| s.0);
+            if timed.is_none() || total_done >= total || now - last >= interval {
+                samples.push((now, total_done));
+            }
             spin.progress();
-            progress.update(total_done, total);
+            match timed {
+                Some(d) => progress.update(
+                    start.elapsed().min(d).as_millis() as u64,
+                    d.as_millis() as u64,
+                ),
+                None => progress.update(total_done, total),
+            }
         } else if !posted_any {
             spin.idle("waiting for send completions")?;
         }
@@ -138,6 +178,7 @@ pub fn bw_client(
     let window = (total / 16).max(cq_mod * nq as u64).min(total);
     let peak_msgs = peak_rate(&samples, window).max(msgs / seconds);
     Ok(BwResult {
+        iters,
         peak_mbs: peak_msgs * bytes_per_msg / MB,
         avg_mbs: msgs * bytes_per_msg / seconds / MB,
         msg_rate_mpps: msgs / seconds / 1e6,

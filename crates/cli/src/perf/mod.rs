@@ -59,6 +59,9 @@ pub struct Step {
     pub mode: Mode,
     pub size: u32,
     pub iters: u32,
+    /// Bandwidth of one-sided operations only: run this long instead of
+    /// `iters` iterations (the client alone decides when to stop).
+    pub duration: Option<Duration>,
 }
 
 /// What the client tells the server before anything is created.
@@ -248,6 +251,14 @@ fn plan_steps(a: &PerfArgs) -> Result<Vec<Step>> {
     if a.qps == 0 || a.tx_depth == 0 || a.cq_mod == 0 {
         fail!("--qps, --tx-depth and --cq-mod must be at least 1");
     }
+    let duration = match a.duration {
+        None => None,
+        Some(_) if a.op == Op::Send => {
+            fail!("--duration works with write, read and atomic: a SEND receiver needs the message count")
+        }
+        Some(s) if s.is_finite() && s > 0.0 && s <= 1e6 => Some(Duration::from_secs_f64(s)),
+        Some(s) => fail!("bad --duration {s}: give a number of seconds above 0"),
+    };
     let mut steps = Vec::new();
     for mode in modes {
         let base = a.iters.unwrap_or(match mode {
@@ -291,7 +302,12 @@ fn plan_steps(a: &PerfArgs) -> Result<Vec<Step>> {
             } else {
                 base
             };
-            steps.push(Step { mode, size, iters });
+            steps.push(Step {
+                mode,
+                size,
+                iters,
+                duration: if mode == Mode::Bw { duration } else { None },
+            });
         }
     }
     Ok(steps)
@@ -439,7 +455,7 @@ fn client_session(a: &PerfArgs, ctrl: &mut Ctrl, steps: &[Step]) -> Result<()> {
                 progress.finish();
                 report.bw_row(BwRow {
                     bytes: step.size,
-                    iters: step.iters,
+                    iters: r.iters,
                     peak_mbs: r.peak_mbs,
                     avg_mbs: r.avg_mbs,
                     msg_rate_mpps: r.msg_rate_mpps,
@@ -539,6 +555,7 @@ fn server_session(a: &PerfArgs, ctrl: &mut Ctrl) -> Result<()> {
                     iters: iters
                         .parse()
                         .map_err(|_| "bad iterations from the client")?,
+                    duration: None,
                 };
                 if step.size as usize > side.region || step.size == 0 || step.iters == 0 {
                     fail!("bad step from the client: {line:?}");

@@ -13,7 +13,8 @@ const RULE: &str =
 
 pub struct BwRow {
     pub bytes: u32,
-    pub iters: u32,
+    /// Per QP (the count reached, for a run of a given duration).
+    pub iters: u64,
     pub peak_mbs: f64,
     pub avg_mbs: f64,
     pub msg_rate_mpps: f64,

@@ -366,7 +366,30 @@ impl Qp {
 
     /// Whether the QP type is one this engine implements.
     pub fn supported(qp_type: QpType) -> bool {
-        qp_type == QpType::Rc
+        matches!(qp_type, QpType::Rc | QpType::Uc)
+    }
+
+    /// The transport this QP's packets use.
+    pub fn transport(&self) -> softverbs_wire::Transport {
+        match self.init.qp_type {
+            QpType::Rc => softverbs_wire::Transport::Rc,
+            QpType::Uc => softverbs_wire::Transport::Uc,
+            QpType::Ud => softverbs_wire::Transport::Ud,
+        }
+    }
+
+    /// A UC send queue error (IBA 10.3.1, SQE): the failed WQE reports its
+    /// status, the rest of the send queue is flushed; receiving goes on.
+    pub fn enter_send_queue_error(&mut self, shared: &mut Shared) {
+        self.attr.qp_state = QpState::Sqe;
+        self.attr.sq_draining = false;
+        while self.sq.head < self.sq.tail {
+            let seq = self.sq.head;
+            let status = self.sq.get(seq).done.unwrap_or(WcStatus::WrFlushErr);
+            self.retire_send(shared, seq, status);
+            self.sq.head += 1;
+        }
+        self.req.reset(self.req.next_psn, self.sq.head);
     }
 
     /// Pads, appends the ICRC placeholder and computes the ICRC for a packet with

@@ -261,13 +261,16 @@ impl Qp {
         if wqe.op.is_atomic() {
             headers = HeaderSet::ATOMIC_ETH;
         }
-        let opcode = Opcode::find(Transport::Rc, kind, pos, headers)?;
+        let opcode = Opcode::find(self.transport(), kind, pos, headers)?;
+        let reliable = self.transport() == Transport::Rc;
 
         let mut bth = BthRepr::new(opcode, dest_qp, psn);
         self.req.since_ack_req += 1;
         // Ask for an ACK at the end of every message and every ack_req_interval
         // packets, so long messages free window space as they go (IBA 9.7.6.1.1).
-        bth.ack_req = last_packet || self.req.since_ack_req >= shared.config.ack_req_interval;
+        // UC is never acknowledged (IBA 9.8.2).
+        bth.ack_req =
+            reliable && (last_packet || self.req.since_ack_req >= shared.config.ack_req_interval);
         if bth.ack_req {
             self.req.since_ack_req = 0;
         }
@@ -369,6 +372,15 @@ impl Qp {
                 self.req.resending_until = None;
             }
         }
+        if !reliable {
+            // UC: nothing comes back; the WQE is done once its last packet is sent.
+            self.req.una = psn.next();
+            if last_packet {
+                self.sq.get_mut(seq).done = Some(WcStatus::Success);
+                self.retire(shared);
+            }
+            return Some(len);
+        }
         if self.req.retrans_deadline.is_none() {
             self.req.retrans_deadline = timers::ack_timeout(self.attr.timeout).map(|d| now + d);
         }
@@ -381,8 +393,13 @@ impl Qp {
             self.sq.get_mut(seq).done = Some(status);
         }
         // Earlier WQEs that were transport-complete keep their status; the failed
-        // one reports its error; everything after is flushed.
-        self.enter_error(shared);
+        // one reports its error; everything after is flushed. A UC QP only loses
+        // its send queue (SQE); an RC QP goes to ERR.
+        if self.init.qp_type == crate::types::QpType::Uc {
+            self.enter_send_queue_error(shared);
+        } else {
+            self.enter_error(shared);
+        }
     }
 
     /// Moves the send cursor back to `psn` for go-back-N retransmission.

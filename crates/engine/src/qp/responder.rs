@@ -163,6 +163,9 @@ fn key_error_nak(_: KeyError) -> Refusal {
 impl Qp {
     /// A request packet arrived for this QP's responder.
     pub fn handle_request(&mut self, shared: &mut Shared, pkt: &RocePacket<&[u8]>) {
+        if self.transport() == Transport::Uc {
+            return self.handle_uc_request(shared, pkt);
+        }
         if !matches!(self.state(), QpState::Rtr | QpState::Rts | QpState::Sqd) {
             shared.counters.drop_bad_state += 1;
             return;
@@ -221,6 +224,37 @@ impl Qp {
                 });
             }
         }
+    }
+
+    /// A UC request (IBA 9.8.3): no ACK or NAK ever. A packet whose PSN is not the
+    /// expected one means packets were lost: the message in progress is
+    /// dropped (its receive WQE stays at the head of the queue to be reused),
+    /// and reception resumes at the next First or Only packet. A message that
+    /// fails any check is dropped silently too.
+    fn handle_uc_request(&mut self, shared: &mut Shared, pkt: &RocePacket<&[u8]>) {
+        if !matches!(
+            self.state(),
+            QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
+        ) {
+            shared.counters.drop_bad_state += 1;
+            return;
+        }
+        let psn = pkt.bth().psn();
+        if psn != self.resp.epsn {
+            self.resp.msg = None;
+            if !pkt.info().position.starts_message() {
+                shared.counters.drop_out_of_sequence += 1;
+                return;
+            }
+            self.resp.epsn = psn;
+        }
+        if self.execute(shared, pkt).is_err() {
+            self.resp.msg = None;
+            self.resp.epsn = psn.next();
+            shared.counters.uc_messages_dropped += 1;
+        }
+        // Nothing is ever sent back on UC, whatever the packet asked for.
+        self.resp.out.clear();
     }
 
     /// Checks 2 onwards, then execution, for the packet with the expected PSN.

@@ -31,6 +31,8 @@ pub struct PairOpts {
     pub max_rd_atomic: u8,
     pub max_dest_rd_atomic: u8,
     pub sq_sig_all: bool,
+    /// RC (default) or UC.
+    pub qp_type: QpType,
     pub psn_a: u32,
     pub psn_b: u32,
 }
@@ -63,6 +65,7 @@ impl Default for PairOpts {
             max_rd_atomic: 4,
             max_dest_rd_atomic: 4,
             sq_sig_all: false,
+            qp_type: QpType::Rc,
             psn_a: 0x10,
             psn_b: 0xff_fff0, // close to the wrap, so every test crosses it
         }
@@ -111,7 +114,7 @@ fn make_side(sim: &mut Sim<Engine>, addr: SocketAddr, opts: &PairOpts) -> Side {
             pd,
             send_cq,
             recv_cq,
-            qp_type: QpType::Rc,
+            qp_type: opts.qp_type,
             cap: opts.cap,
             sq_sig_all: opts.sq_sig_all,
         })
@@ -165,19 +168,16 @@ pub fn connect(
         av: Some(peer),
         ..QpAttr::default()
     };
-    e.modify_qp(
-        qp,
-        &rtr,
-        QpAttrMask::STATE
-            | QpAttrMask::AV
-            | QpAttrMask::PATH_MTU
-            | QpAttrMask::DEST_QPN
-            | QpAttrMask::RQ_PSN
-            | QpAttrMask::MAX_DEST_RD_ATOMIC
-            | QpAttrMask::MIN_RNR_TIMER,
-        now,
-    )
-    .unwrap();
+    let uc = opts.qp_type == QpType::Uc;
+    let mut mask = QpAttrMask::STATE
+        | QpAttrMask::AV
+        | QpAttrMask::PATH_MTU
+        | QpAttrMask::DEST_QPN
+        | QpAttrMask::RQ_PSN;
+    if !uc {
+        mask |= QpAttrMask::MAX_DEST_RD_ATOMIC | QpAttrMask::MIN_RNR_TIMER;
+    }
+    e.modify_qp(qp, &rtr, mask, now).unwrap();
     let rts = QpAttr {
         qp_state: QpState::Rts,
         sq_psn,
@@ -187,18 +187,14 @@ pub fn connect(
         max_rd_atomic: opts.max_rd_atomic,
         ..QpAttr::default()
     };
-    e.modify_qp(
-        qp,
-        &rts,
-        QpAttrMask::STATE
-            | QpAttrMask::SQ_PSN
-            | QpAttrMask::TIMEOUT
+    let mut mask = QpAttrMask::STATE | QpAttrMask::SQ_PSN;
+    if !uc {
+        mask |= QpAttrMask::TIMEOUT
             | QpAttrMask::RETRY_CNT
             | QpAttrMask::RNR_RETRY
-            | QpAttrMask::MAX_QP_RD_ATOMIC,
-        now,
-    )
-    .unwrap();
+            | QpAttrMask::MAX_QP_RD_ATOMIC;
+    }
+    e.modify_qp(qp, &rts, mask, now).unwrap();
 }
 
 impl Pair {
