@@ -114,6 +114,10 @@ pub struct PingpongArgs {
     /// Path MTU in bytes (256, 512, 1024, 2048 or 4096; 1024 as ibv_rc_pingpong).
     #[arg(long, default_value_t = 1024)]
     mtu: u32,
+    /// Use an unreliable connected (UC) QP, like ibv_uc_pingpong: a lost message
+    /// is not recovered, so this needs a lossless path.
+    #[arg(long)]
+    uc: bool,
 }
 
 /// The operation a benchmark measures.

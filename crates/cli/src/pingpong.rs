@@ -74,7 +74,13 @@ fn session(a: &PingpongArgs, ctrl: &mut Ctrl, mtu: softverbs::Mtu, size: usize) 
     let pd = ctx.alloc_pd()?;
     let rx_depth = RX_DEPTH.min(a.iters.max(1));
     let cq = ctx.create_cq(RX_DEPTH + TX_DEPTH + 8, None)?;
+    let qp_type = if a.uc {
+        softverbs::QpType::Uc
+    } else {
+        softverbs::QpType::Rc
+    };
     let qp = QpBuilder::new(&pd, &cq)
+        .qp_type(qp_type)
         .cap(QpCap {
             max_send_wr: TX_DEPTH,
             max_recv_wr: RX_DEPTH,

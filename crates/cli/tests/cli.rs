@@ -367,34 +367,33 @@ fn perf_rejects_mismatched_operations_and_bad_sizes() {
 }
 
 fn pingpong(env: &[(&str, &str)], iters: &str) {
+    pingpong_with(env, iters, &[]);
+}
+
+fn pingpong_with(env: &[(&str, &str)], iters: &str, extra: &[&str]) {
     let port = free_port().to_string();
-    let server = spawn(
-        &[
-            "pingpong",
-            "--server",
-            "-p",
-            &port,
-            "--validate",
-            "-n",
-            iters,
-        ],
-        env,
-    );
-    let client = finish(
-        spawn(
-            &[
-                "pingpong",
-                "127.0.0.1",
-                "-p",
-                &port,
-                "--validate",
-                "-n",
-                iters,
-            ],
-            env,
-        ),
-        "pingpong client",
-    );
+    let mut server_args = vec![
+        "pingpong",
+        "--server",
+        "-p",
+        &port,
+        "--validate",
+        "-n",
+        iters,
+    ];
+    server_args.extend_from_slice(extra);
+    let server = spawn(&server_args, env);
+    let mut client_args = vec![
+        "pingpong",
+        "127.0.0.1",
+        "-p",
+        &port,
+        "--validate",
+        "-n",
+        iters,
+    ];
+    client_args.extend_from_slice(extra);
+    let client = finish(spawn(&client_args, env), "pingpong client");
     let server = finish(server, "pingpong server");
     for (who, out) in [("client", &client), ("server", &server)] {
         assert!(
@@ -418,6 +417,12 @@ fn pingpong(env: &[(&str, &str)], iters: &str) {
 fn pingpong_validates_every_byte() {
     let _g = heavy();
     pingpong(&[], "300");
+}
+
+#[test]
+fn uc_pingpong_validates_every_byte() {
+    let _g = heavy();
+    pingpong_with(&[], "200", &["--uc", "-s", "10000"]);
 }
 
 #[test]

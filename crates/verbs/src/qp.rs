@@ -71,6 +71,7 @@ impl QpBuilder {
             handle: Arc::clone(driver),
             qp,
             qpn,
+            qp_type: self.qp_type,
             _pd: Arc::clone(&self.pd.inner),
             _send_cq: Arc::clone(&self.send_cq.inner),
             _recv_cq: Arc::clone(&self.recv_cq.inner),
@@ -152,6 +153,7 @@ pub struct Qp {
     handle: Arc<DriverHandle>,
     qp: QpHandle,
     qpn: Qpn,
+    qp_type: QpType,
     _pd: Arc<PdInner>,
     _send_cq: Arc<CqInner>,
     _recv_cq: Arc<CqInner>,
@@ -170,6 +172,11 @@ impl Drop for Qp {
 }
 
 impl Qp {
+    /// The transport type.
+    pub fn qp_type(&self) -> QpType {
+        self.qp_type
+    }
+
     /// The QP number.
     pub fn qpn(&self) -> Qpn {
         self.qpn
@@ -214,16 +221,16 @@ impl Qp {
             av: Some(a.remote.addr),
             ..QpAttr::default()
         };
-        self.modify(
-            &attr,
-            QpAttrMask::STATE
-                | QpAttrMask::AV
-                | QpAttrMask::PATH_MTU
-                | QpAttrMask::DEST_QPN
-                | QpAttrMask::RQ_PSN
-                | QpAttrMask::MAX_DEST_RD_ATOMIC
-                | QpAttrMask::MIN_RNR_TIMER,
-        )
+        let mut mask = QpAttrMask::STATE
+            | QpAttrMask::AV
+            | QpAttrMask::PATH_MTU
+            | QpAttrMask::DEST_QPN
+            | QpAttrMask::RQ_PSN;
+        // UC has no READ/atomic responder resources and no RNR (IBA table 91).
+        if self.qp_type == QpType::Rc {
+            mask |= QpAttrMask::MAX_DEST_RD_ATOMIC | QpAttrMask::MIN_RNR_TIMER;
+        }
+        self.modify(&attr, mask)
     }
 
     /// RTR → RTS.
@@ -237,15 +244,15 @@ impl Qp {
             max_rd_atomic: a.max_rd_atomic,
             ..QpAttr::default()
         };
-        self.modify(
-            &attr,
-            QpAttrMask::STATE
-                | QpAttrMask::SQ_PSN
-                | QpAttrMask::TIMEOUT
+        let mut mask = QpAttrMask::STATE | QpAttrMask::SQ_PSN;
+        // UC is unacknowledged: no timeout, retries or READ/atomic limits.
+        if self.qp_type == QpType::Rc {
+            mask |= QpAttrMask::TIMEOUT
                 | QpAttrMask::RETRY_CNT
                 | QpAttrMask::RNR_RETRY
-                | QpAttrMask::MAX_QP_RD_ATOMIC,
-        )
+                | QpAttrMask::MAX_QP_RD_ATOMIC;
+        }
+        self.modify(&attr, mask)
     }
 
     /// RTS → SQD: no new work starts; what was started completes. With
