@@ -45,6 +45,8 @@ pub struct EngineConfig {
     pub send_window: u32,
     /// The requester asks for an ACK at least every this many packets.
     pub ack_req_interval: u32,
+    /// The port's active MTU: what UD QPs use (they have no path MTU attribute).
+    pub port_mtu: crate::types::Mtu,
 }
 
 impl EngineConfig {
@@ -65,6 +67,7 @@ impl EngineConfig {
             max_msg_size: 1 << 31,
             send_window: 1024,
             ack_req_interval: 64,
+            port_mtu: crate::types::Mtu::Mtu4096,
         }
     }
 }

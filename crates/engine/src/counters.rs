@@ -49,6 +49,8 @@ pub struct Counters {
     pub drop_out_of_sequence: u64,
     /// UC messages dropped by the responder (a check failed or no receive WQE).
     pub uc_messages_dropped: u64,
+    /// UD messages dropped: wrong Q_Key, no receive WQE, or too long.
+    pub ud_messages_dropped: u64,
     /// Congestion notification packets received (ignored).
     pub cnp_received: u64,
     /// Completions lost to a full CQ.
@@ -57,7 +59,7 @@ pub struct Counters {
 
 impl Counters {
     /// Every counter with its name, in declaration order.
-    pub fn named(&self) -> [(&'static str, u64); 24] {
+    pub fn named(&self) -> [(&'static str, u64); 25] {
         [
             ("tx_packets", self.tx_packets),
             ("tx_bytes", self.tx_bytes),
@@ -81,6 +83,7 @@ impl Counters {
             ("drop_bad_pkey", self.drop_bad_pkey),
             ("drop_out_of_sequence", self.drop_out_of_sequence),
             ("uc_messages_dropped", self.uc_messages_dropped),
+            ("ud_messages_dropped", self.ud_messages_dropped),
             ("cnp_received", self.cnp_received),
             ("cq_overruns", self.cq_overruns),
         ]

@@ -347,7 +347,7 @@ impl Engine {
     /// Creates a QP in RESET; returns its handle and QPN.
     pub fn create_qp(&mut self, init: QpInitAttr) -> Result<(QpHandle, Qpn), ResourceError> {
         if !Qp::supported(init.qp_type) {
-            return Err(ResourceError::Unsupported("UD QPs (RC and UC only so far)"));
+            return Err(ResourceError::Unsupported("this QP type"));
         }
         let cfg = &self.shared.config;
         let cap = init.cap;
@@ -383,6 +383,7 @@ impl Engine {
         if let Some(qp) = self.qps.get_mut(h) {
             qp.handle = handle;
             qp.qpn = qpn;
+            qp.port_mtu = self.shared.config.port_mtu;
         }
         if let Some(p) = self.pds.get_mut(init.pd.0) {
             p.users += 1;
@@ -451,6 +452,11 @@ impl Engine {
         }
         // UC carries SEND and RDMA WRITE only (IBA 9.8.1, table 37).
         if q.init.qp_type == QpType::Uc && wr.op.is_read_or_atomic() {
+            return Err(PostError::InvalidOpcode);
+        }
+        // UD sends name their destination; connected QPs cannot.
+        let ud_op = matches!(wr.op, crate::wr::SendOp::UdSend { .. });
+        if ud_op != (q.init.qp_type == QpType::Ud) {
             return Err(PostError::InvalidOpcode);
         }
         if matches!(wr.payload, Payload::Inline(_)) && wr.op.is_read_or_atomic() {
@@ -533,7 +539,7 @@ impl Engine {
         self.shared.counters.rx_packets += 1;
         self.shared.counters.rx_bytes += data.len() as u64;
         if pkt.info().is_request {
-            q.handle_request(&mut self.shared, &pkt);
+            q.handle_request(&mut self.shared, &pkt, src);
         } else {
             q.handle_response(&mut self.shared, now, &pkt);
         }
@@ -589,7 +595,8 @@ impl Engine {
             self.shared.counters.drop_bad_state += 1;
             return None;
         }
-        if q.peer() != Some(src) {
+        // Connected QPs take packets from their peer only; UD from anyone.
+        if q.init.qp_type != QpType::Ud && q.peer() != Some(src) {
             self.shared.counters.drop_wrong_source += 1;
             return None;
         }
@@ -647,13 +654,13 @@ impl Engine {
             let Some(q) = self.qps.get_mut(qp.0) else {
                 continue;
             };
+            // Answers go to the QP's peer; requests say where they go (UD).
             let produced = if q.resp.has_output(q.state()) {
-                q.poll_response(&mut self.shared, buf)
+                q.poll_response(&mut self.shared, buf).zip(q.peer())
             } else {
                 None
             };
             let produced = produced.or_else(|| q.poll_request(&mut self.shared, now, buf));
-            let dst = q.peer();
             let more = q.resp.has_output(q.state()) || q.requester_ready();
             if more {
                 self.ready.push_back(qp);
@@ -661,7 +668,7 @@ impl Engine {
                 q.scheduled = false;
             }
             self.rearm(qp);
-            if let (Some(len), Some(dst)) = (produced, dst) {
+            if let Some((len, dst)) = produced {
                 self.shared.counters.tx_packets += 1;
                 self.shared.counters.tx_bytes += len as u64;
                 return Some(Transmit { dst, len });

@@ -100,4 +100,9 @@ pub struct WorkCompletion {
     pub src_qp: Qpn,
     /// The solicited event bit of the message (receives).
     pub solicited: bool,
+    /// Where a UD message came from (its device's UDP endpoint), for replies
+    /// (`ah_from_wc`).
+    pub src_addr: Option<std::net::SocketAddr>,
+    /// The first 40 bytes of the receive buffer hold a GRH (UD receives).
+    pub grh: bool,
 }

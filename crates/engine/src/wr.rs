@@ -75,6 +75,19 @@ pub enum SendOp {
         /// Addend.
         add: u64,
     },
+    /// UD SEND (with immediate data when `imm` is set) of at most one path MTU to
+    /// `remote_qpn` at `dest` (IBA 9.8.4). A `remote_qkey` with its top bit set
+    /// means "use this QP's own Q_Key" (IBA 10.2.4).
+    UdSend {
+        /// The destination device's UDP endpoint (from an address handle).
+        dest: std::net::SocketAddr,
+        /// The destination QP.
+        remote_qpn: softverbs_wire::Qpn,
+        /// The Q_Key the destination QP expects.
+        remote_qkey: softverbs_wire::Qkey,
+        /// Immediate data.
+        imm: Option<u32>,
+    },
 }
 
 impl SendOp {

@@ -819,6 +819,8 @@ impl<'w> Driver<'w> {
                     qp_num: ids.qpn,
                     src_qp: peer.qpn,
                     solicited: rv.solicited,
+                    src_addr: None,
+                    grh: false,
                 };
                 if *wc != want || k >= p.recv_posted {
                     return Err(format!(

@@ -75,6 +75,8 @@ pub(crate) struct Qp {
     pub timer_entry: Option<Instant>,
     /// Most unacknowledged PSNs in flight.
     pub req_window: u32,
+    /// The port's MTU (UD messages are at most this long).
+    pub port_mtu: crate::types::Mtu,
 }
 
 impl Qp {
@@ -99,6 +101,7 @@ impl Qp {
             scheduled: false,
             timer_entry: None,
             req_window,
+            port_mtu: crate::types::Mtu::Mtu4096,
         }
     }
 
@@ -107,7 +110,10 @@ impl Qp {
     }
 
     pub fn mtu(&self) -> u32 {
-        self.attr.path_mtu.bytes()
+        match self.init.qp_type {
+            QpType::Ud => self.port_mtu.bytes(),
+            _ => self.attr.path_mtu.bytes(),
+        }
     }
 
     /// The peer's address, once the QP has one.
@@ -322,9 +328,10 @@ impl Qp {
             return;
         }
         let (opcode, byte_len) = match wqe.op {
-            SendOp::Send | SendOp::SendWithImm { .. } | SendOp::SendWithInv { .. } => {
-                (WcOpcode::Send, 0)
-            }
+            SendOp::Send
+            | SendOp::SendWithImm { .. }
+            | SendOp::SendWithInv { .. }
+            | SendOp::UdSend { .. } => (WcOpcode::Send, 0),
             SendOp::RdmaWrite { .. } | SendOp::RdmaWriteWithImm { .. } => (WcOpcode::RdmaWrite, 0),
             SendOp::RdmaRead { .. } => (WcOpcode::RdmaRead, wqe.length),
             SendOp::AtomicCmpSwap { .. } => (WcOpcode::CompSwap, 8),
@@ -366,7 +373,7 @@ impl Qp {
 
     /// Whether the QP type is one this engine implements.
     pub fn supported(qp_type: QpType) -> bool {
-        matches!(qp_type, QpType::Rc | QpType::Uc)
+        matches!(qp_type, QpType::Rc | QpType::Uc | QpType::Ud)
     }
 
     /// The transport this QP's packets use.

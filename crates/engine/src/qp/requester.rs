@@ -16,9 +16,10 @@ use crate::wc::WcStatus;
 use crate::wr::{SendFlags, SendOp};
 use softverbs_wire::packet::BTH_LEN;
 use softverbs_wire::{
-    AtomicEthRepr, BthRepr, HeaderSet, OpKind, Opcode, PacketRepr, Position, Psn, Qpn, RethRepr,
-    Transport,
+    AtomicEthRepr, BthRepr, DethRepr, HeaderSet, OpKind, Opcode, PacketRepr, Position, Psn, Qkey,
+    Qpn, RethRepr, Transport,
 };
+use std::net::SocketAddr;
 
 /// Requester progress of one QP.
 #[derive(Debug, Clone, Default)]
@@ -168,6 +169,10 @@ impl Qp {
         if wqe.length > shared.config.max_msg_size {
             return Err(WcStatus::LocLenErr);
         }
+        // A UD message is one packet (IBA 9.8.4).
+        if matches!(wqe.op, SendOp::UdSend { .. }) && wqe.length > mtu {
+            return Err(WcStatus::LocLenErr);
+        }
         let local_access = if wqe.op.is_read_or_atomic() {
             AccessFlags::LOCAL_WRITE
         } else {
@@ -211,7 +216,7 @@ impl Qp {
         shared: &mut Shared,
         now: Instant,
         buf: &mut [u8],
-    ) -> Option<usize> {
+    ) -> Option<(usize, SocketAddr)> {
         if !self.requester_ready() {
             return None;
         }
@@ -226,7 +231,14 @@ impl Qp {
         let mtu = self.mtu();
         let k = self.req.cursor_pkt;
         let psn = wqe.first_psn.add(k);
-        let dst = self.peer()?;
+        // UD names its destination in each work request; connected QPs have one
+        // peer.
+        let (dst, dest_qp_ud) = match wqe.op {
+            SendOp::UdSend {
+                dest, remote_qpn, ..
+            } => (dest, Some(remote_qpn)),
+            _ => (self.peer()?, None),
+        };
         let dest_qp = Qpn::new(self.attr.dest_qp_num);
 
         let (kind, headers_extra) = match wqe.op {
@@ -238,6 +250,10 @@ impl Qp {
             SendOp::RdmaRead { .. } => (OpKind::RdmaReadRequest, HeaderSet::NONE),
             SendOp::AtomicCmpSwap { .. } => (OpKind::CompareSwap, HeaderSet::NONE),
             SendOp::AtomicFetchAdd { .. } => (OpKind::FetchAdd, HeaderSet::NONE),
+            SendOp::UdSend { imm: None, .. } => (OpKind::Send, HeaderSet::DETH),
+            SendOp::UdSend { imm: Some(_), .. } => {
+                (OpKind::Send, HeaderSet::DETH.with(HeaderSet::IMMDT))
+            }
         };
         let is_read = kind == OpKind::RdmaReadRequest;
         let pos = if is_read || wqe.op.is_atomic() {
@@ -263,6 +279,7 @@ impl Qp {
         }
         let opcode = Opcode::find(self.transport(), kind, pos, headers)?;
         let reliable = self.transport() == Transport::Rc;
+        let dest_qp = dest_qp_ud.unwrap_or(dest_qp);
 
         let mut bth = BthRepr::new(opcode, dest_qp, psn);
         self.req.since_ack_req += 1;
@@ -289,6 +306,21 @@ impl Qp {
                 repr.immdt = Some(imm);
             }
             SendOp::SendWithInv { rkey } if pos.ends_message() => repr.ieth = Some(rkey),
+            SendOp::UdSend {
+                remote_qkey, imm, ..
+            } => {
+                // A Q_Key with the top bit set asks for the QP's own (IBA 10.2.4).
+                let qkey = if remote_qkey.is_controlled() {
+                    Qkey(self.attr.qkey)
+                } else {
+                    remote_qkey
+                };
+                repr.deth = Some(DethRepr {
+                    qkey,
+                    src_qp: self.qpn,
+                });
+                repr.immdt = imm;
+            }
             _ => {}
         }
         match wqe.op {
@@ -379,12 +411,12 @@ impl Qp {
                 self.sq.get_mut(seq).done = Some(WcStatus::Success);
                 self.retire(shared);
             }
-            return Some(len);
+            return Some((len, dst));
         }
         if self.req.retrans_deadline.is_none() {
             self.req.retrans_deadline = timers::ack_timeout(self.attr.timeout).map(|d| now + d);
         }
-        Some(len)
+        Some((len, dst))
     }
 
     /// Ends a WQE with a local error: the QP goes to ERR and the rest is flushed.
@@ -395,7 +427,7 @@ impl Qp {
         // Earlier WQEs that were transport-complete keep their status; the failed
         // one reports its error; everything after is flushed. A UC QP only loses
         // its send queue (SQE); an RC QP goes to ERR.
-        if self.init.qp_type == crate::types::QpType::Uc {
+        if self.init.qp_type != crate::types::QpType::Rc {
             self.enter_send_queue_error(shared);
         } else {
             self.enter_error(shared);

@@ -22,6 +22,56 @@ use softverbs_wire::{
     PacketRepr, Position, Psn, Qpn, Rkey, RocePacket, Transport,
 };
 use std::collections::VecDeque;
+use std::net::{IpAddr, SocketAddr};
+
+/// Bytes of GRH area at the start of every UD receive buffer.
+pub(crate) const GRH_LEN: usize = 40;
+
+/// The GRH area for a UD message that arrived from `src` at `dst` in a UDP
+/// datagram of `udp_payload` bytes: for IPv4 the IPv4 header fills the last 20
+/// bytes (the first 20 are zero), for IPv6 the IPv6 header fills all 40 — what a
+/// RoCEv2 device reports.
+pub(crate) fn grh_for(src: SocketAddr, dst: SocketAddr, udp_payload: usize) -> [u8; GRH_LEN] {
+    let mut g = [0u8; GRH_LEN];
+    let v4 = |ip: IpAddr| match ip {
+        IpAddr::V4(a) => Some(a),
+        IpAddr::V6(a) => a.to_ipv4_mapped(),
+    };
+    match (v4(src.ip()), v4(dst.ip())) {
+        (Some(s), Some(d)) => {
+            let h = &mut g[20..];
+            let total = (20 + 8 + udp_payload) as u16;
+            h[0] = 0x45;
+            h[2..4].copy_from_slice(&total.to_be_bytes());
+            h[6] = 0x40; // DF
+            h[8] = 64; // TTL
+            h[9] = 17; // UDP
+            h[12..16].copy_from_slice(&s.octets());
+            h[16..20].copy_from_slice(&d.octets());
+            let mut sum = 0u32;
+            for pair in h.chunks(2) {
+                sum += u32::from(u16::from_be_bytes([pair[0], pair[1]]));
+            }
+            while sum > 0xffff {
+                sum = (sum & 0xffff) + (sum >> 16);
+            }
+            h[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+        }
+        _ => {
+            let v6 = |ip: IpAddr| match ip {
+                IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
+                IpAddr::V6(a) => a.octets(),
+            };
+            g[0] = 0x60;
+            g[4..6].copy_from_slice(&((8 + udp_payload) as u16).to_be_bytes());
+            g[6] = 17;
+            g[7] = 64;
+            g[8..24].copy_from_slice(&v6(src.ip()));
+            g[24..40].copy_from_slice(&v6(dst.ip()));
+        }
+    }
+    g
+}
 
 /// A multi-packet message being received.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -162,9 +212,16 @@ fn key_error_nak(_: KeyError) -> Refusal {
 
 impl Qp {
     /// A request packet arrived for this QP's responder.
-    pub fn handle_request(&mut self, shared: &mut Shared, pkt: &RocePacket<&[u8]>) {
-        if self.transport() == Transport::Uc {
-            return self.handle_uc_request(shared, pkt);
+    pub fn handle_request(
+        &mut self,
+        shared: &mut Shared,
+        pkt: &RocePacket<&[u8]>,
+        src: SocketAddr,
+    ) {
+        match self.transport() {
+            Transport::Uc => return self.handle_uc_request(shared, pkt),
+            Transport::Ud => return self.handle_ud_request(shared, pkt, src),
+            _ => {}
         }
         if !matches!(self.state(), QpState::Rtr | QpState::Rts | QpState::Sqd) {
             shared.counters.drop_bad_state += 1;
@@ -224,6 +281,60 @@ impl Qp {
                 });
             }
         }
+    }
+
+    /// A UD SEND (IBA 9.8.4, 10.2.4): checked against the QP's Q_Key, placed after
+    /// the 40-byte GRH area at the start of the receive buffer (IBA 11.4.1.1:
+    /// verbs leave room for the GRH; for RoCEv2 it holds the IP header the
+    /// message came with). Anything that does not fit is dropped silently, as
+    /// UD is.
+    fn handle_ud_request(&mut self, shared: &mut Shared, pkt: &RocePacket<&[u8]>, src: SocketAddr) {
+        if !matches!(
+            self.state(),
+            QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
+        ) {
+            shared.counters.drop_bad_state += 1;
+            return;
+        }
+        let Some(deth) = pkt.deth() else { return };
+        if deth.qkey().0 != self.attr.qkey {
+            shared.counters.ud_messages_dropped += 1;
+            return;
+        }
+        let Some((wqe, sges)) = self.rq.front() else {
+            shared.counters.ud_messages_dropped += 1;
+            return;
+        };
+        let payload = pkt.payload();
+        let total = GRH_LEN + payload.len();
+        if total > wqe.length as usize {
+            shared.counters.ud_messages_dropped += 1;
+            self.fail_recv(shared, WcStatus::LocLenErr);
+            return;
+        }
+        let grh = grh_for(src, shared.config.local_addr, pkt.as_bytes().len());
+        let pd = self.init.pd;
+        if shared.scatter(pd, sges, 0, &grh).is_err()
+            || shared.scatter(pd, sges, GRH_LEN as u32, payload).is_err()
+        {
+            self.fail_recv(shared, WcStatus::LocProtErr);
+            return;
+        }
+        let Some(wqe) = self.rq.pop() else { return };
+        let wc = WorkCompletion {
+            wr_id: wqe.wr_id,
+            status: WcStatus::Success,
+            opcode: WcOpcode::Recv,
+            byte_len: total as u32,
+            imm_data: pkt.immdt().map(|h| h.imm()),
+            qp_num: self.qpn,
+            src_qp: deth.src_qp(),
+            solicited: pkt.bth().solicited(),
+            src_addr: Some(src),
+            grh: true,
+            ..WorkCompletion::default()
+        };
+        shared.complete(self.init.recv_cq, wc);
     }
 
     /// A UC request (IBA 9.8.3): no ACK or NAK ever. A packet whose PSN is not the
@@ -561,6 +672,10 @@ impl Qp {
             qp_num: self.qpn,
             src_qp: Qpn::new(self.attr.dest_qp_num),
             solicited: pkt.bth().solicited(),
+            // Connected QPs know their peer; only UD completions say where
+            // the message came from.
+            src_addr: None,
+            grh: false,
         };
         shared.complete(self.init.recv_cq, wc);
     }
