@@ -185,6 +185,7 @@ impl Driver {
         };
         let mut ecfg = EngineConfig::new(local);
         ecfg.icrc = config.icrc;
+        ecfg.port_mtu = active_mtu;
         let state = State {
             engine: Engine::new(ecfg),
             tx: SendBatch::new(MAX_DATAGRAM, config.gso && config.faults.is_none()),

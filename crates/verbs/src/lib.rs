@@ -35,7 +35,7 @@ pub use context::{Context, Device, DeviceAttr, LinkLayer, PortAttr, PortState};
 pub use cq::{CompletionChannel, Cq};
 pub use gid::{Gid, ROCE_PORT};
 pub use pd::{Mr, PageAligned, Pd, RawMr, StableBuffer};
-pub use qp::{InitAttr, Qp, QpBuilder, RemoteQp, RtrAttr, RtsAttr};
+pub use qp::{AddressHandle, InitAttr, Qp, QpBuilder, RemoteQp, RtrAttr, RtsAttr};
 pub use softverbs_engine::{
     AccessFlags, AsyncEvent, Counters, CqHandle, IcrcPolicy, Mtu, Payload, QpAttr, QpAttrMask,
     QpCap, QpState, QpType, Qpn, Rkey, SendFlags, SendOp, SendWr, Sge, WcOpcode, WcStatus,

@@ -233,6 +233,31 @@ impl Qp {
         self.modify(&attr, mask)
     }
 
+    /// RESET → INIT for a UD QP: datagrams it receives must carry `qkey`.
+    pub fn ud_to_init(&self, qkey: u32) -> Result<(), ModifyQpError> {
+        let attr = QpAttr {
+            qp_state: QpState::Init,
+            qkey,
+            port_num: 1,
+            ..QpAttr::default()
+        };
+        self.modify(
+            &attr,
+            QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::QKEY,
+        )
+    }
+
+    /// INIT → RTR for a UD QP (no peer: it takes datagrams from anyone).
+    pub fn ud_to_rtr(&self) -> Result<(), ModifyQpError> {
+        self.modify(
+            &QpAttr {
+                qp_state: QpState::Rtr,
+                ..QpAttr::default()
+            },
+            QpAttrMask::STATE,
+        )
+    }
+
     /// RTR → RTS.
     pub fn to_rts(&self, a: RtsAttr) -> Result<(), ModifyQpError> {
         let attr = QpAttr {
@@ -347,5 +372,59 @@ impl Qp {
     /// The engine handle.
     pub fn handle(&self) -> QpHandle {
         self.qp
+    }
+}
+
+/// Where a UD datagram goes: a device's UDP endpoint (IBA 11.2.2: an address
+/// handle; here from a GID, a LID on this host, or a received completion).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AddressHandle {
+    addr: SocketAddr,
+}
+
+impl AddressHandle {
+    /// The device a GID names.
+    pub fn from_gid(gid: Gid) -> AddressHandle {
+        AddressHandle {
+            addr: gid.to_socket_addr(),
+        }
+    }
+
+    /// The device at this UDP endpoint.
+    pub fn from_addr(addr: SocketAddr) -> AddressHandle {
+        AddressHandle { addr }
+    }
+
+    /// The device on this host with LID `lid`, as seen from `ctx`.
+    pub fn from_lid(ctx: &crate::Context, lid: u16) -> AddressHandle {
+        AddressHandle {
+            addr: ctx.lid_to_addr(lid),
+        }
+    }
+
+    /// The sender of a received UD message, to reply to (`ibv_create_ah_from_wc`);
+    /// `None` for completions that are not UD receives.
+    pub fn from_wc(wc: &softverbs_engine::WorkCompletion) -> Option<AddressHandle> {
+        wc.src_addr.map(|addr| AddressHandle { addr })
+    }
+
+    /// The destination's UDP endpoint.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// A UD SEND to `remote_qpn` behind this address with `remote_qkey`.
+    pub fn send(
+        &self,
+        remote_qpn: Qpn,
+        remote_qkey: u32,
+        imm: Option<u32>,
+    ) -> softverbs_engine::SendOp {
+        softverbs_engine::SendOp::UdSend {
+            dest: self.addr,
+            remote_qpn,
+            remote_qkey: softverbs_wire::Qkey(remote_qkey),
+            imm,
+        }
     }
 }

@@ -362,3 +362,64 @@ fn busy_polling_progress_thread_works() {
         assert_eq!(a.cq.wait_for(1, WAIT)[0].status, WcStatus::Success);
     }
 }
+
+#[test]
+fn ud_datagrams_and_replies_over_udp() {
+    const QKEY: u32 = 0x0123_4567;
+    let mk = || {
+        let ctx = Device::with_config("ud", Config::default()).open().unwrap();
+        let pd = ctx.alloc_pd().unwrap();
+        let cq = ctx.create_cq(64, None).unwrap();
+        let qp = QpBuilder::new(&pd, &cq)
+            .qp_type(QpType::Ud)
+            .build()
+            .unwrap();
+        qp.ud_to_init(QKEY).unwrap();
+        qp.ud_to_rtr().unwrap();
+        qp.to_rts(RtsAttr {
+            sq_psn: 1,
+            ..RtsAttr::default()
+        })
+        .unwrap();
+        let mr = pd
+            .reg_mr(vec![0u8; 65536], AccessFlags::LOCAL_WRITE)
+            .unwrap();
+        (ctx, pd, cq, qp, mr)
+    };
+    let (a_ctx, _a_pd, a_cq, a_qp, a_mr) = mk();
+    let (b_ctx, _b_pd, b_cq, b_qp, b_mr) = mk();
+    // B posts a receive (with room for the 40-byte GRH area); A sends by GID.
+    b_qp.post_recv(1, &[b_mr.sge(0, 4096 + 40)]).unwrap();
+    a_qp.post_recv(2, &[a_mr.sge(8192, 4096 + 40)]).unwrap();
+    a_mr.write(0, b"ping over UD");
+    let ah = AddressHandle::from_gid(b_ctx.gid());
+    let sges = [a_mr.sge(0, 12)];
+    a_qp.post_send(&SendWr::new(1, ah.send(b_qp.qpn(), QKEY, Some(5)), &sges))
+        .unwrap();
+    assert_eq!(a_cq.wait_for(1, WAIT)[0].status, WcStatus::Success);
+    let wc = b_cq.wait_for(1, WAIT)[0];
+    assert_eq!(
+        (wc.status, wc.byte_len, wc.imm_data, wc.src_qp),
+        (WcStatus::Success, 52, Some(5), a_qp.qpn())
+    );
+    let mut got = [0u8; 12];
+    b_mr.read(40, &mut got);
+    assert_eq!(&got, b"ping over UD");
+    // B answers whoever sent it, using an address handle made from the completion.
+    let back = AddressHandle::from_wc(&wc).unwrap();
+    assert_eq!(back.addr(), a_ctx.local_addr());
+    b_mr.write(100, b"pong");
+    let sges = [b_mr.sge(100, 4)];
+    b_qp.post_send(&SendWr::new(9, back.send(wc.src_qp, QKEY, None), &sges))
+        .unwrap();
+    let wc = a_cq.wait_for(1, WAIT);
+    assert!(
+        wc.iter().any(|w| w.wr_id == 2 && w.byte_len == 44),
+        "{wc:?}"
+    );
+    // A LID names a device on this host.
+    assert_eq!(
+        AddressHandle::from_lid(&a_ctx, b_ctx.lid()).addr(),
+        b_ctx.local_addr()
+    );
+}
