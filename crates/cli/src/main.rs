@@ -116,8 +116,12 @@ pub struct PingpongArgs {
     mtu: u32,
     /// Use an unreliable connected (UC) QP, like ibv_uc_pingpong: a lost message
     /// is not recovered, so this needs a lossless path.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "ud")]
     uc: bool,
+    /// Use an unreliable datagram (UD) QP, like ibv_ud_pingpong: messages of at
+    /// most one MTU, received after a 40-byte GRH area; needs a lossless path.
+    #[arg(long)]
+    ud: bool,
 }
 
 /// The operation a benchmark measures.

@@ -48,6 +48,9 @@ fn check(buf: &[u8], iter: u32, from_server: bool) -> Result<()> {
     Ok(())
 }
 
+/// The Q_Key UD ping-pong uses on both sides (as ibv_ud_pingpong does, a fixed one).
+const UD_QKEY: u32 = 0x1111_1111;
+
 pub fn run(a: &PingpongArgs) -> Result<()> {
     let mtu = parse_mtu(a.mtu)?;
     if a.size == 0 {
@@ -74,11 +77,21 @@ fn session(a: &PingpongArgs, ctrl: &mut Ctrl, mtu: softverbs::Mtu, size: usize) 
     let pd = ctx.alloc_pd()?;
     let rx_depth = RX_DEPTH.min(a.iters.max(1));
     let cq = ctx.create_cq(RX_DEPTH + TX_DEPTH + 8, None)?;
-    let qp_type = if a.uc {
+    let qp_type = if a.ud {
+        softverbs::QpType::Ud
+    } else if a.uc {
         softverbs::QpType::Uc
     } else {
         softverbs::QpType::Rc
     };
+    // UD receive buffers start with the 40-byte GRH area (ibv_ud_pingpong).
+    let grh = if a.ud { 40 } else { 0 };
+    if a.ud && size > ctx.query_port(1)?.active_mtu.bytes() as usize {
+        fail!(
+            "UD messages are at most one MTU ({} bytes)",
+            ctx.query_port(1)?.active_mtu.bytes()
+        );
+    }
     let qp = QpBuilder::new(&pd, &cq)
         .qp_type(qp_type)
         .cap(QpCap {
@@ -90,21 +103,38 @@ fn session(a: &PingpongArgs, ctrl: &mut Ctrl, mtu: softverbs::Mtu, size: usize) 
         })
         .build()?;
     // Slot 0 sends; slots 1..=RX_DEPTH receive.
+    let stride = size + grh;
     let mr = pd.reg_mr(
-        PageAligned::new(size * (RX_DEPTH as usize + 1)),
+        PageAligned::new(stride * (RX_DEPTH as usize + 1)),
         all_access(),
     )?;
-    let slot = |k: u64| (k as usize + 1) * size;
+    let slot = |k: u64| (k as usize + 1) * stride;
     // Receives are posted before the peer learns where we are.
-    qp.to_init(softverbs::InitAttr {
-        access: all_access(),
-    })?;
+    if a.ud {
+        qp.ud_to_init(UD_QKEY)?;
+    } else {
+        qp.to_init(softverbs::InitAttr {
+            access: all_access(),
+        })?;
+    }
     let mut recv_posted = 0u32;
     for k in 0..rx_depth {
-        qp.post_recv(k as u64, &[mr.sge(slot(k as u64), size as u32)])?;
+        qp.post_recv(k as u64, &[mr.sge(slot(k as u64), stride as u32)])?;
         recv_posted += 1;
     }
     let psn = random_psn(qp.qpn().value());
+    let connect = |remote: &QpInfo| -> Result<()> {
+        if a.ud {
+            qp.ud_to_rtr()?;
+            qp.to_rts(softverbs::RtsAttr {
+                sq_psn: psn,
+                ..Default::default()
+            })?;
+            Ok(())
+        } else {
+            rtr_rts(&ctx, &qp, psn, remote, mtu)
+        }
+    };
     let local = QpInfo {
         lid: ctx.lid(),
         qpn: qp.qpn().value(),
@@ -115,13 +145,13 @@ fn session(a: &PingpongArgs, ctrl: &mut Ctrl, mtu: softverbs::Mtu, size: usize) 
     };
     let remote = if server {
         let remote = QpInfo::from_pingpong(&ctrl.recv()?)?;
-        rtr_rts(&ctx, &qp, psn, &remote, mtu)?;
+        connect(&remote)?;
         ctrl.send(&local.to_pingpong())?;
         remote
     } else {
         ctrl.send(&local.to_pingpong())?;
         let remote = QpInfo::from_pingpong(&ctrl.recv()?)?;
-        rtr_rts(&ctx, &qp, psn, &remote, mtu)?;
+        connect(&remote)?;
         remote
     };
     for (what, i) in [("local address: ", &local), ("remote address:", &remote)] {
@@ -131,6 +161,15 @@ fn session(a: &PingpongArgs, ctrl: &mut Ctrl, mtu: softverbs::Mtu, size: usize) 
         );
     }
 
+    let op = if a.ud {
+        softverbs::AddressHandle::from_gid(remote.gid).send(
+            softverbs::Qpn::new(remote.qpn),
+            UD_QKEY,
+            None,
+        )
+    } else {
+        SendOp::Send
+    };
     let mut wcs = [WorkCompletion::default(); 16];
     let mut sends_out = 0u32;
     let mut send_buf = vec![0u8; size];
@@ -146,6 +185,7 @@ fn session(a: &PingpongArgs, ctrl: &mut Ctrl, mtu: softverbs::Mtu, size: usize) 
                 iter,
                 false,
                 size,
+                op,
                 &mut sends_out,
             )?;
         }
@@ -171,22 +211,32 @@ fn session(a: &PingpongArgs, ctrl: &mut Ctrl, mtu: softverbs::Mtu, size: usize) 
                 spin.idle("waiting for the peer's message")?;
             }
         };
-        if got.byte_len as usize != size {
+        if got.byte_len as usize != size + grh {
             fail!(
                 "message {iter}: received {} bytes, expected {size}",
                 got.byte_len
             );
         }
         if a.validate {
-            mr.read(slot(got.wr_id), &mut recv_buf);
+            mr.read(slot(got.wr_id) + grh, &mut recv_buf);
             check(&recv_buf, iter, !server)?;
         }
         if recv_posted < a.iters {
-            qp.post_recv(got.wr_id, &[mr.sge(slot(got.wr_id), size as u32)])?;
+            qp.post_recv(got.wr_id, &[mr.sge(slot(got.wr_id), stride as u32)])?;
             recv_posted += 1;
         }
         if server {
-            send(a, &qp, &mr, &mut send_buf, iter, true, size, &mut sends_out)?;
+            send(
+                a,
+                &qp,
+                &mr,
+                &mut send_buf,
+                iter,
+                true,
+                size,
+                op,
+                &mut sends_out,
+            )?;
         }
     }
     // Every send acknowledged.
@@ -238,6 +288,7 @@ fn send(
     iter: u32,
     from_server: bool,
     size: usize,
+    op: SendOp,
     sends_out: &mut u32,
 ) -> Result<()> {
     if a.validate {
@@ -247,7 +298,7 @@ fn send(
     let sges = [mr.sge(0, size as u32)];
     let wr = SendWr {
         flags: SendFlags::SIGNALED,
-        ..SendWr::new(iter as u64, SendOp::Send, &sges)
+        ..SendWr::new(iter as u64, op, &sges)
     };
     qp.post_send(&wr)?;
     *sends_out += 1;

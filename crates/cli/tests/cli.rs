@@ -426,6 +426,12 @@ fn uc_pingpong_validates_every_byte() {
 }
 
 #[test]
+fn ud_pingpong_validates_every_byte() {
+    let _g = heavy();
+    pingpong_with(&[], "200", &["--ud", "-s", "1000"]);
+}
+
+#[test]
 fn pingpong_validates_under_injected_loss() {
     let _g = heavy();
     pingpong(&[("SOFTVERBS_FAULTS", "loss=0.05,seed=1")], "100");
