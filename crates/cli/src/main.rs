@@ -8,6 +8,7 @@
 mod conn;
 mod devinfo;
 mod json;
+mod mcast;
 mod perf;
 mod pingpong;
 mod plot;
@@ -72,6 +73,8 @@ Every process that opens a softverbs device publishes that device's counters (at
     Pingpong(PingpongArgs),
     /// perftest-like bandwidth and latency benchmarks (like ib_write_bw, ib_send_lat...).
     Perf(PerfArgs),
+    /// UD multicast between processes: attach to a group and print what arrives, or send to it.
+    Mcast(mcast::McastArgs),
 }
 
 #[derive(Args, Debug)]
@@ -118,6 +121,9 @@ pub struct PingpongArgs {
     /// is not recovered, so this needs a lossless path.
     #[arg(long, conflicts_with = "ud")]
     uc: bool,
+    /// Receive through a shared receive queue (like ibv_srq_pingpong).
+    #[arg(long)]
+    srq: bool,
     /// Use an unreliable datagram (UD) QP, like ibv_ud_pingpong: messages of at
     /// most one MTU, received after a 40-byte GRH area; needs a lossless path.
     #[arg(long)]
@@ -220,6 +226,10 @@ pub struct PerfArgs {
     /// Show progress on stderr even when it is not a terminal.
     #[arg(long)]
     progress: bool,
+    /// SEND over unreliable datagram (UD) QPs: messages of at most one MTU
+    /// (like ib_send_bw/lat on a UD connection).
+    #[arg(long)]
+    ud: bool,
     /// Set on the server a local run starts: it stays quiet.
     #[arg(long, hide = true)]
     spawned: bool,
@@ -232,6 +242,7 @@ fn main() -> ExitCode {
         Cmd::Stat(a) => stat::run(a.json, a.open),
         Cmd::Pingpong(a) => pingpong::run(&a),
         Cmd::Perf(a) => perf::run(&a),
+        Cmd::Mcast(a) => mcast::run(&a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -92,7 +92,16 @@ fn session(a: &PingpongArgs, ctrl: &mut Ctrl, mtu: softverbs::Mtu, size: usize) 
             ctx.query_port(1)?.active_mtu.bytes()
         );
     }
-    let qp = QpBuilder::new(&pd, &cq)
+    let srq = if a.srq {
+        Some(pd.create_srq(RX_DEPTH, 1)?)
+    } else {
+        None
+    };
+    let mut builder = QpBuilder::new(&pd, &cq);
+    if let Some(srq) = &srq {
+        builder = builder.srq(srq);
+    }
+    let qp = builder
         .qp_type(qp_type)
         .cap(QpCap {
             max_send_wr: TX_DEPTH,
@@ -119,7 +128,12 @@ fn session(a: &PingpongArgs, ctrl: &mut Ctrl, mtu: softverbs::Mtu, size: usize) 
     }
     let mut recv_posted = 0u32;
     for k in 0..rx_depth {
-        qp.post_recv(k as u64, &[mr.sge(slot(k as u64), stride as u32)])?;
+        post_recv(
+            &qp,
+            srq.as_ref(),
+            k as u64,
+            &[mr.sge(slot(k as u64), stride as u32)],
+        )?;
         recv_posted += 1;
     }
     let psn = random_psn(qp.qpn().value());
@@ -222,7 +236,12 @@ fn session(a: &PingpongArgs, ctrl: &mut Ctrl, mtu: softverbs::Mtu, size: usize) 
             check(&recv_buf, iter, !server)?;
         }
         if recv_posted < a.iters {
-            qp.post_recv(got.wr_id, &[mr.sge(slot(got.wr_id), stride as u32)])?;
+            post_recv(
+                &qp,
+                srq.as_ref(),
+                got.wr_id,
+                &[mr.sge(slot(got.wr_id), stride as u32)],
+            )?;
             recv_posted += 1;
         }
         if server {
@@ -275,6 +294,20 @@ fn session(a: &PingpongArgs, ctrl: &mut Ctrl, mtu: softverbs::Mtu, size: usize) 
     );
     if a.validate {
         println!("validated {} messages of {size} bytes", a.iters);
+    }
+    Ok(())
+}
+
+/// Posts a receive to the QP, or to its SRQ when it has one.
+fn post_recv(
+    qp: &softverbs::Qp,
+    srq: Option<&softverbs::Srq>,
+    wr_id: u64,
+    sges: &[softverbs::Sge],
+) -> Result<()> {
+    match srq {
+        Some(srq) => srq.post_recv(wr_id, sges)?,
+        None => qp.post_recv(wr_id, sges)?,
     }
     Ok(())
 }

@@ -432,6 +432,40 @@ fn ud_pingpong_validates_every_byte() {
 }
 
 #[test]
+fn perf_send_over_ud_bw_and_lat() {
+    let _g = heavy();
+    for mode in ["--bw", "--lat"] {
+        let out = run_ok(&[
+            "perf", "send", mode, "--ud", "--size", "1024", "--iters", "300",
+        ]);
+        let row = table_row(&out.stdout);
+        assert!(row.len() >= 3 && row[0] == 1024.0, "{mode}: {}", out.stdout);
+        assert!(row[2] > 0.0, "{mode}: non-zero figure: {}", out.stdout);
+    }
+    // UD carries SEND only, and at most one MTU.
+    let out = run(
+        &[
+            "perf", "write", "--bw", "--ud", "--size", "1024", "--iters", "10",
+        ],
+        &[],
+    );
+    assert!(!out.status.success());
+    let out = run(
+        &[
+            "perf", "send", "--bw", "--ud", "--size", "8192", "--iters", "10",
+        ],
+        &[],
+    );
+    assert!(!out.status.success());
+}
+
+#[test]
+fn srq_pingpong_validates_every_byte() {
+    let _g = heavy();
+    pingpong_with(&[], "200", &["--srq"]);
+}
+
+#[test]
 fn pingpong_validates_under_injected_loss() {
     let _g = heavy();
     pingpong(&[("SOFTVERBS_FAULTS", "loss=0.05,seed=1")], "100");

@@ -18,8 +18,11 @@ use crate::qp::queues::{can_post_recv, can_post_send, PostRefused};
 use crate::qp::{ModifyQpError, Qp};
 use crate::shared::Shared;
 use crate::slab::{RawHandle, Slab};
+use crate::srq::{SrqAttr, SrqInitAttr};
 use crate::time::Instant;
-use crate::types::{AccessFlags, CqHandle, MrHandle, MrInfo, PdHandle, QpHandle, QpState, QpType};
+use crate::types::{
+    AccessFlags, CqHandle, MrHandle, MrInfo, PdHandle, QpHandle, QpState, QpType, SrqHandle,
+};
 use crate::wc::{WcOpcode, WcStatus, WorkCompletion};
 use crate::wr::{Payload, RecvWr, SendFlags, SendWr};
 use softverbs_wire::icrc::{self, IcrcContext};
@@ -66,6 +69,9 @@ pub enum PostError {
     /// More inline data than max_inline_data.
     #[error("inline data longer than max_inline_data")]
     InlineTooLong,
+    /// The QP takes its receives from an SRQ: post them there.
+    #[error("the QP uses a shared receive queue; post receives to the SRQ")]
+    UsesSrq,
     /// The operation does not exist for this QP type.
     #[error("operation not valid for this QP type")]
     InvalidOpcode,
@@ -98,6 +104,8 @@ pub struct Engine {
     ready: VecDeque<QpHandle>,
     timers: BinaryHeap<Reverse<(Instant, QpHandle)>>,
     rx_ipv4_id_hint: u16,
+    /// Multicast attachments: (group address, UD QP), each pair at most once.
+    mcast: Vec<(SocketAddr, QpHandle)>,
 }
 
 impl Engine {
@@ -110,13 +118,16 @@ impl Engine {
             ready: VecDeque::with_capacity(64),
             timers: BinaryHeap::with_capacity(64),
             rx_ipv4_id_hint: 0,
+            mcast: Vec::new(),
             shared: Shared {
                 mrs: MrTable::new(config.max_mr as usize),
                 cqs: Slab::new(config.max_cq as usize, 0),
                 events: VecDeque::with_capacity(16),
                 notifications: VecDeque::with_capacity(16),
                 counters: Counters::default(),
+                srqs: Slab::new(config.max_qp as usize, 0),
                 tx_ipv4_id: 0,
+                rx_dst: None,
                 config,
             },
         }
@@ -252,6 +263,85 @@ impl Engine {
             p.users -= 1;
         }
         Ok(())
+    }
+
+    // ----- memory windows (IBA 10.6.7; see mw.rs) -----
+
+    /// Allocates an unbound memory window in `pd`; every access through its
+    /// rkey fails until it is bound.
+    pub fn alloc_mw(
+        &mut self,
+        pd: PdHandle,
+        kind: crate::mw::MwType,
+    ) -> Result<crate::mw::MwInfo, ResourceError> {
+        if self.pds.get(pd.0).is_none() {
+            return Err(ResourceError::UnknownObject);
+        }
+        let (h, rkey) = self
+            .shared
+            .mrs
+            .alloc_mw(pd, kind)
+            .ok_or(ResourceError::LimitReached)?;
+        if let Some(p) = self.pds.get_mut(pd.0) {
+            p.users += 1;
+        }
+        Ok(crate::mw::MwInfo {
+            handle: crate::types::MwHandle(h),
+            rkey,
+        })
+    }
+
+    /// Frees a memory window (bound or not): its rkey stops working at once.
+    pub fn dealloc_mw(&mut self, mw: crate::types::MwHandle) -> Result<(), ResourceError> {
+        let w = self
+            .shared
+            .mrs
+            .dealloc_mw(mw.0)
+            .ok_or(ResourceError::UnknownObject)?;
+        if let Some(p) = self.pds.get_mut(w.pd.0) {
+            p.users -= 1;
+        }
+        Ok(())
+    }
+
+    /// Binds a type 1 memory window (ibv_bind_mw): posts a bind work request
+    /// to `qp`'s send queue and returns the rkey the window will have once it
+    /// executes (a new one on every call). The bind takes effect in order with
+    /// the QP's other work requests and completes with `WcOpcode::BindMw`, or
+    /// `MwBindErr` if the region is not in the QP's PD, lacks MW_BIND, does
+    /// not hold the range, or does not allow the rights. `info.length == 0`
+    /// unbinds the window.
+    pub fn bind_mw(
+        &mut self,
+        qp: QpHandle,
+        mw: crate::types::MwHandle,
+        wr_id: u64,
+        flags: SendFlags,
+        info: crate::mw::MwBindInfo,
+    ) -> Result<softverbs_wire::Rkey, crate::mw::BindMwError> {
+        use crate::mw::{BindMwError, MwType};
+        match self.shared.mrs.mw_type(mw) {
+            None => return Err(BindMwError::UnknownMw),
+            Some(MwType::Type2) => return Err(BindMwError::WrongType),
+            Some(MwType::Type1) => {}
+        }
+        if self.qps.get(qp.0).is_none() {
+            return Err(BindMwError::Post(PostError::UnknownQp));
+        }
+        let rkey = self
+            .shared
+            .mrs
+            .issue_type1_key(mw)
+            .ok_or(BindMwError::UnknownMw)?;
+        let rkey = softverbs_wire::Rkey(rkey);
+        let wr = SendWr {
+            wr_id,
+            op: crate::wr::SendOp::BindMw { mw, rkey, info },
+            payload: Payload::Sges(&[]),
+            flags: flags.without(SendFlags::INLINE),
+        };
+        self.post_send_wr(qp, &wr)?;
+        Ok(rkey)
     }
 
     // ----- completion queues -----
@@ -396,9 +486,146 @@ impl Engine {
         Ok((handle, qpn))
     }
 
+    /// Creates a QP in RESET that takes its receive WQEs from `srq` (IBA 10.2.9);
+    /// its own receive queue is unused and `post_recv` on it is refused.
+    pub fn create_qp_with_srq(
+        &mut self,
+        init: QpInitAttr,
+        srq: SrqHandle,
+    ) -> Result<(QpHandle, Qpn), ResourceError> {
+        if init.qp_type == QpType::Uc {
+            // IBA 10.2.9: SRQs serve RC and UD QPs.
+            return Err(ResourceError::InvalidArgument(
+                "an SRQ serves RC and UD QPs",
+            ));
+        }
+        let s = self
+            .shared
+            .srqs
+            .get(srq.0)
+            .ok_or(ResourceError::UnknownObject)?;
+        if s.pd != init.pd {
+            return Err(ResourceError::InvalidArgument(
+                "the SRQ belongs to another protection domain",
+            ));
+        }
+        let (qp, qpn) = self.create_qp(init)?;
+        if let Some(q) = self.qps.get_mut(qp.0) {
+            q.srq = Some(srq);
+        }
+        if let Some(s) = self.shared.srqs.get_mut(srq.0) {
+            s.users += 1;
+        }
+        Ok((qp, qpn))
+    }
+
+    /// Creates a shared receive queue in `pd`.
+    pub fn create_srq(
+        &mut self,
+        pd: PdHandle,
+        attr: SrqInitAttr,
+    ) -> Result<SrqHandle, ResourceError> {
+        let cfg = &self.shared.config;
+        if attr.max_wr == 0 || attr.max_wr > cfg.max_qp_wr {
+            return Err(ResourceError::InvalidArgument("SRQ max_wr"));
+        }
+        if attr.max_sge == 0 || attr.max_sge > cfg.max_sge {
+            return Err(ResourceError::InvalidArgument("SRQ max_sge"));
+        }
+        if attr.srq_limit > attr.max_wr {
+            return Err(ResourceError::InvalidArgument("srq_limit beyond max_wr"));
+        }
+        self.pds.get(pd.0).ok_or(ResourceError::UnknownObject)?;
+        let srq = crate::srq::Srq {
+            pd,
+            rq: crate::qp::queues::RecvQueue::new(attr.max_wr as usize, attr.max_sge as usize),
+            max_wr: attr.max_wr,
+            max_sge: attr.max_sge,
+            limit: attr.srq_limit,
+            users: 0,
+        };
+        let h = self
+            .shared
+            .srqs
+            .insert(srq)
+            .ok_or(ResourceError::LimitReached)?;
+        if let Some(p) = self.pds.get_mut(pd.0) {
+            p.users += 1;
+        }
+        Ok(SrqHandle(h))
+    }
+
+    /// Arms (or disarms, with 0) the SRQ limit: when the SRQ falls below
+    /// `srq_limit` WQEs, AsyncEvent::SrqLimitReached fires once (IBA 10.2.9.3).
+    /// Resizing an SRQ is not supported.
+    pub fn modify_srq_limit(
+        &mut self,
+        srq: SrqHandle,
+        srq_limit: u32,
+    ) -> Result<(), ResourceError> {
+        let s = self
+            .shared
+            .srqs
+            .get_mut(srq.0)
+            .ok_or(ResourceError::UnknownObject)?;
+        if srq_limit > s.max_wr {
+            return Err(ResourceError::InvalidArgument("srq_limit beyond max_wr"));
+        }
+        s.limit = srq_limit;
+        Ok(())
+    }
+
+    /// The SRQ's attributes.
+    pub fn query_srq(&self, srq: SrqHandle) -> Result<SrqAttr, ResourceError> {
+        let s = self
+            .shared
+            .srqs
+            .get(srq.0)
+            .ok_or(ResourceError::UnknownObject)?;
+        Ok(SrqAttr {
+            max_wr: s.max_wr,
+            max_sge: s.max_sge,
+            srq_limit: s.limit,
+        })
+    }
+
+    /// Destroys an SRQ no QP uses.
+    pub fn destroy_srq(&mut self, srq: SrqHandle) -> Result<(), ResourceError> {
+        let s = self
+            .shared
+            .srqs
+            .get(srq.0)
+            .ok_or(ResourceError::UnknownObject)?;
+        if s.users > 0 {
+            return Err(ResourceError::Busy);
+        }
+        let pd = s.pd;
+        self.shared.srqs.remove(srq.0);
+        if let Some(p) = self.pds.get_mut(pd.0) {
+            p.users -= 1;
+        }
+        Ok(())
+    }
+
+    /// Queues a receive work request on an SRQ.
+    pub fn post_srq_recv(&mut self, srq: SrqHandle, wr: &RecvWr<'_>) -> Result<(), PostError> {
+        let s = self
+            .shared
+            .srqs
+            .get_mut(srq.0)
+            .ok_or(PostError::UnknownQp)?;
+        s.rq.post(wr.wr_id, wr.sges)?;
+        Ok(())
+    }
+
     /// Destroys a QP; it stops being reachable from the wire at once.
     pub fn destroy_qp(&mut self, qp: QpHandle) -> Result<(), ResourceError> {
         let q = self.qps.remove(qp.0).ok_or(ResourceError::UnknownObject)?;
+        // A destroyed QP leaves its multicast groups (as rxe does).
+        self.mcast.retain(|&(_, m)| m != qp);
+        if let Some(s) = q.srq.and_then(|h| self.shared.srqs.get_mut(h.0)) {
+            s.users -= 1;
+        }
         if let Some(p) = self.pds.get_mut(q.init.pd.0) {
             p.users -= 1;
         }
@@ -445,6 +672,16 @@ impl Engine {
 
     /// Queues a send work request.
     pub fn post_send(&mut self, qp: QpHandle, wr: &SendWr<'_>) -> Result<(), PostError> {
+        // Type 1 windows are bound only with bind_mw (IBA 10.6.7.2.1).
+        if let crate::wr::SendOp::BindMw { mw, .. } = wr.op {
+            if self.shared.mrs.mw_type(mw) == Some(crate::mw::MwType::Type1) {
+                return Err(PostError::InvalidOpcode);
+            }
+        }
+        self.post_send_wr(qp, wr)
+    }
+
+    fn post_send_wr(&mut self, qp: QpHandle, wr: &SendWr<'_>) -> Result<(), PostError> {
         let q = self.qps.get_mut(qp.0).ok_or(PostError::UnknownQp)?;
         let state = q.state();
         if !can_post_send(state) {
@@ -487,6 +724,9 @@ impl Engine {
         let state = q.state();
         if !can_post_recv(state) {
             return Err(PostError::InvalidState(state));
+        }
+        if q.srq.is_some() {
+            return Err(PostError::UsesSrq);
         }
         q.rq.post(wr.wr_id, wr.sges)?;
         if state == QpState::Err {
@@ -555,22 +795,10 @@ impl Engine {
             counters.drop_malformed += 1;
             return None;
         };
-        if self.shared.config.icrc != IcrcPolicy::Skip {
-            let ctx = IcrcContext::new(src, self.shared.config.local_addr);
-            let hinted = IcrcContext {
-                ipv4_id: self.rx_ipv4_id_hint,
-                ..ctx
-            };
-            if !icrc::verify(&ctx, data)
-                && (self.rx_ipv4_id_hint == 0 || !icrc::verify(&hinted, data))
-            {
-                if self.shared.config.icrc == IcrcPolicy::Enforce {
-                    counters.drop_icrc += 1;
-                    return None;
-                }
-                counters.icrc_mismatch_accepted += 1;
-            }
+        if !self.icrc_accepts(src, self.shared.config.local_addr, data) {
+            return None;
         }
+        let counters = &mut self.shared.counters;
         let info = pkt.info();
         if info.transport == Transport::Cnp {
             counters.cnp_received += 1;
@@ -601,6 +829,133 @@ impl Engine {
             return None;
         }
         Some(qp)
+    }
+
+    /// The ICRC check of a datagram from `src` to `dst` under the configured
+    /// policy; counts mismatches, and `false` means drop it.
+    fn icrc_accepts(&mut self, src: SocketAddr, dst: SocketAddr, data: &[u8]) -> bool {
+        let counters = &mut self.shared.counters;
+        if self.shared.config.icrc == IcrcPolicy::Skip {
+            return true;
+        }
+        let ctx = IcrcContext::new(src, dst);
+        let hinted = IcrcContext {
+            ipv4_id: self.rx_ipv4_id_hint,
+            ..ctx
+        };
+        if icrc::verify(&ctx, data) || (self.rx_ipv4_id_hint != 0 && icrc::verify(&hinted, data)) {
+            return true;
+        }
+        if self.shared.config.icrc == IcrcPolicy::Enforce {
+            counters.drop_icrc += 1;
+            return false;
+        }
+        counters.icrc_mismatch_accepted += 1;
+        true
+    }
+
+    // ----- multicast -----
+
+    /// Attaches a UD QP to the multicast group whose datagrams arrive addressed
+    /// to `group`, an IP multicast address and UDP port (`ibv_attach_mcast`).
+    /// Attaching twice is not an error. The caller (the driver) makes datagrams
+    /// sent to `group` reach [`Engine::handle_multicast_datagram`].
+    pub fn attach_mcast(&mut self, qp: QpHandle, group: SocketAddr) -> Result<(), ResourceError> {
+        let q = self.qps.get(qp.0).ok_or(ResourceError::UnknownObject)?;
+        if q.init.qp_type != QpType::Ud {
+            return Err(ResourceError::InvalidArgument("multicast needs a UD QP"));
+        }
+        if !group.ip().is_multicast() {
+            return Err(ResourceError::InvalidArgument(
+                "not an IP multicast address",
+            ));
+        }
+        if !self.mcast.contains(&(group, qp)) {
+            self.mcast.push((group, qp));
+        }
+        Ok(())
+    }
+
+    /// Detaches a QP from a group it is attached to (`ibv_detach_mcast`).
+    pub fn detach_mcast(&mut self, qp: QpHandle, group: SocketAddr) -> Result<(), ResourceError> {
+        if self.qps.get(qp.0).is_none() {
+            return Err(ResourceError::UnknownObject);
+        }
+        let before = self.mcast.len();
+        self.mcast.retain(|&m| m != (group, qp));
+        if self.mcast.len() == before {
+            return Err(ResourceError::InvalidArgument(
+                "QP not attached to the group",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The groups at least one QP is attached to, each once.
+    pub fn mcast_groups(&self) -> Vec<SocketAddr> {
+        let mut groups: Vec<SocketAddr> = self.mcast.iter().map(|&(g, _)| g).collect();
+        groups.sort_unstable();
+        groups.dedup();
+        groups
+    }
+
+    /// A datagram from `src` arrived addressed to the multicast group `group`
+    /// (the driver knows: it read it from that group's socket). It must be a UD
+    /// request to the multicast QPN 0xFFFFFF (IBA 9.2.3); its ICRC is checked
+    /// with the group as IP destination, as the sender computed it. Every QP
+    /// attached to `group` gets it (IBA 10.5.2.3 / 11.3.x): each checks its own
+    /// state and Q_Key and consumes its own receive WQE; the GRH area names the
+    /// group as destination. Datagrams to QPN 0xFFFFFF that arrive through
+    /// [`Engine::handle_datagram`] (unicast) name no QP and are dropped.
+    pub fn handle_multicast_datagram(
+        &mut self,
+        _now: Instant,
+        src: SocketAddr,
+        group: SocketAddr,
+        data: &[u8],
+    ) {
+        let Ok(pkt) = RocePacket::new_checked(data) else {
+            self.shared.counters.drop_malformed += 1;
+            return;
+        };
+        self.rx_ipv4_id_hint = 0;
+        if !self.icrc_accepts(src, group, data) {
+            return;
+        }
+        let info = pkt.info();
+        let bth = pkt.bth();
+        if info.transport == Transport::Cnp {
+            self.shared.counters.cnp_received += 1;
+            return;
+        }
+        if bth.pkey() & 0x7fff != DEFAULT_PKEY & 0x7fff {
+            self.shared.counters.drop_bad_pkey += 1;
+            return;
+        }
+        if info.transport != Transport::Ud || !info.is_request || bth.dest_qp() != Qpn::MULTICAST {
+            self.shared.counters.drop_bad_state += 1;
+            return;
+        }
+        let members: Vec<QpHandle> = self
+            .mcast
+            .iter()
+            .filter(|&&(g, _)| g == group)
+            .map(|&(_, qp)| qp)
+            .collect();
+        if members.is_empty() {
+            self.shared.counters.drop_unknown_qp += 1;
+            return;
+        }
+        self.shared.counters.rx_packets += 1;
+        self.shared.counters.rx_bytes += data.len() as u64;
+        self.shared.rx_dst = Some(group);
+        for qp in members {
+            if let Some(q) = self.qps.get_mut(qp.0) {
+                q.handle_request(&mut self.shared, &pkt, src);
+            }
+            self.after_activity(qp);
+        }
+        self.shared.rx_dst = None;
     }
 
     /// Timers due at `now` fire.
@@ -681,6 +1036,9 @@ impl Engine {
     /// timer.
     fn after_activity(&mut self, qp: QpHandle) {
         if let Some(q) = self.qps.get_mut(qp.0) {
+            // Memory window binds and local invalidates take effect as soon as
+            // the send queue reaches them, not at the next poll_transmit.
+            q.run_local_ops_now(&mut self.shared);
             if !q.scheduled && (q.resp.has_output(q.state()) || q.requester_ready()) {
                 q.scheduled = true;
                 self.ready.push_back(qp);

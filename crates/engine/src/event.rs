@@ -17,7 +17,9 @@ pub enum AsyncEvent {
     QpAccessError(QpHandle),
     /// The send queue drained after a move to SQD (IBV_EVENT_SQ_DRAINED).
     SqDrained(QpHandle),
-    /// The QP reached the error state and its last WQE was consumed
-    /// (IBV_EVENT_QP_LAST_WQE_REACHED).
+    /// A QP attached to an SRQ reached the error state: it takes no more
+    /// receive WQEs from the SRQ (IBV_EVENT_QP_LAST_WQE_REACHED).
     LastWqeReached(QpHandle),
+    /// An armed SRQ fell below its limit (IBV_EVENT_SRQ_LIMIT_REACHED).
+    SrqLimitReached(crate::types::SrqHandle),
 }

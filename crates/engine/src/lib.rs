@@ -19,10 +19,12 @@ mod engine;
 mod event;
 mod memory;
 mod mr;
+mod mw;
 pub mod node;
 pub mod qp;
 mod shared;
 mod slab;
+mod srq;
 pub mod time;
 pub mod timers;
 mod types;
@@ -33,13 +35,16 @@ pub use config::{EngineConfig, IcrcPolicy};
 pub use counters::Counters;
 pub use engine::{Engine, PostError, ResourceError};
 pub use event::AsyncEvent;
+pub use mw::{BindMwError, MwBindInfo, MwInfo, MwType};
 pub use node::{Node, Transmit, MAX_DATAGRAM};
 pub use qp::attr::{QpAttr, QpAttrMask, QpCap, QpInitAttr};
 pub use qp::ModifyQpError;
 pub use softverbs_wire::{Psn, Qpn, Rkey};
+pub use srq::{SrqAttr, SrqInitAttr};
 pub use time::Instant;
 pub use types::{
-    AccessFlags, CqHandle, MrHandle, MrInfo, Mtu, PdHandle, QpHandle, QpState, QpType,
+    AccessFlags, CqHandle, MrHandle, MrInfo, Mtu, MwHandle, PdHandle, QpHandle, QpState, QpType,
+    SrqHandle,
 };
 pub use wc::{WcOpcode, WcStatus, WorkCompletion};
 pub use wr::{Payload, RecvWr, SendFlags, SendOp, SendWr, Sge};

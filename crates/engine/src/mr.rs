@@ -71,16 +71,27 @@ impl MemRef {
 
 /// The memory region table. Keys are `slot index << 8 | key byte`; slot 0 is
 /// never used, so no key is 0 (which some applications treat as unset).
+///
+/// Memory windows share the key space: their keys have bit 31
+/// ([`crate::mw::MW_KEY_BIT`]) set and index `windows`; region slot indices stay
+/// below 2^23 so a region key never has it. See `mw.rs`.
 pub(crate) struct MrTable {
-    slab: Slab<Mr>,
-    next_key_byte: u8,
+    pub(crate) slab: Slab<Mr>,
+    pub(crate) next_key_byte: u8,
+    /// Memory windows (IBA 10.6.7).
+    pub(crate) windows: Slab<crate::mw::Mw>,
+    /// Per window slot: the last key byte its previous window handed out, so
+    /// the next window there starts past it.
+    pub(crate) window_last_key: Vec<u8>,
 }
 
 impl MrTable {
     pub fn new(limit: usize) -> Self {
         MrTable {
-            slab: Slab::new(limit.min(1 << 24), 1),
+            slab: Slab::new(limit.min((1 << 23) - 1), 1),
             next_key_byte: 0,
+            windows: Slab::new(limit.min((1 << 23) - 1), 1),
+            window_last_key: Vec::new(),
         }
     }
 

@@ -33,6 +33,14 @@ handle!(
     /// A registered memory region.
     MrHandle
 );
+handle!(
+    /// A memory window.
+    MwHandle
+);
+handle!(
+    /// A shared receive queue.
+    SrqHandle
+);
 
 macro_rules! flags {
     ($(#[$doc:meta])* $name:ident : $ty:ty { $( $(#[$fdoc:meta])* $flag:ident = $value:expr; )* }) => {
@@ -96,6 +104,8 @@ flags!(
         REMOTE_READ = 1 << 2;
         /// Peers may do atomics.
         REMOTE_ATOMIC = 1 << 3;
+        /// Memory windows may be bound to the region (IBV_ACCESS_MW_BIND).
+        MW_BIND = 1 << 4;
     }
 );
 

@@ -79,6 +79,22 @@ pub enum WcOpcode {
     RecvRdmaWithImm = 129,
 }
 
+impl WorkCompletion {
+    /// The source LID of a UD receive: the sender device's UDP port, which names
+    /// it on the same host (0 when unknown or not a valid unicast LID).
+    pub fn slid(&self) -> u16 {
+        match self.src_addr.map(|a| a.port()) {
+            Some(port) if port < 0xc000 => port,
+            _ => 0,
+        }
+    }
+
+    /// The service level: softverbs has one (0).
+    pub fn sl(&self) -> u8 {
+        0
+    }
+}
+
 /// One completion.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct WorkCompletion {

@@ -88,6 +88,26 @@ pub enum SendOp {
         /// Immediate data.
         imm: Option<u32>,
     },
+    /// Binds a memory window to part of a memory region (IBA 10.6.7.2,
+    /// IBV_WR_BIND_MW). Type 2 windows are bound this way; type 1 windows only
+    /// through [`crate::Engine::bind_mw`]. Executes locally, in order with the
+    /// other work requests; completes with `WcOpcode::BindMw` or `MwBindErr`.
+    BindMw {
+        /// The window.
+        mw: crate::types::MwHandle,
+        /// The window's rkey after the bind: its current key with the low byte
+        /// the caller chose (as `ibv_inc_rkey`).
+        rkey: Rkey,
+        /// What to bind it to.
+        info: crate::mw::MwBindInfo,
+    },
+    /// Invalidates a type 2 memory window, or a region registered for remote
+    /// invalidation, by its rkey (IBA 10.6.7.2.4, IBV_WR_LOCAL_INV). Executes
+    /// locally; completes with `WcOpcode::LocalInv`.
+    LocalInv {
+        /// Key to invalidate.
+        rkey: Rkey,
+    },
 }
 
 impl SendOp {
@@ -97,6 +117,12 @@ impl SendOp {
             self,
             SendOp::RdmaRead { .. } | SendOp::AtomicCmpSwap { .. } | SendOp::AtomicFetchAdd { .. }
         )
+    }
+
+    /// Whether the operation is carried out locally, sending nothing (memory
+    /// window bind, local invalidate).
+    pub fn is_local(&self) -> bool {
+        matches!(self, SendOp::BindMw { .. } | SendOp::LocalInv { .. })
     }
 
     /// Whether the operation is an atomic.

@@ -274,6 +274,17 @@ impl Context {
         ev
     }
 
+    /// Blocks until an asynchronous event arrives (like `ibv_get_async_event`).
+    pub fn get_async_event(&self) -> AsyncEvent {
+        loop {
+            // The fd is a blocking semaphore eventfd: one count per event.
+            self.driver().async_fd.take();
+            if let Some(ev) = self.driver().lock().async_events.pop_front() {
+                return ev;
+            }
+        }
+    }
+
     /// The fd that is readable while async events are pending.
     pub fn async_fd(&self) -> std::os::fd::RawFd {
         self.driver().async_fd.raw()

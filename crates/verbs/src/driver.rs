@@ -52,6 +52,9 @@ pub(crate) struct State {
     pub channels: HashMap<CqHandle, Arc<ChannelShared>>,
     pub async_events: VecDeque<AsyncEvent>,
     pcap: Option<PcapWriter<BufWriter<File>>>,
+    /// One socket per multicast group a QP of this device is attached to; see
+    /// [`Driver::sync_groups`].
+    groups: Vec<(SocketAddr, Arc<UdpSocket>)>,
 }
 
 impl State {
@@ -97,6 +100,8 @@ pub(crate) struct Driver {
     /// When the counters were last published, and what they were.
     published_at: AtomicU64,
     published: Mutex<Option<softverbs_engine::Counters>>,
+    /// Bumped whenever the set of multicast group sockets changes.
+    groups_gen: AtomicU64,
 }
 
 /// Why a device could not be opened.
@@ -154,6 +159,13 @@ impl Driver {
         let local = socket.local_addr().map_err(io_err("local_addr"))?;
         sys::set_dont_fragment(&socket, local.is_ipv6()).map_err(io_err("IP_MTU_DISCOVER"))?;
         sys::set_buffers(&socket, 8 << 20);
+        if let std::net::IpAddr::V4(ip) = local.ip() {
+            // Multicast sends leave through this device's interface (`lo` for
+            // 127.0.0.1), so they reach the group's members on this host.
+            if !ip.is_unspecified() {
+                sys::set_multicast_if(&socket, ip).map_err(io_err("IP_MULTICAST_IF"))?;
+            }
+        }
         socket
             .set_nonblocking(true)
             .map_err(io_err("set_nonblocking"))?;
@@ -194,6 +206,7 @@ impl Driver {
             channels: HashMap::new(),
             async_events: VecDeque::new(),
             pcap,
+            groups: Vec::new(),
         };
         let driver = Arc::new(Driver {
             state: Mutex::new(state),
@@ -212,6 +225,7 @@ impl Driver {
             warned_tx_error: AtomicBool::new(false),
             published_at: AtomicU64::new(0),
             published: Mutex::new(None),
+            groups_gen: AtomicU64::new(0),
         });
         let for_thread = Arc::clone(&driver);
         let handle = std::thread::Builder::new()
@@ -347,6 +361,87 @@ impl Driver {
         }
     }
 
+    /// Makes the device's multicast sockets match the groups the engine's QPs
+    /// are attached to: joins new groups (one socket per group, see
+    /// [`sys::multicast_socket`]; the progress thread reads them and hands what
+    /// arrives to [`Engine::handle_multicast_datagram`]) and leaves groups no
+    /// QP is attached to any more. Only IPv4 groups can be joined.
+    pub fn sync_groups(&self, st: &mut State) -> io::Result<()> {
+        let wanted = st.engine.mcast_groups();
+        let before = st.groups.len();
+        st.groups.retain(|(g, _)| wanted.contains(g));
+        let mut changed = st.groups.len() != before;
+        let mut result = Ok(());
+        for group in wanted {
+            if st.groups.iter().any(|(g, _)| *g == group) {
+                continue;
+            }
+            let iface = match self.local.ip() {
+                std::net::IpAddr::V4(ip) => ip,
+                std::net::IpAddr::V6(_) => std::net::Ipv4Addr::UNSPECIFIED,
+            };
+            let joined = match group {
+                SocketAddr::V4(g) => sys::multicast_socket(g, iface),
+                SocketAddr::V6(_) => Err(io::Error::new(
+                    io::ErrorKind::Unsupported,
+                    "IPv6 multicast groups are not supported",
+                )),
+            };
+            match joined {
+                Ok(sock) => {
+                    st.groups.push((group, Arc::new(sock)));
+                    changed = true;
+                }
+                Err(e) => result = Err(e),
+            }
+        }
+        if changed {
+            self.groups_gen.fetch_add(1, Ordering::AcqRel);
+            self.wake.signal();
+        }
+        result
+    }
+
+    /// Reads what waits on the multicast group sockets and hands it to the
+    /// engine; returns how many reads there were.
+    fn receive_groups(&self, groups: &[(SocketAddr, Arc<UdpSocket>)], rx: &mut RecvBatch) -> usize {
+        let mut total = 0;
+        for (group, sock) in groups {
+            let got = match rx.recv(sock) {
+                Ok(n) => n,
+                Err(e) => {
+                    tracing::warn!(error = %e, %group, "recvmmsg on a multicast socket failed");
+                    0
+                }
+            };
+            if got == 0 {
+                continue;
+            }
+            total += got;
+            self.counters
+                .rx_datagrams
+                .fetch_add(got as u64, Ordering::Relaxed);
+            let mut st = self.lock();
+            let now = self.now();
+            for i in 0..got {
+                if rx.truncated(i) {
+                    self.counters.rx_truncated.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                let Some((src, datagrams)) = rx.datagrams(i) else {
+                    continue;
+                };
+                for (_, data) in datagrams {
+                    st.capture(src, *group, 0, data);
+                    st.engine.handle_multicast_datagram(now, src, *group, data);
+                }
+            }
+            st.engine.handle_timeout(now);
+            self.pump(&mut st);
+        }
+        total
+    }
+
     fn stop(&self) {
         self.stop.store(true, Ordering::Release);
         self.wake.signal();
@@ -381,7 +476,22 @@ fn progress_thread(d: Arc<Driver>) {
     } else {
         MAX_DATAGRAM + 64
     });
+    // The multicast group sockets, refreshed when `groups_gen` moves.
+    let mut groups: Vec<(SocketAddr, Arc<UdpSocket>)> = Vec::new();
+    let mut groups_seen = 0;
+    let mut mc_rx: Option<RecvBatch> = None;
     while !d.stop.load(Ordering::Acquire) {
+        let gen = d.groups_gen.load(Ordering::Acquire);
+        if gen != groups_seen {
+            groups_seen = gen;
+            groups = d.lock().groups.clone();
+        }
+        let mc_got = if groups.is_empty() {
+            0
+        } else {
+            let rx = mc_rx.get_or_insert_with(|| RecvBatch::new(MAX_DATAGRAM + 64));
+            d.receive_groups(&groups, rx)
+        };
         // Receive whatever is there.
         let mut got = match rx.recv(&d.socket) {
             Ok(n) => n,
@@ -421,6 +531,9 @@ fn progress_thread(d: Arc<Driver>) {
             let _ = d.publish_counters(&st);
             continue;
         }
+        if mc_got > 0 {
+            continue;
+        }
         // Nothing to read: run timers, then sleep until the next deadline, a
         // datagram or a wake-up. The sleep deadline is published under the lock,
         // so a poster that arms an earlier timer afterwards sees it and wakes us.
@@ -443,7 +556,13 @@ fn progress_thread(d: Arc<Driver>) {
                 (a, b) => a.or(b),
             }
         };
-        let fds = [d.socket_fd(), d.wake.raw()];
+        let fds: Vec<std::os::fd::RawFd> = [d.socket_fd(), d.wake.raw()]
+            .into_iter()
+            .chain(groups.iter().map(|(_, s)| {
+                use std::os::fd::AsRawFd;
+                s.as_raw_fd()
+            }))
+            .collect();
         let _ = sys::poll_readable(&fds, timeout);
         d.wake.take();
         d.sleeping_until.store(0, Ordering::Release);

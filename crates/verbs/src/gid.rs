@@ -5,6 +5,12 @@
 //! GID is the standard IPv4-mapped RoCEv2 GID `::ffff:a.b.c.d`. Other ports go in
 //! bytes 8-9, which are zero in the standard mapping: `0:0:0:0:PORT:ffff:a.b.c.d`.
 //! IPv6 devices use the address itself as GID and must listen on port 4791.
+//!
+//! Multicast GIDs (MGIDs) map the same way: `::ffff:239.1.2.3` is the RoCEv2
+//! MGID of IPv4 group 239.1.2.3 (port 4791, as `rdma_join_multicast` makes
+//! it), and `0:0:0:0:PORT:ffff:239.1.2.3` the group 239.1.2.3 on UDP port PORT,
+//! which lets groups on one host use other ports than 4791 (which needs no
+//! privilege but may be taken). See [`Gid::is_multicast`].
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -45,6 +51,12 @@ impl Gid {
         } else {
             SocketAddr::new(IpAddr::V6(Ipv6Addr::from(*g)), ROCE_PORT)
         }
+    }
+
+    /// Whether this GID names an IP multicast group (an IPv4 multicast address
+    /// in the IPv4-mapped form, or an IPv6 `ff00::/8` address).
+    pub fn is_multicast(&self) -> bool {
+        self.to_socket_addr().ip().is_multicast()
     }
 
     /// The subnet prefix (bytes 0-7) in network order.
@@ -94,6 +106,18 @@ mod tests {
         let g = Gid::from_socket_addr(a).unwrap();
         assert_eq!(g.to_socket_addr(), a);
         assert_ne!(g.interface_id(), 0);
+    }
+
+    #[test]
+    fn multicast() {
+        let g = Gid::from_socket_addr("239.1.2.3:4791".parse().unwrap()).unwrap();
+        assert_eq!(g.to_string(), "0000:0000:0000:0000:0000:ffff:ef01:0203");
+        assert!(g.is_multicast());
+        let a: SocketAddr = "239.1.2.3:30000".parse().unwrap();
+        assert_eq!(Gid::from_socket_addr(a).unwrap().to_socket_addr(), a);
+        assert!(!Gid::from_socket_addr("127.0.0.1:4791".parse().unwrap())
+            .unwrap()
+            .is_multicast());
     }
 
     #[test]

@@ -26,6 +26,7 @@ mod gid;
 mod pd;
 pub mod published;
 mod qp;
+mod srq;
 #[cfg(feature = "tokio")]
 mod stream;
 mod sys;
@@ -41,5 +42,6 @@ pub use softverbs_engine::{
     QpCap, QpState, QpType, Qpn, Rkey, SendFlags, SendOp, SendWr, Sge, WcOpcode, WcStatus,
     WorkCompletion,
 };
+pub use srq::Srq;
 #[cfg(feature = "tokio")]
 pub use stream::CompletionStream;

@@ -2,7 +2,7 @@
 
 use crate::cq::{Cq, CqInner};
 use crate::driver::DriverHandle;
-use crate::error::{ModifyQpError, PostError, ResourceError};
+use crate::error::{McastError, ModifyQpError, PostError, ResourceError};
 use crate::gid::Gid;
 use crate::pd::{Pd, PdInner};
 use softverbs_engine::{
@@ -21,6 +21,7 @@ pub struct QpBuilder {
     qp_type: QpType,
     cap: QpCap,
     sq_sig_all: bool,
+    srq: Option<crate::srq::Srq>,
 }
 
 impl QpBuilder {
@@ -33,6 +34,7 @@ impl QpBuilder {
             qp_type: QpType::Rc,
             cap: QpCap::default(),
             sq_sig_all: false,
+            srq: None,
         }
     }
     /// A separate receive CQ.
@@ -48,6 +50,11 @@ impl QpBuilder {
     /// Queue capacities.
     pub fn cap(mut self, cap: QpCap) -> Self {
         self.cap = cap;
+        self
+    }
+    /// Take receives from a shared receive queue (RC and UD).
+    pub fn srq(mut self, srq: &crate::srq::Srq) -> Self {
+        self.srq = Some(srq.clone());
         self
     }
     /// Signal every send WR.
@@ -66,7 +73,14 @@ impl QpBuilder {
             cap: self.cap,
             sq_sig_all: self.sq_sig_all,
         };
-        let (qp, qpn) = driver.0.lock().engine.create_qp(init)?;
+        let (qp, qpn) = match &self.srq {
+            None => driver.0.lock().engine.create_qp(init)?,
+            Some(srq) => driver
+                .0
+                .lock()
+                .engine
+                .create_qp_with_srq(init, srq.inner.srq)?,
+        };
         Ok(Qp {
             handle: Arc::clone(driver),
             qp,
@@ -75,6 +89,7 @@ impl QpBuilder {
             _pd: Arc::clone(&self.pd.inner),
             _send_cq: Arc::clone(&self.send_cq.inner),
             _recv_cq: Arc::clone(&self.recv_cq.inner),
+            _srq: self.srq.map(|s| s.inner),
         })
     }
 }
@@ -157,6 +172,7 @@ pub struct Qp {
     _pd: Arc<PdInner>,
     _send_cq: Arc<CqInner>,
     _recv_cq: Arc<CqInner>,
+    _srq: Option<Arc<crate::srq::SrqInner>>,
 }
 
 impl std::fmt::Debug for Qp {
@@ -167,7 +183,12 @@ impl std::fmt::Debug for Qp {
 
 impl Drop for Qp {
     fn drop(&mut self) {
-        let _ = self.handle.0.lock().engine.destroy_qp(self.qp);
+        let d = &self.handle.0;
+        let mut st = d.lock();
+        if st.engine.destroy_qp(self.qp).is_ok() {
+            // It left its multicast groups: the device may leave them too.
+            let _ = d.sync_groups(&mut st);
+        }
     }
 }
 
@@ -366,6 +387,36 @@ impl Qp {
         let mut st = d.lock();
         st.engine.post_recv(self.qp, &RecvWr { wr_id, sges })?;
         d.pump(&mut st);
+        Ok(())
+    }
+
+    /// Attaches this UD QP to the multicast group `gid` names
+    /// (`ibv_attach_mcast`; see [`Gid`] for how an MGID maps to an IPv4 group
+    /// address and UDP port). The device joins the group, so UD SENDs to QPN
+    /// [`Qpn::MULTICAST`] at an [`AddressHandle`] for `gid`, from any device on
+    /// this host (or beyond, as far as IP multicast goes), reach every QP
+    /// attached to it, each consuming one of its own receive WRs.
+    pub fn attach_mcast(&self, gid: Gid) -> Result<(), McastError> {
+        let group = gid.to_socket_addr();
+        let d = &self.handle.0;
+        let mut st = d.lock();
+        st.engine.attach_mcast(self.qp, group)?;
+        if let Err(source) = d.sync_groups(&mut st) {
+            // Only a group new to this device can fail to join: undo.
+            let _ = st.engine.detach_mcast(self.qp, group);
+            let _ = d.sync_groups(&mut st);
+            return Err(McastError::Join { group, source });
+        }
+        Ok(())
+    }
+
+    /// Detaches this QP from the group `gid` names (`ibv_detach_mcast`); the
+    /// device leaves the group when no QP of it is attached any more.
+    pub fn detach_mcast(&self, gid: Gid) -> Result<(), McastError> {
+        let d = &self.handle.0;
+        let mut st = d.lock();
+        st.engine.detach_mcast(self.qp, gid.to_socket_addr())?;
+        let _ = d.sync_groups(&mut st);
         Ok(())
     }
 

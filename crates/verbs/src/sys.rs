@@ -339,7 +339,10 @@ impl SendBatch {
         let seg = self.lens[start];
         let members = i - start;
         let bytes: usize = self.lens[start..i].iter().sum();
+        // Not to multicast groups: their receivers read without GRO and could not
+        // know segment k's IPv4 ID, which its ICRC covers.
         dst == self.dsts[prev]
+            && !dst.ip().is_multicast()
             && self.lens[prev] == seg // the group is not closed by a short one
             && len <= seg
             && members < GSO_MAX_SEGMENTS
@@ -508,6 +511,69 @@ impl EventFd {
     pub fn raw(&self) -> RawFd {
         self.0.as_raw_fd()
     }
+}
+
+/// A socket that receives the datagrams sent to IPv4 multicast group `group`
+/// (address and UDP port) on the interface that owns `iface` (any when
+/// unspecified): bound to the group address itself, so everything read from
+/// it was addressed to the group, with SO_REUSEADDR and SO_REUSEPORT so every
+/// device of every process on the host can bind the same group, and joined
+/// with IP_ADD_MEMBERSHIP. Closing it leaves the group. Non-blocking.
+pub fn multicast_socket(group: SocketAddrV4, iface: std::net::Ipv4Addr) -> io::Result<UdpSocket> {
+    // SAFETY: socket has no memory arguments.
+    let fd = cvt(unsafe {
+        libc::socket(
+            libc::AF_INET,
+            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+            0,
+        )
+    })?;
+    // SAFETY: `fd` is a fresh descriptor we own; the UdpSocket closes it.
+    let sock = unsafe { UdpSocket::from_raw_fd(fd) };
+    let one: libc::c_int = 1;
+    for name in [libc::SO_REUSEADDR, libc::SO_REUSEPORT] {
+        // SAFETY: `one` is a live c_int and its size is passed; the fd is open.
+        cvt(unsafe {
+            libc::setsockopt(
+                sock.as_raw_fd(),
+                libc::SOL_SOCKET,
+                name,
+                (&one as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        })?;
+    }
+    let (ss, len) = to_storage(&SocketAddr::V4(group));
+    // SAFETY: `ss` holds a sockaddr_in of `len` bytes.
+    cvt(unsafe {
+        libc::bind(
+            sock.as_raw_fd(),
+            (&ss as *const libc::sockaddr_storage).cast(),
+            len,
+        )
+    })?;
+    sock.join_multicast_v4(group.ip(), &iface)?;
+    Ok(sock)
+}
+
+/// Sends the socket's IPv4 multicast datagrams out of the interface that owns
+/// `ip` (IP_MULTICAST_IF), e.g. `lo` for 127.0.0.1. Looping them back to
+/// local members (IP_MULTICAST_LOOP) is Linux's default.
+pub fn set_multicast_if(sock: &UdpSocket, ip: std::net::Ipv4Addr) -> io::Result<()> {
+    let addr = libc::in_addr {
+        s_addr: u32::from_ne_bytes(ip.octets()),
+    };
+    // SAFETY: `addr` is a live in_addr and its size is passed; the fd is open.
+    cvt(unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::IPPROTO_IP,
+            libc::IP_MULTICAST_IF,
+            (&addr as *const libc::in_addr).cast(),
+            std::mem::size_of::<libc::in_addr>() as libc::socklen_t,
+        )
+    })?;
+    Ok(())
 }
 
 /// Waits until one of `fds` is readable or `timeout` passes (`None`: forever).

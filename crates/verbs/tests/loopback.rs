@@ -423,3 +423,75 @@ fn ud_datagrams_and_replies_over_udp() {
         b_ctx.local_addr()
     );
 }
+
+#[test]
+fn two_qps_share_a_receive_queue() {
+    let a = end(Config::default());
+    let ctx_b = Device::with_config("b", Config::default()).open().unwrap();
+    let pd_b = ctx_b.alloc_pd().unwrap();
+    let cq_b = ctx_b.create_cq(64, None).unwrap();
+    let srq = pd_b.create_srq(16, 1).unwrap();
+    let mr_b = pd_b.reg_mr(vec![0u8; 1 << 16], all_access()).unwrap();
+    let qps_b: Vec<Qp> = (0..2)
+        .map(|_| QpBuilder::new(&pd_b, &cq_b).srq(&srq).build().unwrap())
+        .collect();
+    let a2 = QpBuilder::new(&a.pd, &a.cq).build().unwrap();
+    for (qa, qb) in [(&a.qp, &qps_b[0]), (&a2, &qps_b[1])] {
+        qa.to_init(InitAttr {
+            access: all_access(),
+        })
+        .unwrap();
+        qb.to_init(InitAttr {
+            access: all_access(),
+        })
+        .unwrap();
+        let to_b = RemoteQp::from_gid(ctx_b.gid(), qb.qpn(), 0);
+        let to_a = RemoteQp::from_gid(a.ctx.gid(), qa.qpn(), 0);
+        qa.to_rtr(RtrAttr {
+            remote: to_b,
+            mtu: Mtu::Mtu4096,
+            max_dest_rd_atomic: 1,
+            min_rnr_timer: 1,
+        })
+        .unwrap();
+        qb.to_rtr(RtrAttr {
+            remote: to_a,
+            mtu: Mtu::Mtu4096,
+            max_dest_rd_atomic: 1,
+            min_rnr_timer: 1,
+        })
+        .unwrap();
+        qa.to_rts(RtsAttr::default()).unwrap();
+        qb.to_rts(RtsAttr::default()).unwrap();
+    }
+    for i in 0..4u64 {
+        srq.post_recv(i, &[mr_b.sge(i as usize * 1024, 1024)])
+            .unwrap();
+    }
+    srq.arm_limit(3).unwrap();
+    assert!(
+        qps_b[0].post_recv(9, &[mr_b.sge(0, 8)]).is_err(),
+        "receives go to the SRQ"
+    );
+    let sges = [a.mr.sge(0, 100)];
+    a.qp.post_send(&SendWr::new(1, SendOp::Send, &sges))
+        .unwrap();
+    a2.post_send(&SendWr::new(2, SendOp::Send, &sges)).unwrap();
+    let wcs = cq_b.wait_for(2, WAIT);
+    assert_eq!(wcs.len(), 2);
+    let mut qpns: Vec<_> = wcs.iter().map(|w| w.qp_num).collect();
+    qpns.sort();
+    let mut want: Vec<_> = qps_b.iter().map(|q| q.qpn()).collect();
+    want.sort();
+    assert_eq!(qpns, want, "one message through each QP, both from the SRQ");
+    let deadline = std::time::Instant::now() + WAIT;
+    let mut fired = false;
+    while !fired && std::time::Instant::now() < deadline {
+        fired = matches!(
+            ctx_b.poll_async_event(),
+            Some(AsyncEvent::SrqLimitReached(_))
+        );
+    }
+    assert!(fired, "2 of 4 left < limit 3: SRQ_LIMIT_REACHED");
+    assert_eq!(srq.query().unwrap().srq_limit, 0);
+}

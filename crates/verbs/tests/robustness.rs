@@ -334,3 +334,48 @@ fn completion_channel_is_a_blocking_pollable_fd() {
         );
     }
 }
+
+#[test]
+fn async_events_block_and_poll() {
+    let (a, _) = end(false);
+    let (b, _) = end(false);
+    connect(&a, &b, 14, 7);
+    // A WRITE with a bad rkey: B's QP raises an access error event.
+    let sges = [a.mr.sge(0, 8)];
+    let wr = SendWr::new(
+        1,
+        SendOp::RdmaWrite {
+            remote_addr: b.mr.addr(),
+            rkey: Rkey(b.mr.rkey() ^ 0x100),
+        },
+        &sges,
+    );
+    a.qp.post_send(&wr).unwrap();
+    // The async fd becomes readable, and the blocking call returns the event.
+    let fd = b.ctx.async_fd();
+    let mut pfd = [PollFd {
+        fd,
+        events: 1,
+        revents: 0,
+    }];
+    // SAFETY: `pfd` is a live array of one pollfd.
+    let n = unsafe { poll(pfd.as_mut_ptr(), 1, 10_000) };
+    assert_eq!(n, 1, "async fd readable");
+    let ev = b.ctx.get_async_event();
+    assert!(matches!(ev, AsyncEvent::QpAccessError(_)), "{ev:?}");
+    assert_eq!(
+        a.cq.wait_for(1, Duration::from_secs(10))[0].status,
+        WcStatus::RemAccessErr
+    );
+}
+
+#[repr(C)]
+struct PollFd {
+    fd: i32,
+    events: i16,
+    revents: i16,
+}
+
+extern "C" {
+    fn poll(fds: *mut PollFd, nfds: u64, timeout: i32) -> i32;
+}

@@ -35,7 +35,7 @@ fn op_for(side: &Side, q: usize, op: Op) -> SendOp {
             remote_addr: r.vaddr,
             rkey: Rkey(r.rkey),
         },
-        Op::Send => SendOp::Send,
+        Op::Send => side.qps[q].send_op(),
         Op::Atomic => SendOp::AtomicFetchAdd {
             remote_addr: r.vaddr,
             rkey: Rkey(r.rkey),
@@ -192,7 +192,7 @@ pub fn recv_prepare(side: &Side, step: &Step) -> Result<Vec<u64>> {
     let first = (RX_DEPTH as u64).min(step.iters as u64);
     let mut posted = Vec::with_capacity(side.qps.len());
     for e in &side.qps {
-        let sge = [e.mr.sge(0, step.size)];
+        let sge = [e.mr.sge(0, step.size + e.recv_extra())];
         for i in 0..first {
             e.qp.post_recv(i, &sge)?;
         }
@@ -224,7 +224,7 @@ pub fn recv_server(side: &Side, step: &Step, posted: &mut [u64]) -> Result<()> {
             got += 1;
             if posted[q] < iters {
                 let e = &side.qps[q];
-                e.qp.post_recv(posted[q], &[e.mr.sge(0, step.size)])?;
+                e.qp.post_recv(posted[q], &[e.mr.sge(0, step.size + e.recv_extra())])?;
                 posted[q] += 1;
             }
         }

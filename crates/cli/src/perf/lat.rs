@@ -168,7 +168,7 @@ pub fn write_lat(
 /// Posts the first receives of a SEND ping-pong.
 pub fn send_prepare(side: &Side, size: u32, iters: u32) -> Result<()> {
     let e = &side.qps[0];
-    let sge = [e.mr.sge(0, size)];
+    let sge = [e.mr.sge(0, size + e.recv_extra())];
     for i in 0..LAT_RX.min(iters as u64) {
         e.qp.post_recv(i, &sge)?;
     }
@@ -187,7 +187,8 @@ pub fn send_lat(
     let inline = step.size <= INLINE_MAX;
     let data = vec![0u8; if inline { step.size as usize } else { 0 }];
     let sges = [e.mr.sge(side.region, step.size)];
-    let recv_sge = [e.mr.sge(0, step.size)];
+    let recv_sge = [e.mr.sge(0, step.size + e.recv_extra())];
+    let send_op = e.send_op();
     let mut recv_posted = LAT_RX.min(iters);
     let (mut recvs, mut sends_posted, mut sends_done) = (0u64, 0u64, 0u64);
     let mut wcs = [WorkCompletion::default(); 16];
@@ -214,7 +215,7 @@ pub fn send_lat(
         };
         e.qp.post_send(&SendWr {
             wr_id: *sends_posted,
-            op: SendOp::Send,
+            op: send_op,
             payload,
             flags: SendFlags::SIGNALED,
         })?;

@@ -73,6 +73,8 @@ pub struct Plan {
     pub region: usize,
     pub tx_depth: u32,
     pub cq_mod: u32,
+    /// SEND over UD QPs.
+    pub ud: bool,
 }
 
 const MAGIC: &str = "SOFTVERBS-PERF 1";
@@ -80,13 +82,14 @@ const MAGIC: &str = "SOFTVERBS-PERF 1";
 impl Plan {
     fn line(&self) -> String {
         format!(
-            "{MAGIC} op={} qps={} mtu={} region={} tx_depth={} cq_mod={}",
+            "{MAGIC} op={} qps={} mtu={} region={} tx_depth={} cq_mod={} ud={}",
             self.op.name(),
             self.qps,
             self.mtu,
             self.region,
             self.tx_depth,
-            self.cq_mod
+            self.cq_mod,
+            u8::from(self.ud)
         )
     }
 
@@ -101,6 +104,7 @@ impl Plan {
             region: 4096,
             tx_depth: 128,
             cq_mod: 64,
+            ud: false,
         };
         for kv in rest.split_whitespace() {
             let Some((k, v)) = kv.split_once('=') else {
@@ -117,6 +121,7 @@ impl Plan {
                 "region" => plan.region = num()?.try_into()?,
                 "tx_depth" => plan.tx_depth = num()?.try_into()?,
                 "cq_mod" => plan.cq_mod = num()?.try_into()?,
+                "ud" => plan.ud = num()? == 1,
                 _ => {} // newer clients may say more
             }
         }
@@ -130,6 +135,9 @@ impl Plan {
         }
         if !(1..=16384).contains(&self.tx_depth) {
             fail!("the TX depth must be between 1 and 16384");
+        }
+        if self.ud && self.op != Op::Send {
+            fail!("only SEND runs over UD");
         }
         if self.cq_mod == 0 {
             fail!("CQ moderation must be at least 1");
@@ -148,6 +156,33 @@ impl Plan {
 
     fn max_send_wr(&self) -> u32 {
         self.tx_depth.max(64)
+    }
+}
+
+/// The Q_Key of UD benchmark QPs.
+const UD_QKEY: u32 = 0x1111_1111;
+
+impl QpEnd {
+    /// The SEND this QP posts: to its peer's QP, by address handle on UD.
+    pub fn send_op(&self) -> softverbs::SendOp {
+        if self.qp.qp_type() == softverbs::QpType::Ud {
+            softverbs::AddressHandle::from_gid(self.remote.gid).send(
+                softverbs::Qpn::new(self.remote.qpn),
+                UD_QKEY,
+                None,
+            )
+        } else {
+            softverbs::SendOp::Send
+        }
+    }
+
+    /// Bytes a receive needs beyond the message: the GRH area on UD.
+    pub fn recv_extra(&self) -> u32 {
+        if self.qp.qp_type() == softverbs::QpType::Ud {
+            40
+        } else {
+            0
+        }
     }
 }
 
@@ -177,7 +212,13 @@ impl Side {
         let cq = ctx.create_cq(cqe, None)?;
         let mut qps = Vec::with_capacity(plan.qps as usize);
         for _ in 0..plan.qps {
+            let qp_type = if plan.ud {
+                softverbs::QpType::Ud
+            } else {
+                softverbs::QpType::Rc
+            };
             let qp = QpBuilder::new(&pd, &cq)
+                .qp_type(qp_type)
                 .cap(QpCap {
                     max_send_wr,
                     max_recv_wr: RX_DEPTH,
@@ -219,7 +260,16 @@ impl Side {
 
     fn connect(&mut self, remotes: Vec<QpInfo>, mtu: Mtu) -> Result<()> {
         for (e, remote) in self.qps.iter_mut().zip(remotes) {
-            connect_qp(&self.ctx, &e.qp, e.psn, &remote, mtu)?;
+            if e.qp.qp_type() == softverbs::QpType::Ud {
+                e.qp.ud_to_init(UD_QKEY)?;
+                e.qp.ud_to_rtr()?;
+                e.qp.to_rts(softverbs::RtsAttr {
+                    sq_psn: e.psn,
+                    ..Default::default()
+                })?;
+            } else {
+                connect_qp(&self.ctx, &e.qp, e.psn, &remote, mtu)?;
+            }
             e.remote = remote;
         }
         Ok(())
@@ -399,10 +449,15 @@ fn client_session(a: &PerfArgs, ctrl: &mut Ctrl, steps: &[Step]) -> Result<()> {
         op: a.op,
         qps: a.qps,
         mtu: mtu.bytes(),
-        region: max_size.max(8).div_ceil(4096) * 4096,
+        // UD receives need room for the GRH area too.
+        region: (max_size + if a.ud { 40 } else { 0 }).max(8).div_ceil(4096) * 4096,
         tx_depth: a.tx_depth,
         cq_mod: a.cq_mod.min(a.tx_depth),
+        ud: a.ud,
     };
+    if a.ud && max_size > mtu.bytes() as usize {
+        fail!("UD messages are at most one MTU ({} bytes)", mtu.bytes());
+    }
     plan.check()?;
     let mut side = Side::new(ctx, &plan)?;
     ctrl.send(&plan.line())?;
@@ -610,8 +665,19 @@ mod tests {
             region: 8192,
             tx_depth: 16,
             cq_mod: 4,
+            ud: false,
         };
         assert_eq!(Plan::parse(&p.line()).unwrap(), p);
+        let ud = Plan {
+            op: Op::Send,
+            ud: true,
+            ..p
+        };
+        assert_eq!(Plan::parse(&ud.line()).unwrap(), ud);
+        assert!(
+            Plan::parse(&Plan { ud: true, ..p }.line()).is_err(),
+            "only SEND over UD"
+        );
         assert!(Plan::parse("HELLO").is_err());
         assert!(Plan::parse(&format!("{MAGIC} qps=0")).is_err());
     }

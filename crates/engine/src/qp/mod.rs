@@ -77,6 +77,8 @@ pub(crate) struct Qp {
     pub req_window: u32,
     /// The port's MTU (UD messages are at most this long).
     pub port_mtu: crate::types::Mtu,
+    /// The shared receive queue this QP takes receive WQEs from, if any.
+    pub srq: Option<crate::types::SrqHandle>,
 }
 
 impl Qp {
@@ -102,6 +104,7 @@ impl Qp {
             timer_entry: None,
             req_window,
             port_mtu: crate::types::Mtu::Mtu4096,
+            srq: None,
         }
     }
 
@@ -318,6 +321,40 @@ impl Qp {
             shared.complete(self.init.recv_cq, wc);
         }
         self.resp.abort_message();
+        // A QP on an SRQ takes no more WQEs from it (IBA 11.6.3.2).
+        if self.srq.is_some() {
+            shared
+                .events
+                .push_back(AsyncEvent::LastWqeReached(self.handle));
+        }
+    }
+
+    /// The receive WQE at the head of this QP's receive queue or its SRQ, with
+    /// its SGEs.
+    pub fn recv_head<'a>(
+        &'a self,
+        shared: &'a Shared,
+    ) -> Option<(&'a queues::RecvWqe, &'a [crate::wr::Sge])> {
+        match self.srq {
+            None => self.rq.front(),
+            Some(h) => shared.srqs.get(h.0)?.rq.front(),
+        }
+    }
+
+    /// Takes the receive WQE at the head; from an SRQ, raises SRQ_LIMIT_REACHED
+    /// when that crosses its armed limit.
+    pub fn recv_take(&mut self, shared: &mut Shared) -> Option<queues::RecvWqe> {
+        match self.srq {
+            None => self.rq.pop(),
+            Some(h) => {
+                let srq = shared.srqs.get_mut(h.0)?;
+                let wqe = srq.rq.pop();
+                if wqe.is_some() && srq.crossed_limit() {
+                    shared.events.push_back(AsyncEvent::SrqLimitReached(h));
+                }
+                wqe
+            }
+        }
     }
 
     /// Reports a send WQE's completion if it is an error or signaled.
@@ -336,6 +373,8 @@ impl Qp {
             SendOp::RdmaRead { .. } => (WcOpcode::RdmaRead, wqe.length),
             SendOp::AtomicCmpSwap { .. } => (WcOpcode::CompSwap, 8),
             SendOp::AtomicFetchAdd { .. } => (WcOpcode::FetchAdd, 8),
+            SendOp::BindMw { .. } => (WcOpcode::BindMw, 0),
+            SendOp::LocalInv { .. } => (WcOpcode::LocalInv, 0),
         };
         let wc = WorkCompletion {
             wr_id: wqe.wr_id,

@@ -210,6 +210,62 @@ impl Qp {
         Ok(())
     }
 
+    /// Carries out the local operations at the send cursor, if the requester
+    /// may start them now.
+    pub fn run_local_ops_now(&mut self, shared: &mut Shared) {
+        if self.requester_ready() && self.sq.get(self.req.cursor).op.is_local() {
+            self.run_local_ops(shared);
+        }
+    }
+
+    /// Carries out the local operations (memory window bind, local invalidate)
+    /// at the send cursor: each takes effect when the cursor first reaches it,
+    /// gets no PSN (`npsn` 0) and is done at once; it retires in order. The
+    /// cursor steps over ones already done (after a go-back-N rewind). Returns
+    /// false if one failed (the QP has left RTS).
+    fn run_local_ops(&mut self, shared: &mut Shared) -> bool {
+        let mut ran = false;
+        while self.req.cursor < self.sq.tail && self.sq.get(self.req.cursor).op.is_local() {
+            let seq = self.req.cursor;
+            if seq < self.req.started {
+                self.req.cursor += 1;
+                self.req.cursor_pkt = 0;
+                continue;
+            }
+            if !self.requester_ready() {
+                break;
+            }
+            let wqe = *self.sq.get(seq);
+            let pd = self.init.pd;
+            let result = match wqe.op {
+                SendOp::BindMw { mw, rkey, info } => {
+                    shared.mrs.bind_mw(mw, rkey, &info, self.handle, pd)
+                }
+                SendOp::LocalInv { rkey } => shared.mrs.local_invalidate(rkey, pd),
+                _ => Ok(()),
+            };
+            let first_psn = self.req.next_psn;
+            let w = self.sq.get_mut(seq);
+            w.first_psn = first_psn;
+            w.npsn = 0;
+            w.read_pkts_done = 0;
+            w.done = None;
+            self.req.started = seq + 1;
+            if let Err(status) = result {
+                self.fail_wqe(shared, seq, status);
+                return false;
+            }
+            self.sq.get_mut(seq).done = Some(WcStatus::Success);
+            self.req.cursor = seq + 1;
+            self.req.cursor_pkt = 0;
+            ran = true;
+        }
+        if ran {
+            self.retire(shared);
+        }
+        true
+    }
+
     /// Builds the next request packet into `buf`; returns its length.
     pub fn poll_request(
         &mut self,
@@ -219,6 +275,12 @@ impl Qp {
     ) -> Option<(usize, SocketAddr)> {
         if !self.requester_ready() {
             return None;
+        }
+        if self.sq.get(self.req.cursor).op.is_local() {
+            // Carry out local operations in the way, then go on to a packet.
+            if !self.run_local_ops(shared) || !self.requester_ready() {
+                return None;
+            }
         }
         if self.req.cursor == self.req.started {
             if let Err(status) = self.start_wqe(shared) {
@@ -254,6 +316,7 @@ impl Qp {
             SendOp::UdSend { imm: Some(_), .. } => {
                 (OpKind::Send, HeaderSet::DETH.with(HeaderSet::IMMDT))
             }
+            SendOp::BindMw { .. } | SendOp::LocalInv { .. } => return None,
         };
         let is_read = kind == OpKind::RdmaReadRequest;
         let pos = if is_read || wqe.op.is_atomic() {

@@ -301,26 +301,37 @@ impl Qp {
             shared.counters.ud_messages_dropped += 1;
             return;
         }
-        let Some((wqe, sges)) = self.rq.front() else {
-            shared.counters.ud_messages_dropped += 1;
-            return;
-        };
         let payload = pkt.payload();
         let total = GRH_LEN + payload.len();
-        if total > wqe.length as usize {
-            shared.counters.ud_messages_dropped += 1;
-            self.fail_recv(shared, WcStatus::LocLenErr);
-            return;
-        }
-        let grh = grh_for(src, shared.config.local_addr, pkt.as_bytes().len());
+        let dst = shared.rx_dst.unwrap_or(shared.config.local_addr);
+        let grh = grh_for(src, dst, pkt.as_bytes().len());
         let pd = self.init.pd;
-        if shared.scatter(pd, sges, 0, &grh).is_err()
-            || shared.scatter(pd, sges, GRH_LEN as u32, payload).is_err()
-        {
-            self.fail_recv(shared, WcStatus::LocProtErr);
+        let placed = match self.recv_head(shared) {
+            None => {
+                shared.counters.ud_messages_dropped += 1;
+                return;
+            }
+            Some((wqe, _)) if total > wqe.length as usize => Err(WcStatus::LocLenErr),
+            Some((_, sges)) => {
+                if shared.scatter(pd, sges, 0, &grh).is_ok()
+                    && shared.scatter(pd, sges, GRH_LEN as u32, payload).is_ok()
+                {
+                    Ok(())
+                } else {
+                    Err(WcStatus::LocProtErr)
+                }
+            }
+        };
+        if let Err(status) = placed {
+            if status == WcStatus::LocLenErr {
+                shared.counters.ud_messages_dropped += 1;
+            }
+            self.fail_recv(shared, status);
             return;
         }
-        let Some(wqe) = self.rq.pop() else { return };
+        let Some(wqe) = self.recv_take(shared) else {
+            return;
+        };
         let wc = WorkCompletion {
             wr_id: wqe.wr_id,
             status: WcStatus::Success,
@@ -405,7 +416,7 @@ impl Qp {
                 OpKind::Send => pos.starts_message(),
                 _ => pos.ends_message(),
             };
-        if consumes_wqe_now && self.rq.front().is_none() {
+        if consumes_wqe_now && self.recv_head(shared).is_none() {
             return Err(Refusal::Rnr);
         }
         if matches!(
@@ -432,7 +443,7 @@ impl Qp {
                     Some(InMessage::Send { received }) => received,
                     _ => 0,
                 };
-                let capacity = self.rq.front().map_or(0, |(w, _)| w.length);
+                let capacity = self.recv_head(shared).map_or(0, |(w, _)| w.length);
                 if received.saturating_add(len) > capacity {
                     return Err(self.refuse_length(shared, kind));
                 }
@@ -493,9 +504,10 @@ impl Qp {
                     let at = va.wrapping_add(u64::from(received));
                     let mem = shared
                         .mrs
-                        .resolve(
+                        .resolve_remote(
                             rkey.0,
                             pd,
+                            self.handle,
                             at,
                             check_len as usize,
                             AccessFlags::REMOTE_WRITE,
@@ -536,16 +548,16 @@ impl Qp {
                 let inv = pkt.ieth().map(|h| h.rkey());
                 if let Some(rkey) = inv {
                     // The key must name memory this PD allows peers to invalidate.
-                    match shared.mrs.by_key_mut(rkey.0) {
-                        Some(mr) if mr.remote_invalidate && mr.pd == pd => {}
-                        _ => return Err(Refusal::Nak(NakCode::InvalidRequest)),
+                    // (or a type 2 memory window bound through this QP).
+                    if !shared.mrs.may_invalidate_remotely(rkey.0, pd, self.handle) {
+                        return Err(Refusal::Nak(NakCode::InvalidRequest));
                     }
                 }
                 let received = match self.resp.msg {
                     Some(InMessage::Send { received }) => received,
                     _ => 0,
                 };
-                let (_, sges) = self.rq.front().ok_or(Refusal::Rnr)?;
+                let (_, sges) = self.recv_head(shared).ok_or(Refusal::Rnr)?;
                 if shared.scatter(pd, sges, received, payload).is_err() {
                     // The receive buffer is not writable: a responder-side error
                     // (IBA 9.7.5.1.7, NAK Remote Operational Error).
@@ -556,9 +568,7 @@ impl Qp {
                 if pos.ends_message() {
                     self.resp.msg = None;
                     if let Some(rkey) = inv {
-                        if let Some(mr) = shared.mrs.by_key_mut(rkey.0) {
-                            mr.invalidated = true;
-                        }
+                        shared.mrs.invalidate_remotely(rkey.0);
                     }
                     let imm = pkt.immdt().map(|h| h.imm());
                     self.complete_recv(shared, WcOpcode::Recv, total, imm, inv, pkt);
@@ -575,7 +585,14 @@ impl Qp {
                 if dma_len > 0 {
                     shared
                         .mrs
-                        .resolve(rkey.0, pd, va, dma_len as usize, AccessFlags::REMOTE_READ)
+                        .resolve_remote(
+                            rkey.0,
+                            pd,
+                            self.handle,
+                            va,
+                            dma_len as usize,
+                            AccessFlags::REMOTE_READ,
+                        )
                         .map_err(key_error_nak)?;
                 }
                 let npsn = super::requester::packets_for(dma_len, mtu);
@@ -602,7 +619,14 @@ impl Qp {
                 };
                 let mem = shared
                     .mrs
-                    .resolve(a.rkey().0, pd, a.va(), 8, AccessFlags::REMOTE_ATOMIC)
+                    .resolve_remote(
+                        a.rkey().0,
+                        pd,
+                        self.handle,
+                        a.va(),
+                        8,
+                        AccessFlags::REMOTE_ATOMIC,
+                    )
                     .map_err(key_error_nak)?;
                 let orig = if kind == OpKind::CompareSwap {
                     mem.compare_swap(a.compare(), a.swap_add())
@@ -639,7 +663,7 @@ impl Qp {
     }
 
     fn fail_recv(&mut self, shared: &mut Shared, status: WcStatus) {
-        if let Some(wqe) = self.rq.pop() {
+        if let Some(wqe) = self.recv_take(shared) {
             let wc = WorkCompletion {
                 wr_id: wqe.wr_id,
                 status,
@@ -661,7 +685,9 @@ impl Qp {
         invalidated_rkey: Option<Rkey>,
         pkt: &RocePacket<&[u8]>,
     ) {
-        let Some(wqe) = self.rq.pop() else { return };
+        let Some(wqe) = self.recv_take(shared) else {
+            return;
+        };
         let wc = WorkCompletion {
             wr_id: wqe.wr_id,
             status: WcStatus::Success,
@@ -709,9 +735,10 @@ impl Qp {
                 if dma_len > 0
                     && shared
                         .mrs
-                        .resolve(
+                        .resolve_remote(
                             rkey.0,
                             self.init.pd,
+                            self.handle,
                             va,
                             dma_len as usize,
                             AccessFlags::REMOTE_READ,
@@ -843,9 +870,10 @@ impl Qp {
                     } else {
                         shared
                             .mrs
-                            .resolve(
+                            .resolve_remote(
                                 rkey.0,
                                 self.init.pd,
+                                self.handle,
                                 va,
                                 n as usize,
                                 AccessFlags::REMOTE_READ,
