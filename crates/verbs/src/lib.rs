@@ -23,6 +23,7 @@ mod driver;
 pub mod error;
 mod faults;
 mod gid;
+mod mw;
 mod pd;
 pub mod published;
 mod qp;
@@ -35,6 +36,7 @@ pub use config::{Config, ConfigError, FaultConfig};
 pub use context::{Context, Device, DeviceAttr, LinkLayer, PortAttr, PortState};
 pub use cq::{CompletionChannel, Cq};
 pub use gid::{Gid, ROCE_PORT};
+pub use mw::Mw;
 pub use pd::{Mr, PageAligned, Pd, RawMr, StableBuffer};
 pub use qp::{AddressHandle, InitAttr, Qp, QpBuilder, RemoteQp, RtrAttr, RtsAttr};
 pub use softverbs_engine::{
@@ -42,6 +44,7 @@ pub use softverbs_engine::{
     QpCap, QpState, QpType, Qpn, Rkey, SendFlags, SendOp, SendWr, Sge, WcOpcode, WcStatus,
     WorkCompletion,
 };
+pub use softverbs_engine::{BindMwError, MwBindInfo, MwHandle, MwType};
 pub use srq::Srq;
 #[cfg(feature = "tokio")]
 pub use stream::CompletionStream;

@@ -424,6 +424,18 @@ impl Qp {
     pub fn handle(&self) -> QpHandle {
         self.qp
     }
+
+    /// Runs `f` on the engine with this QP's handle, then sends what it produced.
+    pub(crate) fn with_engine<R>(
+        &self,
+        f: impl FnOnce(&mut softverbs_engine::Engine, QpHandle) -> R,
+    ) -> R {
+        let d = &self.handle.0;
+        let mut st = d.lock();
+        let r = f(&mut st.engine, self.qp);
+        d.pump(&mut st);
+        r
+    }
 }
 
 /// Where a UD datagram goes: a device's UDP endpoint (IBA 11.2.2: an address
