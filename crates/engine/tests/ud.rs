@@ -334,3 +334,116 @@ fn one_sender_many_receivers_under_loss() {
     }
     assert!(total > 60, "about 80 % of 120 arrive: {total}");
 }
+
+#[test]
+fn ud_qps_share_a_receive_queue() {
+    let mut sim = Sim::new(4, Faults::none());
+    let a = node(&mut sim, "10.0.0.1:4791", QKEY);
+    // B: two UD QPs taking receives from one SRQ.
+    let addr_b: SocketAddr = "10.0.0.2:4791".parse().unwrap();
+    let b = sim.add_node(Engine::new(EngineConfig::new(addr_b)));
+    let e = sim.node_mut(b);
+    let pd = e.alloc_pd().unwrap();
+    let cq = e.create_cq(64).unwrap();
+    let srq = e
+        .create_srq(
+            pd,
+            SrqInitAttr {
+                max_wr: 8,
+                max_sge: 1,
+                srq_limit: 0,
+            },
+        )
+        .unwrap();
+    let cap = QpCap {
+        max_send_wr: 8,
+        max_recv_wr: 8,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    };
+    let init = QpInitAttr {
+        pd,
+        send_cq: cq,
+        recv_cq: cq,
+        qp_type: QpType::Ud,
+        cap,
+        sq_sig_all: true,
+    };
+    let mut qpns = Vec::new();
+    for _ in 0..2 {
+        let (qp, qpn) = e.create_qp_with_srq(init, srq).unwrap();
+        let now = Instant::ZERO;
+        let attr = QpAttr {
+            qp_state: QpState::Init,
+            qkey: QKEY,
+            ..QpAttr::default()
+        };
+        e.modify_qp(
+            qp,
+            &attr,
+            QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::QKEY,
+            now,
+        )
+        .unwrap();
+        e.modify_qp(
+            qp,
+            &QpAttr {
+                qp_state: QpState::Rtr,
+                ..QpAttr::default()
+            },
+            QpAttrMask::STATE,
+            now,
+        )
+        .unwrap();
+        let rts = QpAttr {
+            qp_state: QpState::Rts,
+            ..QpAttr::default()
+        };
+        e.modify_qp(qp, &rts, QpAttrMask::STATE | QpAttrMask::SQ_PSN, now)
+            .unwrap();
+        qpns.push(qpn);
+    }
+    let mut buf = vec![0u8; 8 * 1024].into_boxed_slice();
+    // SAFETY: the boxed buffer never moves and outlives the simulator's use of it
+    // (both are dropped at the end of this test, the engine first).
+    let mr =
+        unsafe { e.reg_mr(pd, buf.as_mut_ptr(), buf.len(), AccessFlags::LOCAL_WRITE) }.unwrap();
+    for i in 0..4u64 {
+        let s = Sge {
+            addr: mr.addr + i * 1024,
+            length: 1024,
+            lkey: mr.lkey,
+        };
+        e.post_srq_recv(
+            srq,
+            &RecvWr {
+                wr_id: i,
+                sges: &[s],
+            },
+        )
+        .unwrap();
+    }
+    let s = sge(&a, 0, 100);
+    for (i, qpn) in qpns.iter().enumerate() {
+        let op = SendOp::UdSend {
+            dest: addr_b,
+            remote_qpn: *qpn,
+            remote_qkey: Qkey(QKEY),
+            imm: Some(i as u32),
+        };
+        sim.node_mut(a.id)
+            .post_send(a.qp, &SendWr::new(i as u64, op, &[s]))
+            .unwrap();
+    }
+    sim.run_until_idle(limits()).unwrap();
+    let got = poll(&mut sim, b, cq);
+    assert_eq!(got.len(), 2);
+    assert_eq!(
+        got.iter().map(|w| (w.wr_id, w.qp_num)).collect::<Vec<_>>(),
+        vec![(0, qpns[0]), (1, qpns[1])]
+    );
+    assert!(got.iter().all(|w| w.byte_len == 140 && w.grh));
+    drop(sim);
+    drop(buf);
+}
