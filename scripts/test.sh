@@ -10,6 +10,8 @@ echo "== cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
 cargo clippy -p softverbs --all-targets --features tokio -- -D warnings
 echo "== cargo test"
+# Build the libraries first so the C-ABI tests load freshly linked cdylibs.
+cargo build --workspace
 cargo test --workspace --all-targets
 cargo test --workspace --doc
 cargo test -p softverbs --features tokio --test async_stream

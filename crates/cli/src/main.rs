@@ -13,6 +13,7 @@ mod perf;
 mod pingpong;
 mod plot;
 mod progress;
+mod run;
 mod stat;
 mod stats;
 
@@ -75,6 +76,16 @@ Every process that opens a softverbs device publishes that device's counters (at
     Perf(PerfArgs),
     /// UD multicast between processes: attach to a group and print what arrives, or send to it.
     Mcast(mcast::McastArgs),
+    /// Run an unmodified rdma-core program on softverbs (the drop-in libibverbs.so.1).
+    #[command(
+        long_about = "Run an unmodified rdma-core program (ibv_devinfo, ibv_rc_pingpong, \
+perftest...) on softverbs.\n\n\
+Finds libsoftverbs_ibverbs.so next to this softverbs binary (cargo builds both into \
+target/<profile>/), makes a directory dropin/ there holding a symlink libibverbs.so.1 to it, \
+and runs CMD with that directory prepended to LD_LIBRARY_PATH. The device is configured by the \
+SOFTVERBS_* environment variables as usual. Example: softverbs run -- ibv_devinfo -v"
+    )]
+    Run(run::RunArgs),
 }
 
 #[derive(Args, Debug)]
@@ -243,6 +254,7 @@ fn main() -> ExitCode {
         Cmd::Pingpong(a) => pingpong::run(&a),
         Cmd::Perf(a) => perf::run(&a),
         Cmd::Mcast(a) => mcast::run(&a),
+        Cmd::Run(a) => run::run(&a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -51,9 +51,24 @@ fn build(index: c_int) -> SoftDevice {
     SoftDevice {
         ibv,
         index,
-        // A locally administered EUI-64 (02:00:00:ff:fe:...) numbered by index.
-        guid: 0x0200_00ff_fe00_0000 | u64::from(index.unsigned_abs()),
+        guid: guid(index),
     }
+}
+
+/// The node GUID: the interface id of the device's GID when its UDP port is configured
+/// (`SOFTVERBS_PORT`, so the GID is known before the device is opened); otherwise a locally
+/// administered EUI-64 (02:00:00:ff:fe:...) numbered by index.
+fn guid(index: c_int) -> u64 {
+    softverbs::Config::from_env()
+        .ok()
+        .and_then(|c| {
+            let port = c.port?;
+            softverbs::Gid::from_socket_addr(std::net::SocketAddr::new(c.addr, port))
+        })
+        .map_or(
+            0x0200_00ff_fe00_0000 | u64::from(index.unsigned_abs()),
+            |g| g.interface_id(),
+        )
 }
 
 fn devices() -> &'static [*mut SoftDevice] {

@@ -10,6 +10,8 @@ use core::ffi::{c_char, c_int};
 use core::ptr;
 
 use crate::abi::ibv_device;
+use crate::ctx::*;
+use crate::stubs::{self, *};
 use crate::{device, strs};
 
 /// One exported symbol: public name and version node.
@@ -17,8 +19,10 @@ use crate::{device, strs};
 pub struct Export {
     /// The name C programs link against (`ibv_get_device_list`).
     pub name: &'static str,
-    /// The rdma-core version node (`IBVERBS_1.1`), the default (`@@`) version of `name`.
+    /// The rdma-core version node (`IBVERBS_1.1`).
     pub node: &'static str,
+    /// `name@@node`, the default version; otherwise the hidden compat version `name@node`.
+    pub default: bool,
 }
 
 /// The jump from a trampoline to its Rust function (`{f}` is the `sym` operand).
@@ -36,7 +40,10 @@ macro_rules! tail_jump {
 }
 
 macro_rules! exports {
-    ($( $node:literal { $( $name:ident ),* $(,)? } )*) => {
+    (
+        $( $node:literal { $( $name:ident ),* $(,)? } )*
+        $( compat $cnode:literal { $( $cname:ident ),* $(,)? } )*
+    ) => {
         $($(
             #[cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
             core::arch::global_asm!(
@@ -58,36 +65,246 @@ macro_rules! exports {
                 f = sym $name,
             );
         )*)*
+        $($(
+            #[cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
+            core::arch::global_asm!(
+                ".pushsection .text",
+                ".p2align 4",
+                concat!(".globl softverbs_c_", stringify!($cname)),
+                concat!(".type softverbs_c_", stringify!($cname), ", STT_FUNC"),
+                concat!("softverbs_c_", stringify!($cname), ":"),
+                tail_jump!(),
+                concat!(
+                    ".size softverbs_c_", stringify!($cname),
+                    ", . - softverbs_c_", stringify!($cname)
+                ),
+                concat!(
+                    ".symver softverbs_c_", stringify!($cname), ", ",
+                    stringify!($cname), "@", $cnode
+                ),
+                ".popsection",
+                f = sym stubs::compat::$cname,
+            );
+        )*)*
         /// Every symbol this library exports, with its version node.
-        pub const EXPORTS: &[Export] = &[$($(
-            Export { name: stringify!($name), node: $node },
-        )*)*];
+        pub const EXPORTS: &[Export] = &[
+            $($( Export { name: stringify!($name), node: $node, default: true }, )*)*
+            $($( Export { name: stringify!($cname), node: $cnode, default: false }, )*)*
+        ];
     };
 }
 
 exports! {
     "IBVERBS_1.0" {
+        ibv_copy_path_rec_from_kern,
+        ibv_copy_path_rec_to_kern,
+        ibv_copy_qp_attr_from_kern,
+        ibv_create_comp_channel,
+        ibv_destroy_comp_channel,
+        ibv_get_sysfs_path,
         ibv_rate_to_mult,
+        ibv_read_sysfs_file,
         mult_to_ibv_rate,
     }
     "IBVERBS_1.1" {
-        ibv_get_device_list,
-        ibv_free_device_list,
-        ibv_get_device_name,
-        ibv_get_device_guid,
-        ibv_wc_status_str,
-        ibv_node_type_str,
-        ibv_port_state_str,
+        ibv_ack_async_event,
+        ibv_ack_cq_events,
+        ibv_alloc_pd,
+        ibv_attach_mcast,
+        ibv_close_device,
+        ibv_copy_ah_attr_from_kern,
+        ibv_create_ah,
+        ibv_create_ah_from_wc,
+        ibv_create_cq,
+        ibv_create_qp,
+        ibv_create_srq,
+        ibv_dealloc_pd,
+        ibv_dereg_mr,
+        ibv_destroy_ah,
+        ibv_destroy_cq,
+        ibv_destroy_qp,
+        ibv_destroy_srq,
+        ibv_detach_mcast,
+        ibv_dofork_range,
+        ibv_dontfork_range,
         ibv_event_type_str,
+        ibv_fork_init,
+        ibv_free_device_list,
+        ibv_get_async_event,
+        ibv_get_cq_event,
+        ibv_get_device_guid,
+        ibv_get_device_list,
+        ibv_get_device_name,
+        ibv_init_ah_from_wc,
+        ibv_modify_qp,
+        ibv_modify_srq,
+        ibv_node_type_str,
+        ibv_open_device,
+        ibv_port_state_str,
+        ibv_query_device,
+        ibv_query_gid,
+        ibv_query_pkey,
+        ibv_query_port,
+        ibv_query_qp,
+        ibv_query_srq,
+        ibv_rate_to_mbps,
+        ibv_reg_mr,
+        ibv_rereg_mr,
+        ibv_resize_cq,
+        ibv_resolve_eth_l2_from_gid,
+        ibv_wc_status_str,
+        mbps_to_ibv_rate,
+    }
+    "IBVERBS_1.5" {
+        ibv_get_pkey_index,
+    }
+    "IBVERBS_1.6" {
+        ibv_qp_to_qp_ex,
+    }
+    "IBVERBS_1.7" {
+        ibv_reg_mr_iova,
+    }
+    "IBVERBS_1.8" {
+        ibv_reg_mr_iova2,
     }
     "IBVERBS_1.9" {
         ibv_get_device_index,
     }
-}
-
-fn set_errno(e: c_int) {
-    // SAFETY: `__errno_location` returns this thread's errno slot, valid for writes.
-    unsafe { *libc::__errno_location() = e };
+    "IBVERBS_1.10" {
+        ibv_import_device,
+        ibv_import_mr,
+        ibv_import_pd,
+        ibv_query_ece,
+        ibv_set_ece,
+        ibv_unimport_mr,
+        ibv_unimport_pd,
+    }
+    "IBVERBS_1.11" {
+        _ibv_query_gid_ex,
+        _ibv_query_gid_table,
+    }
+    "IBVERBS_1.12" {
+        ibv_reg_dmabuf_mr,
+    }
+    "IBVERBS_1.13" {
+        ibv_import_dm,
+        ibv_is_fork_initialized,
+        ibv_unimport_dm,
+    }
+    "IBVERBS_1.14" {
+        ibv_query_qp_data_in_order,
+    }
+    "IBVERBS_PRIVATE_34" {
+        execute_ioctl,
+        ibv_cmd_advise_mr,
+        ibv_cmd_alloc_dm,
+        ibv_cmd_alloc_mw,
+        ibv_cmd_alloc_pd,
+        ibv_cmd_attach_mcast,
+        ibv_cmd_close_xrcd,
+        ibv_cmd_create_ah,
+        ibv_cmd_create_counters,
+        ibv_cmd_create_cq,
+        ibv_cmd_create_cq_ex,
+        ibv_cmd_create_flow,
+        ibv_cmd_create_flow_action_esp,
+        ibv_cmd_create_qp,
+        ibv_cmd_create_qp_ex,
+        ibv_cmd_create_qp_ex2,
+        ibv_cmd_create_rwq_ind_table,
+        ibv_cmd_create_srq,
+        ibv_cmd_create_srq_ex,
+        ibv_cmd_create_wq,
+        ibv_cmd_dealloc_mw,
+        ibv_cmd_dealloc_pd,
+        ibv_cmd_dereg_mr,
+        ibv_cmd_destroy_ah,
+        ibv_cmd_destroy_counters,
+        ibv_cmd_destroy_cq,
+        ibv_cmd_destroy_flow,
+        ibv_cmd_destroy_flow_action,
+        ibv_cmd_destroy_qp,
+        ibv_cmd_destroy_rwq_ind_table,
+        ibv_cmd_destroy_srq,
+        ibv_cmd_destroy_wq,
+        ibv_cmd_detach_mcast,
+        ibv_cmd_free_dm,
+        ibv_cmd_get_context,
+        ibv_cmd_modify_cq,
+        ibv_cmd_modify_flow_action_esp,
+        ibv_cmd_modify_qp,
+        ibv_cmd_modify_qp_ex,
+        ibv_cmd_modify_srq,
+        ibv_cmd_modify_wq,
+        ibv_cmd_open_qp,
+        ibv_cmd_open_xrcd,
+        ibv_cmd_poll_cq,
+        ibv_cmd_post_recv,
+        ibv_cmd_post_send,
+        ibv_cmd_post_srq_recv,
+        ibv_cmd_query_context,
+        ibv_cmd_query_device_any,
+        ibv_cmd_query_mr,
+        ibv_cmd_query_port,
+        ibv_cmd_query_qp,
+        ibv_cmd_query_srq,
+        ibv_cmd_read_counters,
+        ibv_cmd_reg_dmabuf_mr,
+        ibv_cmd_reg_dm_mr,
+        ibv_cmd_reg_mr,
+        ibv_cmd_req_notify_cq,
+        ibv_cmd_rereg_mr,
+        ibv_cmd_resize_cq,
+        ibv_query_gid_type,
+        ibv_read_ibdev_sysfs_file,
+        verbs_allow_disassociate_destroy,
+        verbs_init_cq,
+        verbs_open_device,
+        verbs_register_driver_34,
+        verbs_set_ops,
+        verbs_uninit_context,
+        _verbs_init_and_alloc_context,
+        __ioctl_final_num_attrs,
+        __verbs_log,
+    }
+    compat "IBVERBS_1.0" {
+        ibv_ack_async_event,
+        ibv_ack_cq_events,
+        ibv_alloc_pd,
+        ibv_attach_mcast,
+        ibv_close_device,
+        ibv_create_ah,
+        ibv_create_cq,
+        ibv_create_qp,
+        ibv_create_srq,
+        ibv_dealloc_pd,
+        ibv_dereg_mr,
+        ibv_destroy_ah,
+        ibv_destroy_cq,
+        ibv_destroy_qp,
+        ibv_destroy_srq,
+        ibv_detach_mcast,
+        ibv_free_device_list,
+        ibv_get_async_event,
+        ibv_get_cq_event,
+        ibv_get_device_guid,
+        ibv_get_device_list,
+        ibv_get_device_name,
+        ibv_modify_qp,
+        ibv_modify_srq,
+        ibv_open_device,
+        ibv_query_device,
+        ibv_query_gid,
+        ibv_query_pkey,
+        ibv_query_port,
+        ibv_query_qp,
+        ibv_query_srq,
+        ibv_reg_mr,
+        ibv_resize_cq,
+    }
+    compat "IBVERBS_1.1" {
+        ibv_register_driver,
+    }
 }
 
 /// `struct ibv_device **ibv_get_device_list(int *num_devices)`: a NULL-terminated array
@@ -179,6 +396,20 @@ pub extern "C" fn ibv_rate_to_mult(rate: c_int) -> c_int {
     strs::rate_to_mult(rate)
 }
 
+/// `int ibv_rate_to_mbps(enum ibv_rate rate)`: 0 for unknown rates.
+pub extern "C" fn ibv_rate_to_mbps(rate: c_int) -> c_int {
+    strs::rate_to_mult(rate).max(0) * 2500
+}
+
+/// `enum ibv_rate mbps_to_ibv_rate(int mbps)`: `IBV_RATE_MAX` (0) for unknown rates.
+pub extern "C" fn mbps_to_ibv_rate(mbps: c_int) -> c_int {
+    if mbps > 0 && mbps % 2500 == 0 {
+        strs::mult_to_rate(mbps / 2500)
+    } else {
+        crate::abi::IBV_RATE_MAX
+    }
+}
+
 /// `enum ibv_rate mult_to_ibv_rate(int mult)`.
 pub extern "C" fn mult_to_ibv_rate(mult: c_int) -> c_int {
     strs::mult_to_rate(mult)
@@ -225,10 +456,32 @@ mod tests {
 
     #[test]
     fn export_table_is_consistent() {
-        let mut names: Vec<_> = EXPORTS.iter().map(|e| e.name).collect();
+        let mut names: Vec<_> = EXPORTS
+            .iter()
+            .filter(|e| e.default)
+            .map(|e| e.name)
+            .collect();
         names.sort_unstable();
         names.dedup();
-        assert_eq!(names.len(), EXPORTS.len(), "no name exported twice");
+        let defaults = EXPORTS.iter().filter(|e| e.default).count();
+        assert_eq!(names.len(), defaults, "no name exported twice as default");
+        // The table matches rdma-core 44's export list (exports.txt), node for node.
+        let listed: Vec<String> = include_str!("../exports.txt")
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+            .map(str::to_owned)
+            .collect();
+        let mut ours: Vec<String> = EXPORTS
+            .iter()
+            .map(|e| match e.default {
+                true => format!("{} {}", e.node, e.name),
+                false => format!("({}) {}", e.node, e.name),
+            })
+            .collect();
+        let mut listed = listed;
+        listed.sort();
+        ours.sort();
+        assert_eq!(ours, listed);
         assert!(EXPORTS.iter().all(|e| e.node.starts_with("IBVERBS_")));
     }
 }

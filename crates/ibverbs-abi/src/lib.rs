@@ -47,8 +47,10 @@
 //! versioned aliases are harmless.
 
 pub mod abi;
+pub mod ctx;
 pub mod device;
 pub mod exports;
 pub mod strs;
+pub mod stubs;
 
 pub use exports::{Export, EXPORTS};

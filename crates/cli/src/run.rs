@@ -1,0 +1,64 @@
+//! `softverbs run -- CMD ARGS...`: runs an unmodified rdma-core program on the drop-in
+//! `libibverbs.so.1` (crate softverbs-ibverbs-abi) built next to this binary.
+
+use std::error::Error;
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use clap::Args;
+
+/// The cdylib cargo builds beside the `softverbs` binary.
+const LIB: &str = "libsoftverbs_ibverbs.so";
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// The program to run, then its arguments (put `--` before them).
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+    cmd: Vec<OsString>,
+}
+
+/// The directory holding `libibverbs.so.1` -> the drop-in library, created if needed.
+fn dropin_dir() -> Result<PathBuf, Box<dyn Error + Send + Sync>> {
+    let exe = std::env::current_exe()?;
+    let dir = exe
+        .parent()
+        .ok_or("cannot locate the softverbs binary's directory")?;
+    let lib = [dir, dir.parent().unwrap_or(dir)]
+        .iter()
+        .map(|d| d.join(LIB))
+        .find(|p| p.exists())
+        .ok_or_else(|| {
+            format!(
+                "{LIB} not found next to {} (build it: cargo build -p softverbs-ibverbs-abi)",
+                exe.display()
+            )
+        })?;
+    let lib = lib.canonicalize()?;
+    let dropin = lib.parent().unwrap_or(Path::new(".")).join("dropin");
+    std::fs::create_dir_all(&dropin)?;
+    let link = dropin.join("libibverbs.so.1");
+    if std::fs::read_link(&link).ok().as_deref() != Some(lib.as_path()) {
+        let tmp = dropin.join(format!(".libibverbs.so.1.{}", std::process::id()));
+        let _ = std::fs::remove_file(&tmp);
+        std::os::unix::fs::symlink(&lib, &tmp)?;
+        std::fs::rename(&tmp, &link)?;
+    }
+    Ok(dropin)
+}
+
+/// Execs the program; returns only on failure.
+pub fn run(a: &RunArgs) -> Result<(), Box<dyn Error + Send + Sync>> {
+    let dropin = dropin_dir()?;
+    let mut path = OsString::from(dropin.as_os_str());
+    if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|v| !v.is_empty()) {
+        path.push(":");
+        path.push(old);
+    }
+    let err = Command::new(&a.cmd[0])
+        .args(&a.cmd[1..])
+        .env("LD_LIBRARY_PATH", path)
+        .exec();
+    Err(format!("cannot run {}: {err}", a.cmd[0].to_string_lossy()).into())
+}
