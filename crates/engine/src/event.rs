@@ -20,6 +20,9 @@ pub enum AsyncEvent {
     /// A QP attached to an SRQ reached the error state: it takes no more
     /// receive WQEs from the SRQ (IBV_EVENT_QP_LAST_WQE_REACHED).
     LastWqeReached(QpHandle),
+    /// The port became active (IBV_EVENT_PORT_ACTIVE): raised by the driver once
+    /// the device's socket is bound and its progress thread runs.
+    PortActive,
     /// An armed SRQ fell below its limit (IBV_EVENT_SRQ_LIMIT_REACHED).
     SrqLimitReached(crate::types::SrqHandle),
 }

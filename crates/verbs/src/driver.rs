@@ -233,6 +233,10 @@ impl Driver {
             .spawn(move || progress_thread(for_thread))
             .map_err(io_err("spawn progress thread"))?;
         *driver.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(handle);
+        // The port is up from here on (IBA 14.2.5.2: a port that reaches Active
+        // reports it as an asynchronous event).
+        driver.lock().async_events.push_back(AsyncEvent::PortActive);
+        driver.async_fd.signal();
         tracing::debug!(%local, "softverbs device open");
         Ok(driver)
     }

@@ -340,6 +340,8 @@ fn async_events_block_and_poll() {
     let (a, _) = end(false);
     let (b, _) = end(false);
     connect(&a, &b, 14, 7);
+    // The port came up when the device opened.
+    assert_eq!(b.ctx.get_async_event(), AsyncEvent::PortActive);
     // A WRITE with a bad rkey: B's QP raises an access error event.
     let sges = [a.mr.sge(0, 8)];
     let wr = SendWr::new(
