@@ -83,6 +83,7 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
     vctx.sz = size_of::<verbs_context>();
     vctx.context.device = ptr::from_ref(&dev.ibv).cast_mut();
     vctx.context.ops._compat_query_device = Some(ibv_query_device);
+    crate::verbs::install_ops(&mut vctx.context.ops);
     vctx.context.cmd_fd = -1;
     vctx.context.async_fd = ctx.async_fd();
     vctx.context.num_comp_vectors = 1;
@@ -431,7 +432,9 @@ pub unsafe extern "C" fn ibv_get_async_event(
         return -1;
     }
     use softverbs::AsyncEvent as E;
-    let ty = match s.ctx.get_async_event() {
+    let ev = s.ctx.get_async_event();
+    let ty = match ev {
+        E::PortActive => IBV_EVENT_PORT_ACTIVE,
         E::CqError(_) => IBV_EVENT_CQ_ERR,
         E::QpFatal(_) => IBV_EVENT_QP_FATAL,
         E::QpRequestError(_) => IBV_EVENT_QP_REQ_ERR,
@@ -445,10 +448,15 @@ pub unsafe extern "C" fn ibv_get_async_event(
     // The objects behind CQ/QP/SRQ events are not C objects yet: the element stays NULL.
     // SAFETY: `event` is writable per the contract.
     unsafe {
-        event.write(ibv_async_event {
-            element: ibv_async_event_element {
+        let element = if matches!(ev, E::PortActive) {
+            ibv_async_event_element { port_num: 1 }
+        } else {
+            ibv_async_event_element {
                 cq: ptr::null_mut(),
-            },
+            }
+        };
+        event.write(ibv_async_event {
+            element,
             event_type: ty,
         });
     }

@@ -12,6 +12,7 @@ use core::ptr;
 use crate::abi::ibv_device;
 use crate::ctx::*;
 use crate::stubs::{self, *};
+use crate::verbs::*;
 use crate::{device, strs};
 
 /// One exported symbol: public name and version node.

@@ -52,5 +52,6 @@ pub mod device;
 pub mod exports;
 pub mod strs;
 pub mod stubs;
+pub mod verbs;
 
 pub use exports::{Export, EXPORTS};

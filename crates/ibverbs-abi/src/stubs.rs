@@ -46,16 +46,16 @@ macro_rules! stubs {
 }
 
 stubs!(ptr:
-    ibv_create_comp_channel, ibv_get_sysfs_path, ibv_alloc_pd, ibv_create_ah,
-    ibv_create_ah_from_wc, ibv_create_cq, ibv_create_qp, ibv_create_srq, ibv_reg_mr,
-    ibv_qp_to_qp_ex, ibv_reg_mr_iova, ibv_reg_mr_iova2, ibv_import_device, ibv_import_mr,
+    ibv_get_sysfs_path, ibv_create_ah,
+    ibv_create_ah_from_wc, ibv_create_srq,
+    ibv_qp_to_qp_ex, ibv_import_device, ibv_import_mr,
     ibv_import_pd, ibv_reg_dmabuf_mr, ibv_import_dm, verbs_open_device,
     _verbs_init_and_alloc_context,
 );
 stubs!(int:
-    ibv_destroy_comp_channel, ibv_attach_mcast, ibv_dealloc_pd, ibv_dereg_mr, ibv_destroy_ah,
-    ibv_destroy_cq, ibv_destroy_qp, ibv_destroy_srq, ibv_detach_mcast, ibv_init_ah_from_wc,
-    ibv_modify_qp, ibv_modify_srq, ibv_query_qp, ibv_query_srq, ibv_rereg_mr, ibv_resize_cq,
+    ibv_attach_mcast, ibv_destroy_ah,
+    ibv_destroy_srq, ibv_detach_mcast, ibv_init_ah_from_wc,
+    ibv_modify_srq, ibv_query_srq, ibv_rereg_mr, ibv_resize_cq,
     ibv_resolve_eth_l2_from_gid, ibv_query_ece, ibv_set_ece, execute_ioctl,
     ibv_cmd_advise_mr, ibv_cmd_alloc_dm, ibv_cmd_alloc_mw, ibv_cmd_alloc_pd,
     ibv_cmd_attach_mcast, ibv_cmd_close_xrcd, ibv_cmd_create_ah, ibv_cmd_create_counters,
@@ -74,10 +74,10 @@ stubs!(int:
     ibv_cmd_query_srq, ibv_cmd_read_counters, ibv_cmd_reg_dmabuf_mr, ibv_cmd_reg_dm_mr,
     ibv_cmd_reg_mr, ibv_cmd_req_notify_cq, ibv_cmd_rereg_mr, ibv_cmd_resize_cq,
 );
-stubs!(errno: ibv_get_cq_event, ibv_read_sysfs_file, ibv_read_ibdev_sysfs_file);
+stubs!(errno: ibv_read_sysfs_file, ibv_read_ibdev_sysfs_file);
 stubs!(void:
     ibv_copy_path_rec_from_kern, ibv_copy_path_rec_to_kern, ibv_copy_qp_attr_from_kern,
-    ibv_ack_cq_events, ibv_copy_ah_attr_from_kern, ibv_unimport_mr, ibv_unimport_pd,
+    ibv_copy_ah_attr_from_kern, ibv_unimport_mr, ibv_unimport_pd,
     ibv_unimport_dm, verbs_init_cq, verbs_register_driver_34, verbs_set_ops,
     verbs_uninit_context, __verbs_log,
 );

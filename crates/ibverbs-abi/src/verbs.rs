@@ -1,0 +1,1053 @@
+//! Protection domains, memory regions, completion channels and queues, queue pairs, and the
+//! hot-path ops (`post_send`, `post_recv`, `poll_cq`, `req_notify_cq`) reached through
+//! `ibv_context.ops`.
+//!
+//! Each C object is the first field of a boxed `#[repr(C)]` wrapper holding its softverbs
+//! object, so the `ibv_*` pointer handed to C converts back to the wrapper.
+
+use core::ffi::{c_int, c_uint, c_void};
+use core::ptr;
+use std::sync::Mutex;
+
+use crate::abi::*;
+use crate::ctx::soft;
+use crate::stubs::set_errno;
+use softverbs::{
+    AccessFlags, CqHandle, Mtu, Payload, QpAttr, QpAttrMask, QpCap, QpState, QpType, Rkey,
+    SendFlags, SendOp, SendWr, Sge, WcOpcode, WorkCompletion,
+};
+
+/// What an `ibv_pd *` points at.
+#[repr(C)]
+pub struct SoftPd {
+    /// Must be first.
+    pub pd: ibv_pd,
+    /// The softverbs PD.
+    pub inner: softverbs::Pd,
+}
+
+/// What an `ibv_mr *` points at.
+#[repr(C)]
+pub struct SoftMr {
+    /// Must be first.
+    pub mr: ibv_mr,
+    /// The registration.
+    pub inner: softverbs::RawMr,
+}
+
+/// What an `ibv_comp_channel *` points at.
+#[repr(C)]
+pub struct SoftChannel {
+    /// Must be first.
+    pub ch: ibv_comp_channel,
+    /// The softverbs channel.
+    pub inner: softverbs::CompletionChannel,
+    /// The CQs reporting to it, to turn an event's CQ handle back into its `ibv_cq *`.
+    cqs: Mutex<Vec<(CqHandle, usize)>>,
+}
+
+/// What an `ibv_cq *` points at.
+#[repr(C)]
+pub struct SoftCq {
+    /// Must be first.
+    pub cq: ibv_cq,
+    /// The softverbs CQ.
+    pub inner: softverbs::Cq,
+}
+
+/// What an `ibv_qp *` points at.
+#[repr(C)]
+pub struct SoftQp {
+    /// Must be first.
+    pub qp: ibv_qp,
+    /// The softverbs QP.
+    pub inner: softverbs::Qp,
+    /// `sq_sig_all` as created.
+    sq_sig_all: c_int,
+}
+
+/// The wrapper behind a C object pointer (NULL stays None).
+///
+/// # Safety
+/// `p` is NULL or points at the first field of a live `T` created here.
+unsafe fn wrap<'a, C, T>(p: *mut C) -> Option<&'a T> {
+    // SAFETY: per the contract the object is the first field of a `#[repr(C)]` `T`.
+    (!p.is_null()).then(|| unsafe { &*p.cast::<T>() })
+}
+
+fn ret_null<T>(e: c_int) -> *mut T {
+    set_errno(e);
+    ptr::null_mut()
+}
+
+/// Installs the hot-path ops on a new context.
+pub(crate) fn install_ops(ops: &mut ibv_context_ops) {
+    ops.poll_cq = Some(poll_cq);
+    ops.req_notify_cq = Some(req_notify_cq);
+    ops.post_send = Some(post_send);
+    ops.post_recv = Some(post_recv);
+}
+
+/// `ibv_alloc_pd`.
+///
+/// # Safety
+/// `context` from `ibv_open_device`.
+pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd {
+    // SAFETY: per the contract.
+    let Some(s) = (unsafe { soft(context) }) else {
+        return ret_null(libc::EINVAL);
+    };
+    let Ok(inner) = s.ctx.alloc_pd() else {
+        return ret_null(libc::ENOMEM);
+    };
+    let mut pd = ibv_pd::zeroed();
+    pd.context = context;
+    Box::into_raw(Box::new(SoftPd { pd, inner })).cast()
+}
+
+/// `ibv_dealloc_pd`.
+///
+/// # Safety
+/// `pd` from `ibv_alloc_pd`, not yet deallocated.
+pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
+    if pd.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: `pd` came from Box::into_raw in `ibv_alloc_pd`.
+    drop(unsafe { Box::from_raw(pd.cast::<SoftPd>()) });
+    0
+}
+
+/// `ibv_reg_mr_iova2`: the optional access bits are ignored; `iova` must equal `addr`.
+///
+/// # Safety
+/// `pd` from `ibv_alloc_pd`; `addr..addr+length` stays valid until `ibv_dereg_mr`.
+pub unsafe extern "C" fn ibv_reg_mr_iova2(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    iova: u64,
+    access: c_uint,
+) -> *mut ibv_mr {
+    // SAFETY: per the contract.
+    let Some(p) = (unsafe { wrap::<_, SoftPd>(pd) }) else {
+        return ret_null(libc::EINVAL);
+    };
+    if iova != addr as u64 || access & (IBV_ACCESS_ZERO_BASED | IBV_ACCESS_ON_DEMAND) != 0 {
+        return ret_null(libc::EOPNOTSUPP);
+    }
+    let flags = AccessFlags(access & 0x1f);
+    // SAFETY: the caller keeps the memory valid until `ibv_dereg_mr` (verbs contract).
+    let inner = match unsafe { p.inner.reg_mr_raw(addr.cast(), length, flags) } {
+        Ok(m) => m,
+        Err(_) => return ret_null(libc::EINVAL),
+    };
+    let mut mr = ibv_mr::zeroed();
+    mr.context = p.pd.context;
+    mr.pd = pd;
+    mr.addr = addr;
+    mr.length = length;
+    mr.lkey = inner.lkey();
+    mr.rkey = inner.rkey();
+    mr.handle = inner.lkey();
+    Box::into_raw(Box::new(SoftMr { mr, inner })).cast()
+}
+
+/// `ibv_reg_mr@@IBVERBS_1.1`.
+///
+/// # Safety
+/// As `ibv_reg_mr_iova2`.
+pub unsafe extern "C" fn ibv_reg_mr(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    access: c_int,
+) -> *mut ibv_mr {
+    // SAFETY: forwarded contract.
+    unsafe { ibv_reg_mr_iova2(pd, addr, length, addr as u64, access as c_uint) }
+}
+
+/// `ibv_reg_mr_iova`.
+///
+/// # Safety
+/// As `ibv_reg_mr_iova2`.
+pub unsafe extern "C" fn ibv_reg_mr_iova(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    iova: u64,
+    access: c_int,
+) -> *mut ibv_mr {
+    // SAFETY: forwarded contract.
+    unsafe { ibv_reg_mr_iova2(pd, addr, length, iova, access as c_uint) }
+}
+
+/// `ibv_dereg_mr`.
+///
+/// # Safety
+/// `mr` from `ibv_reg_mr*`, not yet deregistered.
+pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
+    if mr.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: `mr` came from Box::into_raw in `ibv_reg_mr_iova2`.
+    drop(unsafe { Box::from_raw(mr.cast::<SoftMr>()) });
+    0
+}
+
+/// `ibv_create_comp_channel`.
+///
+/// # Safety
+/// `context` from `ibv_open_device`.
+pub unsafe extern "C" fn ibv_create_comp_channel(
+    context: *mut ibv_context,
+) -> *mut ibv_comp_channel {
+    // SAFETY: per the contract.
+    let Some(s) = (unsafe { soft(context) }) else {
+        return ret_null(libc::EINVAL);
+    };
+    let inner = match s.ctx.create_comp_channel() {
+        Ok(c) => c,
+        Err(e) => return ret_null(e.raw_os_error().unwrap_or(libc::ENOMEM)),
+    };
+    let mut ch = ibv_comp_channel::zeroed();
+    ch.context = context;
+    ch.fd = inner.fd();
+    let b = SoftChannel {
+        ch,
+        inner,
+        cqs: Mutex::new(Vec::new()),
+    };
+    Box::into_raw(Box::new(b)).cast()
+}
+
+/// `ibv_destroy_comp_channel`: EBUSY while CQs still use it.
+///
+/// # Safety
+/// `channel` from `ibv_create_comp_channel`, not yet destroyed.
+pub unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_int {
+    // SAFETY: per the contract.
+    let Some(c) = (unsafe { wrap::<_, SoftChannel>(channel) }) else {
+        return libc::EINVAL;
+    };
+    if !c.cqs.lock().unwrap_or_else(|e| e.into_inner()).is_empty() {
+        return libc::EBUSY;
+    }
+    // SAFETY: `channel` came from Box::into_raw in `ibv_create_comp_channel`.
+    drop(unsafe { Box::from_raw(channel.cast::<SoftChannel>()) });
+    0
+}
+
+/// `ibv_create_cq`.
+///
+/// # Safety
+/// `context` from `ibv_open_device`; `channel` NULL or from `ibv_create_comp_channel`.
+pub unsafe extern "C" fn ibv_create_cq(
+    context: *mut ibv_context,
+    cqe: c_int,
+    cq_context: *mut c_void,
+    channel: *mut ibv_comp_channel,
+    _comp_vector: c_int,
+) -> *mut ibv_cq {
+    // SAFETY: per the contract.
+    let Some(s) = (unsafe { soft(context) }) else {
+        return ret_null(libc::EINVAL);
+    };
+    let Ok(n) = u32::try_from(cqe) else {
+        return ret_null(libc::EINVAL);
+    };
+    // SAFETY: per the contract.
+    let ch = unsafe { wrap::<_, SoftChannel>(channel) };
+    let inner = match s.ctx.create_cq(n.max(1), ch.map(|c| &c.inner)) {
+        Ok(c) => c,
+        Err(_) => return ret_null(libc::EINVAL),
+    };
+    let mut cq = ibv_cq::zeroed();
+    cq.context = context;
+    cq.channel = channel;
+    cq.cq_context = cq_context;
+    cq.cqe = cqe;
+    let handle = inner.handle();
+    let raw = Box::into_raw(Box::new(SoftCq { cq, inner }));
+    if let Some(c) = ch {
+        let mut l = c.cqs.lock().unwrap_or_else(|e| e.into_inner());
+        l.push((handle, raw as usize));
+    }
+    raw.cast()
+}
+
+/// `ibv_destroy_cq`.
+///
+/// # Safety
+/// `cq` from `ibv_create_cq`, not yet destroyed.
+pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
+    // SAFETY: per the contract.
+    let Some(c) = (unsafe { wrap::<_, SoftCq>(cq) }) else {
+        return libc::EINVAL;
+    };
+    // SAFETY: the channel outlives its CQs (destroy_comp_channel refuses while any exist).
+    if let Some(ch) = unsafe { wrap::<_, SoftChannel>(c.cq.channel) } {
+        let mut l = ch.cqs.lock().unwrap_or_else(|e| e.into_inner());
+        l.retain(|&(_, p)| p != cq as usize);
+    }
+    // SAFETY: `cq` came from Box::into_raw in `ibv_create_cq`.
+    drop(unsafe { Box::from_raw(cq.cast::<SoftCq>()) });
+    0
+}
+
+/// `ibv_get_cq_event`: blocks for the next event; 0 or -1.
+///
+/// # Safety
+/// `channel` from `ibv_create_comp_channel`; `cq`, `cq_context` writable.
+pub unsafe extern "C" fn ibv_get_cq_event(
+    channel: *mut ibv_comp_channel,
+    cq: *mut *mut ibv_cq,
+    cq_context: *mut *mut c_void,
+) -> c_int {
+    // SAFETY: per the contract.
+    let Some(c) = (unsafe { wrap::<_, SoftChannel>(channel) }) else {
+        set_errno(libc::EINVAL);
+        return -1;
+    };
+    loop {
+        let h = c.inner.get_event();
+        let found = c
+            .cqs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .find(|&&(x, _)| x == h)
+            .map(|&(_, p)| p as *mut SoftCq);
+        // An event of a CQ destroyed meanwhile is dropped.
+        let Some(p) = found else {
+            c.inner.ack_events(1);
+            continue;
+        };
+        // SAFETY: `p` is a live SoftCq (listed on its channel); the out pointers are
+        // writable per the contract.
+        unsafe {
+            if !cq.is_null() {
+                cq.write(p.cast());
+            }
+            if !cq_context.is_null() {
+                cq_context.write((*p).cq.cq_context);
+            }
+        }
+        return 0;
+    }
+}
+
+/// `ibv_ack_cq_events`.
+///
+/// # Safety
+/// `cq` from `ibv_create_cq`.
+pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: c_uint) {
+    // SAFETY: per the contract `cq` is NULL or a live CQ.
+    let c = unsafe { wrap::<_, SoftCq>(cq) };
+    // SAFETY: a CQ's channel outlives it (destroy_comp_channel refuses while CQs use it).
+    let ch = c.and_then(|c| unsafe { wrap::<_, SoftChannel>(c.cq.channel) });
+    if let Some(ch) = ch {
+        ch.inner.ack_events(u64::from(nevents));
+    }
+}
+
+fn wc_to_c(w: &WorkCompletion) -> ibv_wc {
+    let mut c = ibv_wc::zeroed();
+    c.wr_id = w.wr_id;
+    c.status = w.status as c_int;
+    c.opcode = match w.opcode {
+        WcOpcode::Send => IBV_WC_SEND,
+        WcOpcode::RdmaWrite => IBV_WC_RDMA_WRITE,
+        WcOpcode::RdmaRead => IBV_WC_RDMA_READ,
+        WcOpcode::CompSwap => IBV_WC_COMP_SWAP,
+        WcOpcode::FetchAdd => IBV_WC_FETCH_ADD,
+        WcOpcode::BindMw => IBV_WC_BIND_MW,
+        WcOpcode::LocalInv => IBV_WC_LOCAL_INV,
+        WcOpcode::Recv => IBV_WC_RECV,
+        WcOpcode::RecvRdmaWithImm => IBV_WC_RECV_RDMA_WITH_IMM,
+    };
+    c.byte_len = w.byte_len;
+    if let Some(imm) = w.imm_data {
+        c.imm.imm_data = imm;
+        c.wc_flags |= IBV_WC_WITH_IMM;
+    } else if let Some(r) = w.invalidated_rkey {
+        c.imm.invalidated_rkey = r.0;
+        c.wc_flags |= IBV_WC_WITH_INV;
+    }
+    if w.grh {
+        c.wc_flags |= IBV_WC_GRH;
+    }
+    c.qp_num = w.qp_num.value();
+    c.src_qp = w.src_qp.value();
+    c.slid = w.slid();
+    c.sl = w.sl();
+    c
+}
+
+/// The `poll_cq` op.
+unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_int {
+    // SAFETY: the inline passes a CQ from `ibv_create_cq`.
+    let Some(c) = (unsafe { wrap::<_, SoftCq>(cq) }) else {
+        return -1;
+    };
+    let want = usize::try_from(n).unwrap_or(0);
+    if want > 0 && wc.is_null() {
+        return -1;
+    }
+    let mut buf = [WorkCompletion::default(); 16];
+    let mut done = 0;
+    while done < want {
+        let k = c.inner.poll(&mut buf[..(want - done).min(16)]);
+        for w in &buf[..k] {
+            // SAFETY: the caller's array holds `n` entries and `done < n`.
+            unsafe { wc.add(done).write(wc_to_c(w)) };
+            done += 1;
+        }
+        if k < 16 {
+            break;
+        }
+    }
+    c_int::try_from(done).unwrap_or(c_int::MAX)
+}
+
+/// The `req_notify_cq` op.
+unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_int {
+    // SAFETY: the inline passes a CQ from `ibv_create_cq`.
+    let Some(c) = (unsafe { wrap::<_, SoftCq>(cq) }) else {
+        return libc::EINVAL;
+    };
+    match c.inner.req_notify(solicited_only != 0) {
+        Ok(()) => 0,
+        Err(_) => libc::EINVAL,
+    }
+}
+
+fn qp_type_from_c(t: c_int) -> Option<QpType> {
+    match t {
+        IBV_QPT_RC => Some(QpType::Rc),
+        IBV_QPT_UC => Some(QpType::Uc),
+        _ => None,
+    }
+}
+
+fn qp_type_to_c(t: QpType) -> c_int {
+    match t {
+        QpType::Rc => IBV_QPT_RC,
+        QpType::Uc => IBV_QPT_UC,
+        QpType::Ud => IBV_QPT_UD,
+    }
+}
+
+fn cap_to_c(c: QpCap) -> ibv_qp_cap {
+    ibv_qp_cap {
+        max_send_wr: c.max_send_wr,
+        max_recv_wr: c.max_recv_wr,
+        max_send_sge: c.max_send_sge,
+        max_recv_sge: c.max_recv_sge,
+        max_inline_data: c.max_inline_data,
+    }
+}
+
+/// `ibv_create_qp` (RC and UC).
+///
+/// # Safety
+/// `pd` from `ibv_alloc_pd`; `attr` valid, its CQs from `ibv_create_cq`.
+pub unsafe extern "C" fn ibv_create_qp(
+    pd: *mut ibv_pd,
+    attr: *mut ibv_qp_init_attr,
+) -> *mut ibv_qp {
+    // SAFETY: per the contract.
+    let Some(p) = (unsafe { wrap::<_, SoftPd>(pd) }) else {
+        return ret_null(libc::EINVAL);
+    };
+    if attr.is_null() {
+        return ret_null(libc::EINVAL);
+    }
+    // SAFETY: `attr` is valid per the contract.
+    let a = unsafe { &mut *attr };
+    if !a.srq.is_null() {
+        return ret_null(libc::EOPNOTSUPP);
+    }
+    let Some(ty) = qp_type_from_c(a.qp_type) else {
+        return ret_null(libc::EOPNOTSUPP);
+    };
+    // SAFETY: the CQs come from `ibv_create_cq` per the contract.
+    let (Some(scq), Some(rcq)) =
+        (unsafe { (wrap::<_, SoftCq>(a.send_cq), wrap::<_, SoftCq>(a.recv_cq)) })
+    else {
+        return ret_null(libc::EINVAL);
+    };
+    let cap = QpCap {
+        max_send_wr: a.cap.max_send_wr.max(1),
+        max_recv_wr: a.cap.max_recv_wr.max(1),
+        max_send_sge: a.cap.max_send_sge.max(1),
+        max_recv_sge: a.cap.max_recv_sge.max(1),
+        max_inline_data: a.cap.max_inline_data,
+    };
+    let built = softverbs::QpBuilder::new(&p.inner, &scq.inner)
+        .recv_cq(&rcq.inner)
+        .qp_type(ty)
+        .cap(cap)
+        .sq_sig_all(a.sq_sig_all != 0)
+        .build();
+    let inner = match built {
+        Ok(q) => q,
+        Err(_) => return ret_null(libc::EINVAL),
+    };
+    a.cap = cap_to_c(cap);
+    let mut qp = ibv_qp::zeroed();
+    qp.context = p.pd.context;
+    qp.qp_context = a.qp_context;
+    qp.pd = pd;
+    qp.send_cq = a.send_cq;
+    qp.recv_cq = a.recv_cq;
+    qp.qp_num = inner.qpn().value();
+    qp.handle = qp.qp_num;
+    qp.state = IBV_QPS_RESET;
+    qp.qp_type = a.qp_type;
+    let b = SoftQp {
+        qp,
+        inner,
+        sq_sig_all: a.sq_sig_all,
+    };
+    Box::into_raw(Box::new(b)).cast()
+}
+
+/// `ibv_destroy_qp`.
+///
+/// # Safety
+/// `qp` from `ibv_create_qp`, not yet destroyed.
+pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
+    if qp.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: `qp` came from Box::into_raw in `ibv_create_qp`.
+    drop(unsafe { Box::from_raw(qp.cast::<SoftQp>()) });
+    0
+}
+
+fn state_from_c(s: c_int) -> Option<QpState> {
+    Some(match s {
+        0 => QpState::Reset,
+        1 => QpState::Init,
+        2 => QpState::Rtr,
+        3 => QpState::Rts,
+        4 => QpState::Sqd,
+        5 => QpState::Sqe,
+        6 => QpState::Err,
+        _ => return None,
+    })
+}
+
+fn state_to_c(s: QpState) -> c_int {
+    match s {
+        QpState::Reset => 0,
+        QpState::Init => 1,
+        QpState::Rtr => 2,
+        QpState::Rts => 3,
+        QpState::Sqd => 4,
+        QpState::Sqe => 5,
+        QpState::Err => 6,
+    }
+}
+
+fn mtu_from_c(m: c_int) -> Option<Mtu> {
+    Some(match m {
+        IBV_MTU_256 => Mtu::Mtu256,
+        IBV_MTU_512 => Mtu::Mtu512,
+        IBV_MTU_1024 => Mtu::Mtu1024,
+        IBV_MTU_2048 => Mtu::Mtu2048,
+        IBV_MTU_4096 => Mtu::Mtu4096,
+        _ => return None,
+    })
+}
+
+fn mtu_to_c(m: Mtu) -> c_int {
+    match m {
+        Mtu::Mtu256 => IBV_MTU_256,
+        Mtu::Mtu512 => IBV_MTU_512,
+        Mtu::Mtu1024 => IBV_MTU_1024,
+        Mtu::Mtu2048 => IBV_MTU_2048,
+        Mtu::Mtu4096 => IBV_MTU_4096,
+    }
+}
+
+/// `ibv_modify_qp`: 0 or an errno value.
+///
+/// # Safety
+/// `qp` from `ibv_create_qp`; `attr` valid.
+pub unsafe extern "C" fn ibv_modify_qp(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    mask: c_int,
+) -> c_int {
+    // SAFETY: per the contract.
+    let Some(q) = (unsafe { wrap::<_, SoftQp>(qp) }) else {
+        return libc::EINVAL;
+    };
+    if attr.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: `attr` is valid per the contract.
+    let a = unsafe { &*attr };
+    let mask = QpAttrMask(mask as u32);
+    let mut r = QpAttr::default();
+    if mask.contains(QpAttrMask::STATE) {
+        let Some(s) = state_from_c(a.qp_state) else {
+            return libc::EINVAL;
+        };
+        r.qp_state = s;
+    }
+    if mask.contains(QpAttrMask::CUR_STATE) {
+        let Some(s) = state_from_c(a.cur_qp_state) else {
+            return libc::EINVAL;
+        };
+        r.cur_qp_state = s;
+    }
+    if mask.contains(QpAttrMask::PATH_MTU) {
+        let Some(m) = mtu_from_c(a.path_mtu) else {
+            return libc::EINVAL;
+        };
+        r.path_mtu = m;
+    }
+    if mask.contains(QpAttrMask::AV) {
+        let ah = &a.ah_attr;
+        r.av = Some(if ah.is_global != 0 {
+            // SAFETY: every bit pattern of the union is a valid byte array.
+            softverbs::Gid(unsafe { ah.grh.dgid.raw }).to_socket_addr()
+        } else {
+            // SAFETY: the QP's context is a live context from `ibv_open_device`.
+            match unsafe { soft(q.qp.context) } {
+                Some(s) => s.ctx.lid_to_addr(ah.dlid),
+                None => return libc::EINVAL,
+            }
+        });
+    }
+    r.qkey = a.qkey;
+    r.rq_psn = a.rq_psn;
+    r.sq_psn = a.sq_psn;
+    r.dest_qp_num = a.dest_qp_num;
+    r.qp_access_flags = AccessFlags(a.qp_access_flags & 0x1f);
+    r.pkey_index = a.pkey_index;
+    r.en_sqd_async_notify = a.en_sqd_async_notify != 0;
+    r.max_rd_atomic = a.max_rd_atomic;
+    r.max_dest_rd_atomic = a.max_dest_rd_atomic;
+    r.min_rnr_timer = a.min_rnr_timer;
+    r.port_num = a.port_num;
+    r.timeout = a.timeout;
+    r.retry_cnt = a.retry_cnt;
+    r.rnr_retry = a.rnr_retry;
+    match q.inner.modify(&r, mask) {
+        Ok(()) => {
+            if mask.contains(QpAttrMask::STATE) {
+                // SAFETY: `qp` is live; C reads `state` directly, nothing else writes it.
+                unsafe { (*qp).state = a.qp_state };
+            }
+            0
+        }
+        Err(_) => libc::EINVAL,
+    }
+}
+
+/// `ibv_query_qp`: fills all of `attr` and `init_attr` whatever the mask.
+///
+/// # Safety
+/// `qp` from `ibv_create_qp`; `attr` and `init_attr` writable.
+pub unsafe extern "C" fn ibv_query_qp(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    _mask: c_int,
+    init_attr: *mut ibv_qp_init_attr,
+) -> c_int {
+    // SAFETY: per the contract.
+    let Some(q) = (unsafe { wrap::<_, SoftQp>(qp) }) else {
+        return libc::EINVAL;
+    };
+    if attr.is_null() || init_attr.is_null() {
+        return libc::EINVAL;
+    }
+    let r = q.inner.query();
+    let mut a = ibv_qp_attr::zeroed();
+    a.qp_state = state_to_c(r.qp_state);
+    a.cur_qp_state = a.qp_state;
+    a.path_mtu = mtu_to_c(r.path_mtu);
+    a.qkey = r.qkey;
+    a.rq_psn = r.rq_psn;
+    a.sq_psn = r.sq_psn;
+    a.dest_qp_num = r.dest_qp_num;
+    a.qp_access_flags = r.qp_access_flags.0;
+    a.cap = cap_to_c(r.cap);
+    a.pkey_index = r.pkey_index;
+    a.en_sqd_async_notify = u8::from(r.en_sqd_async_notify);
+    a.sq_draining = u8::from(r.sq_draining);
+    a.max_rd_atomic = r.max_rd_atomic;
+    a.max_dest_rd_atomic = r.max_dest_rd_atomic;
+    a.min_rnr_timer = r.min_rnr_timer;
+    a.port_num = r.port_num;
+    a.timeout = r.timeout;
+    a.retry_cnt = r.retry_cnt;
+    a.rnr_retry = r.rnr_retry;
+    if let Some(softverbs::Gid(g)) = r.av.and_then(softverbs::Gid::from_socket_addr) {
+        a.ah_attr.is_global = 1;
+        a.ah_attr.grh.dgid = ibv_gid { raw: g };
+        a.ah_attr.port_num = 1;
+    }
+    let mut i = ibv_qp_init_attr::zeroed();
+    i.qp_context = q.qp.qp_context;
+    i.send_cq = q.qp.send_cq;
+    i.recv_cq = q.qp.recv_cq;
+    i.srq = q.qp.srq;
+    i.cap = a.cap;
+    i.qp_type = qp_type_to_c(q.inner.qp_type());
+    i.sq_sig_all = q.sq_sig_all;
+    // SAFETY: both are writable per the contract.
+    unsafe {
+        attr.write(a);
+        init_attr.write(i);
+    }
+    0
+}
+
+fn post_errno(e: softverbs::error::PostError) -> c_int {
+    match e {
+        softverbs::error::PostError::QueueFull => libc::ENOMEM,
+        _ => libc::EINVAL,
+    }
+}
+
+/// The SGEs of a C list.
+///
+/// # Safety
+/// `sg` holds `n` entries (or `n <= 0`).
+unsafe fn sges(sg: *const ibv_sge, n: c_int) -> Vec<Sge> {
+    let n = usize::try_from(n).unwrap_or(0);
+    if n == 0 || sg.is_null() {
+        return Vec::new();
+    }
+    // SAFETY: per the contract.
+    let s = unsafe { core::slice::from_raw_parts(sg, n) };
+    s.iter()
+        .map(|e| Sge {
+            addr: e.addr,
+            length: e.length,
+            lkey: e.lkey,
+        })
+        .collect()
+}
+
+/// Translates and posts one send WR.
+///
+/// # Safety
+/// `w` is a valid `ibv_send_wr` whose SGEs (and inline data) are readable.
+unsafe fn post_one(q: &SoftQp, w: &ibv_send_wr) -> c_int {
+    // SAFETY: per the contract.
+    let list = unsafe { sges(w.sg_list, w.num_sge) };
+    // SAFETY: the union members read are the ones the opcode selects (plain data).
+    let op = unsafe {
+        match w.opcode {
+            IBV_WR_SEND => SendOp::Send,
+            IBV_WR_SEND_WITH_IMM => SendOp::SendWithImm {
+                imm: w.imm.imm_data,
+            },
+            IBV_WR_SEND_WITH_INV => SendOp::SendWithInv {
+                rkey: Rkey(w.imm.invalidate_rkey),
+            },
+            IBV_WR_RDMA_WRITE => SendOp::RdmaWrite {
+                remote_addr: w.wr.rdma.remote_addr,
+                rkey: Rkey(w.wr.rdma.rkey),
+            },
+            IBV_WR_RDMA_WRITE_WITH_IMM => SendOp::RdmaWriteWithImm {
+                remote_addr: w.wr.rdma.remote_addr,
+                rkey: Rkey(w.wr.rdma.rkey),
+                imm: w.imm.imm_data,
+            },
+            IBV_WR_RDMA_READ => SendOp::RdmaRead {
+                remote_addr: w.wr.rdma.remote_addr,
+                rkey: Rkey(w.wr.rdma.rkey),
+            },
+            IBV_WR_ATOMIC_CMP_AND_SWP => SendOp::AtomicCmpSwap {
+                remote_addr: w.wr.atomic.remote_addr,
+                rkey: Rkey(w.wr.atomic.rkey),
+                compare: w.wr.atomic.compare_add,
+                swap: w.wr.atomic.swap,
+            },
+            IBV_WR_ATOMIC_FETCH_AND_ADD => SendOp::AtomicFetchAdd {
+                remote_addr: w.wr.atomic.remote_addr,
+                rkey: Rkey(w.wr.atomic.rkey),
+                add: w.wr.atomic.compare_add,
+            },
+            IBV_WR_LOCAL_INV => SendOp::LocalInv {
+                rkey: Rkey(w.imm.invalidate_rkey),
+            },
+            _ => return libc::EINVAL,
+        }
+    };
+    let inline: Vec<u8>;
+    let payload = if w.send_flags & IBV_SEND_INLINE != 0 {
+        let mut v = Vec::new();
+        for s in &list {
+            let n = s.length as usize;
+            if n > 0 {
+                // SAFETY: with IBV_SEND_INLINE the SGE addresses are readable by the
+                // caller's contract, lkeys ignored.
+                v.extend_from_slice(unsafe {
+                    core::slice::from_raw_parts(s.addr as usize as *const u8, n)
+                });
+            }
+        }
+        inline = v;
+        Payload::Inline(&inline)
+    } else {
+        Payload::Sges(&list)
+    };
+    let wr = SendWr {
+        wr_id: w.wr_id,
+        op,
+        payload,
+        flags: SendFlags(w.send_flags & 0x7),
+    };
+    match q.inner.post_send(&wr) {
+        Ok(()) => 0,
+        Err(e) => post_errno(e),
+    }
+}
+
+/// The `post_send` op.
+unsafe extern "C" fn post_send(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_send_wr,
+    bad_wr: *mut *mut ibv_send_wr,
+) -> c_int {
+    // SAFETY: the inline passes a QP from `ibv_create_qp`.
+    let Some(q) = (unsafe { wrap::<_, SoftQp>(qp) }) else {
+        return libc::EINVAL;
+    };
+    let mut cur = wr;
+    while !cur.is_null() {
+        // SAFETY: `cur` is a valid WR of the caller's list.
+        let (rc, next) = unsafe { (post_one(q, &*cur), (*cur).next) };
+        if rc != 0 {
+            if !bad_wr.is_null() {
+                // SAFETY: `bad_wr` is writable per the verbs contract.
+                unsafe { bad_wr.write(cur) };
+            }
+            return rc;
+        }
+        cur = next;
+    }
+    0
+}
+
+/// The `post_recv` op.
+unsafe extern "C" fn post_recv(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_recv_wr,
+    bad_wr: *mut *mut ibv_recv_wr,
+) -> c_int {
+    // SAFETY: the inline passes a QP from `ibv_create_qp`.
+    let Some(q) = (unsafe { wrap::<_, SoftQp>(qp) }) else {
+        return libc::EINVAL;
+    };
+    let mut cur = wr;
+    while !cur.is_null() {
+        // SAFETY: `cur` is a valid WR of the caller's list, its SGE list readable.
+        let w = unsafe { &*cur };
+        // SAFETY: as above.
+        let list = unsafe { sges(w.sg_list, w.num_sge) };
+        if let Err(e) = q.inner.post_recv(w.wr_id, &list) {
+            if !bad_wr.is_null() {
+                // SAFETY: `bad_wr` is writable per the verbs contract.
+                unsafe { bad_wr.write(cur) };
+            }
+            return post_errno(e);
+        }
+        cur = w.next;
+    }
+    0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ctx::{ibv_close_device, ibv_open_device};
+    use crate::exports::{ibv_free_device_list, ibv_get_device_list};
+    use std::time::{Duration, Instant};
+
+    /// Polls `cq` through the context op until one completion arrives.
+    ///
+    /// # Safety
+    /// `cq` from `ibv_create_cq`.
+    unsafe fn poll_one(ctx: *mut ibv_context, cq: *mut ibv_cq) -> ibv_wc {
+        let mut wc = ibv_wc::zeroed();
+        let end = Instant::now() + Duration::from_secs(10);
+        // SAFETY: `ctx` is live; the op polls a live CQ into one wc.
+        let poll = unsafe { (*ctx).ops.poll_cq.expect("poll_cq op") };
+        loop {
+            // SAFETY: as above.
+            match unsafe { poll(cq, 1, &mut wc) } {
+                1 => return wc,
+                0 if Instant::now() < end => std::thread::yield_now(),
+                n => panic!("poll_cq returned {n}"),
+            }
+        }
+    }
+
+    /// Two RC QPs of one context, brought to RTS with the C calls, exchange a SEND (gathered
+    /// from a registered buffer) and an inline SEND with immediate; a completion channel
+    /// reports the receive CQ's event.
+    #[test]
+    fn loopback_send_through_the_c_api() {
+        // SAFETY: the whole test drives the C API with valid, live objects in order.
+        unsafe {
+            let list = ibv_get_device_list(ptr::null_mut());
+            let ctx = ibv_open_device(*list);
+            ibv_free_device_list(list);
+            assert!(!ctx.is_null());
+            let lid = soft(ctx).expect("context").ctx.lid();
+            let pd = ibv_alloc_pd(ctx);
+            assert!(!pd.is_null());
+            let mut buf = vec![0u8; 8192];
+            let base = buf.as_mut_ptr();
+            // Optional access bits are ignored, not rejected.
+            let access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_OPTIONAL_FIRST;
+            let mr = ibv_reg_mr_iova2(pd, base.cast(), buf.len(), base as u64, access);
+            assert!(!mr.is_null());
+            assert_eq!((*mr).addr, base.cast());
+            assert_eq!((*mr).length, 8192);
+            assert_eq!((*mr).pd, pd);
+            let ch = ibv_create_comp_channel(ctx);
+            assert!(!ch.is_null() && (*ch).fd >= 0);
+            let scq = ibv_create_cq(ctx, 16, ptr::null_mut(), ptr::null_mut(), 0);
+            let tag = 0x5eed_usize as *mut c_void;
+            let rcq = ibv_create_cq(ctx, 16, tag, ch, 0);
+            assert!(!scq.is_null() && !rcq.is_null());
+            assert_eq!((*rcq).channel, ch);
+            assert_eq!((*rcq).cqe, 16);
+
+            let mut init = ibv_qp_init_attr::zeroed();
+            init.send_cq = scq;
+            init.recv_cq = rcq;
+            init.qp_type = IBV_QPT_RC;
+            init.cap.max_send_wr = 8;
+            init.cap.max_recv_wr = 8;
+            init.cap.max_send_sge = 1;
+            init.cap.max_recv_sge = 1;
+            init.cap.max_inline_data = 64;
+            let a = ibv_create_qp(pd, &mut init);
+            let b = ibv_create_qp(pd, &mut init);
+            assert!(!a.is_null() && !b.is_null());
+            assert_eq!((*a).qp_type, IBV_QPT_RC);
+            assert_eq!((*a).state, IBV_QPS_RESET);
+            for (qp, peer) in [(a, b), (b, a)] {
+                let mut at = ibv_qp_attr::zeroed();
+                at.qp_state = IBV_QPS_INIT;
+                at.port_num = 1;
+                at.qp_access_flags = IBV_ACCESS_LOCAL_WRITE;
+                assert_eq!(ibv_modify_qp(qp, &mut at, 1 | 1 << 3 | 1 << 4 | 1 << 5), 0);
+                let mut at = ibv_qp_attr::zeroed();
+                at.qp_state = IBV_QPS_RTR;
+                at.path_mtu = IBV_MTU_1024;
+                at.dest_qp_num = (*peer).qp_num;
+                at.max_dest_rd_atomic = 1;
+                at.min_rnr_timer = 12;
+                at.ah_attr.dlid = lid;
+                at.ah_attr.port_num = 1;
+                let m = 1 | 1 << 7 | 1 << 8 | 1 << 12 | 1 << 15 | 1 << 17 | 1 << 20;
+                assert_eq!(ibv_modify_qp(qp, &mut at, m), 0);
+                let mut at = ibv_qp_attr::zeroed();
+                at.qp_state = IBV_QPS_RTS;
+                at.timeout = 14;
+                at.retry_cnt = 7;
+                at.rnr_retry = 7;
+                at.max_rd_atomic = 1;
+                let m = 1 | 1 << 9 | 1 << 10 | 1 << 11 | 1 << 13 | 1 << 16;
+                assert_eq!(ibv_modify_qp(qp, &mut at, m), 0);
+                assert_eq!((*qp).state, IBV_QPS_RTS);
+            }
+            let mut qa = ibv_qp_attr::zeroed();
+            let mut qi = ibv_qp_init_attr::zeroed();
+            assert_eq!(ibv_query_qp(a, &mut qa, 0, &mut qi), 0);
+            assert_eq!(qa.qp_state, IBV_QPS_RTS);
+            assert_eq!(qa.dest_qp_num, (*b).qp_num);
+            assert_eq!(qi.send_cq, scq);
+
+            let ops = (*ctx).ops;
+            assert_eq!((ops.req_notify_cq.expect("op"))(rcq, 0), 0);
+            // Receives on B at offset 4096 and 6144.
+            for off in [4096u64, 6144] {
+                let mut sge = ibv_sge {
+                    addr: base as u64 + off,
+                    length: 2048,
+                    lkey: (*mr).lkey,
+                };
+                let mut wr = ibv_recv_wr::zeroed();
+                wr.wr_id = off;
+                wr.sg_list = &mut sge;
+                wr.num_sge = 1;
+                let mut bad = ptr::null_mut();
+                assert_eq!((ops.post_recv.expect("op"))(b, &mut wr, &mut bad), 0);
+            }
+            buf[..5].copy_from_slice(b"hello");
+            let mut sge = ibv_sge {
+                addr: base as u64,
+                length: 5,
+                lkey: (*mr).lkey,
+            };
+            let inline = *b"inline!";
+            let mut isge = ibv_sge {
+                addr: inline.as_ptr() as u64,
+                length: 7,
+                lkey: 0,
+            };
+            let mut w2 = ibv_send_wr::zeroed();
+            w2.wr_id = 2;
+            w2.sg_list = &mut isge;
+            w2.num_sge = 1;
+            w2.opcode = IBV_WR_SEND_WITH_IMM;
+            w2.send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
+            w2.imm.imm_data = 0x1234_5678_u32.to_be();
+            let mut w1 = ibv_send_wr::zeroed();
+            w1.wr_id = 1;
+            w1.next = &mut w2;
+            w1.sg_list = &mut sge;
+            w1.num_sge = 1;
+            w1.opcode = IBV_WR_SEND;
+            w1.send_flags = IBV_SEND_SIGNALED;
+            let mut bad = ptr::null_mut();
+            assert_eq!((ops.post_send.expect("op"))(a, &mut w1, &mut bad), 0);
+
+            let mut ev_cq = ptr::null_mut();
+            let mut ev_ctx = ptr::null_mut();
+            assert_eq!(ibv_get_cq_event(ch, &mut ev_cq, &mut ev_ctx), 0);
+            assert_eq!((ev_cq, ev_ctx), (rcq, tag));
+            ibv_ack_cq_events(rcq, 1);
+
+            for id in [1, 2] {
+                let wc = poll_one(ctx, scq);
+                assert_eq!((wc.wr_id, wc.status, wc.opcode), (id, 0, IBV_WC_SEND));
+            }
+            let wc = poll_one(ctx, rcq);
+            assert_eq!((wc.wr_id, wc.status, wc.byte_len), (4096, 0, 5));
+            assert_eq!(
+                (wc.opcode, wc.qp_num, wc.src_qp),
+                (IBV_WC_RECV, (*b).qp_num, (*a).qp_num)
+            );
+            let wc = poll_one(ctx, rcq);
+            assert_eq!((wc.wr_id, wc.byte_len), (6144, 7));
+            assert_ne!(wc.wc_flags & IBV_WC_WITH_IMM, 0);
+            assert_eq!(wc.imm.imm_data, 0x1234_5678_u32.to_be());
+            assert_eq!(&buf[4096..4101], b"hello");
+            assert_eq!(&buf[6144..6151], b"inline!");
+
+            assert_eq!(ibv_destroy_comp_channel(ch), libc::EBUSY);
+            assert_eq!(ibv_destroy_qp(a), 0);
+            assert_eq!(ibv_destroy_qp(b), 0);
+            assert_eq!(ibv_destroy_cq(scq), 0);
+            assert_eq!(ibv_destroy_cq(rcq), 0);
+            assert_eq!(ibv_destroy_comp_channel(ch), 0);
+            assert_eq!(ibv_dereg_mr(mr), 0);
+            assert_eq!(ibv_dealloc_pd(pd), 0);
+            assert_eq!(ibv_close_device(ctx), 0);
+        }
+    }
+}
