@@ -145,6 +145,20 @@ impl Engine {
 
     // ----- protection domains and memory -----
 
+    /// Counts one more object using `pd` (so `dealloc_pd` reports Busy).
+    fn hold_pd(&mut self, pd: PdHandle) {
+        if let Some(p) = self.pds.get_mut(pd.0) {
+            p.users += 1;
+        }
+    }
+
+    /// Counts one object fewer using `pd`.
+    fn release_pd(&mut self, pd: PdHandle) {
+        if let Some(p) = self.pds.get_mut(pd.0) {
+            p.users -= 1;
+        }
+    }
+
     /// Allocates a protection domain.
     pub fn alloc_pd(&mut self) -> Result<PdHandle, ResourceError> {
         self.pds
@@ -240,9 +254,7 @@ impl Engine {
             .mrs
             .insert(mr)
             .ok_or(ResourceError::LimitReached)?;
-        if let Some(p) = self.pds.get_mut(pd.0) {
-            p.users += 1;
-        }
+        self.hold_pd(pd);
         Ok(MrInfo {
             handle: MrHandle(h),
             lkey: key,
@@ -259,9 +271,7 @@ impl Engine {
             .mrs
             .remove(mr.0)
             .ok_or(ResourceError::UnknownObject)?;
-        if let Some(p) = self.pds.get_mut(m.pd.0) {
-            p.users -= 1;
-        }
+        self.release_pd(m.pd);
         Ok(())
     }
 
@@ -282,9 +292,7 @@ impl Engine {
             .mrs
             .alloc_mw(pd, kind)
             .ok_or(ResourceError::LimitReached)?;
-        if let Some(p) = self.pds.get_mut(pd.0) {
-            p.users += 1;
-        }
+        self.hold_pd(pd);
         Ok(crate::mw::MwInfo {
             handle: crate::types::MwHandle(h),
             rkey,
@@ -298,9 +306,7 @@ impl Engine {
             .mrs
             .dealloc_mw(mw.0)
             .ok_or(ResourceError::UnknownObject)?;
-        if let Some(p) = self.pds.get_mut(w.pd.0) {
-            p.users -= 1;
-        }
+        self.release_pd(w.pd);
         Ok(())
     }
 
@@ -475,9 +481,7 @@ impl Engine {
             qp.qpn = qpn;
             qp.port_mtu = self.shared.config.port_mtu;
         }
-        if let Some(p) = self.pds.get_mut(init.pd.0) {
-            p.users += 1;
-        }
+        self.hold_pd(init.pd);
         for cq in [init.send_cq, init.recv_cq] {
             if let Some(c) = self.shared.cqs.get_mut(cq.0) {
                 c.users += 1;
@@ -549,9 +553,7 @@ impl Engine {
             .srqs
             .insert(srq)
             .ok_or(ResourceError::LimitReached)?;
-        if let Some(p) = self.pds.get_mut(pd.0) {
-            p.users += 1;
-        }
+        self.hold_pd(pd);
         Ok(SrqHandle(h))
     }
 
@@ -601,9 +603,7 @@ impl Engine {
         }
         let pd = s.pd;
         self.shared.srqs.remove(srq.0);
-        if let Some(p) = self.pds.get_mut(pd.0) {
-            p.users -= 1;
-        }
+        self.release_pd(pd);
         Ok(())
     }
 
@@ -626,9 +626,7 @@ impl Engine {
         if let Some(s) = q.srq.and_then(|h| self.shared.srqs.get_mut(h.0)) {
             s.users -= 1;
         }
-        if let Some(p) = self.pds.get_mut(q.init.pd.0) {
-            p.users -= 1;
-        }
+        self.release_pd(q.init.pd);
         for cq in [q.init.send_cq, q.init.recv_cq] {
             if let Some(c) = self.shared.cqs.get_mut(cq.0) {
                 c.users -= 1;
