@@ -106,6 +106,11 @@ pub fn bw_client(
                 // after what the QP furthest ahead posted.
                 let furthest = posted.iter().copied().max().unwrap_or(0);
                 iters = furthest.div_ceil(cq_mod).max(1) * cq_mod;
+                // If all that is already done, the run would end before its
+                // deadline: go on for one more period, so it lasts the duration.
+                if iters == furthest && posted.iter().zip(&done).all(|(p, d)| p == d) {
+                    iters += cq_mod;
+                }
                 total = iters * nq as u64;
             }
         }
