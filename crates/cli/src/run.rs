@@ -12,6 +12,14 @@ use clap::Args;
 /// The cdylib cargo builds beside the `softverbs` binary.
 const LIB: &str = "libsoftverbs_ibverbs.so";
 
+/// Provider libraries perftest links besides libibverbs (crates softverbs-mlx5-stub and
+/// softverbs-efa-stub): linked in when built, so the system's real ones, which need the
+/// kernel, are never loaded.
+const STUBS: [(&str, &str); 2] = [
+    ("libsoftverbs_mlx5.so", "libmlx5.so.1"),
+    ("libsoftverbs_efa.so", "libefa.so.1"),
+];
+
 #[derive(Args, Debug)]
 pub struct RunArgs {
     /// The program to run, then its arguments (put `--` before them).
@@ -19,7 +27,20 @@ pub struct RunArgs {
     cmd: Vec<OsString>,
 }
 
-/// The directory holding `libibverbs.so.1` -> the drop-in library, created if needed.
+/// Points `dir/name` at `target`, atomically, unless it already does.
+fn link_into(dir: &Path, name: &str, target: &Path) -> std::io::Result<()> {
+    let link = dir.join(name);
+    if std::fs::read_link(&link).ok().as_deref() != Some(target) {
+        let tmp = dir.join(format!(".{name}.{}", std::process::id()));
+        let _ = std::fs::remove_file(&tmp);
+        std::os::unix::fs::symlink(target, &tmp)?;
+        std::fs::rename(&tmp, &link)?;
+    }
+    Ok(())
+}
+
+/// The directory holding `libibverbs.so.1` -> the drop-in library (and the provider stubs
+/// that were built), created if needed.
 fn dropin_dir() -> Result<PathBuf, Box<dyn Error + Send + Sync>> {
     let exe = std::env::current_exe()?;
     let dir = exe
@@ -36,14 +57,15 @@ fn dropin_dir() -> Result<PathBuf, Box<dyn Error + Send + Sync>> {
             )
         })?;
     let lib = lib.canonicalize()?;
-    let dropin = lib.parent().unwrap_or(Path::new(".")).join("dropin");
+    let libdir = lib.parent().unwrap_or(Path::new("."));
+    let dropin = libdir.join("dropin");
     std::fs::create_dir_all(&dropin)?;
-    let link = dropin.join("libibverbs.so.1");
-    if std::fs::read_link(&link).ok().as_deref() != Some(lib.as_path()) {
-        let tmp = dropin.join(format!(".libibverbs.so.1.{}", std::process::id()));
-        let _ = std::fs::remove_file(&tmp);
-        std::os::unix::fs::symlink(&lib, &tmp)?;
-        std::fs::rename(&tmp, &link)?;
+    link_into(&dropin, "libibverbs.so.1", &lib)?;
+    for (built, soname) in STUBS {
+        let stub = libdir.join(built);
+        if stub.exists() {
+            link_into(&dropin, soname, &stub)?;
+        }
     }
     Ok(dropin)
 }

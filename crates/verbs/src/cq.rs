@@ -54,15 +54,22 @@ impl Cq {
         })
     }
 
-    /// Takes up to `out.len()` completions; returns how many.
+    /// Takes up to `out.len()` completions; returns how many. When the CQ is empty
+    /// the calling thread receives what waits on the device's socket and looks
+    /// again, so a thread spinning on its CQ needs no other thread to run.
     pub fn poll(&self, out: &mut [WorkCompletion]) -> usize {
-        self.inner
-            .handle
-            .0
-            .lock()
-            .engine
-            .poll_cq(self.inner.cq, out)
-            .unwrap_or(0)
+        let driver = &self.inner.handle.0;
+        let take = |out: &mut [WorkCompletion]| {
+            driver
+                .lock()
+                .engine
+                .poll_cq(self.inner.cq, out)
+                .unwrap_or(0)
+        };
+        match take(out) {
+            0 if driver.try_progress() => take(out),
+            n => n,
+        }
     }
 
     /// Arms the CQ: the next completion (only solicited or error ones when

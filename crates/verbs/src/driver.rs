@@ -5,6 +5,13 @@
 //! target application does nothing. Threads that post work transmit what the
 //! post produced themselves (doorbell style) and only wake the progress thread
 //! when they armed a timer earlier than the one it sleeps for.
+//!
+//! Threads that poll an empty CQ also receive (see [`Driver::try_progress`]): an
+//! application spinning on its CQ then handles its own datagrams at once instead
+//! of waiting for the progress thread to be scheduled, which on a busy machine
+//! (every core taken by spinning pollers) costs a scheduler tick. One receive
+//! buffer, behind its own lock, serves both, so datagrams are handed to the
+//! engine in the order the socket gave them.
 
 use crate::config::Config;
 use crate::faults::{Fate, FaultInjector};
@@ -82,6 +89,8 @@ impl State {
 pub(crate) struct Driver {
     state: Mutex<State>,
     socket: UdpSocket,
+    /// The receive buffers; whoever holds them receives. Taken before `state`.
+    rx: Mutex<RecvBatch>,
     pub local: SocketAddr,
     epoch: std::time::Instant,
     wake: EventFd,
@@ -92,8 +101,6 @@ pub(crate) struct Driver {
     pub counters: DriverCounters,
     pub async_fd: EventFd,
     busy_poll: Duration,
-    /// The socket coalesces received datagrams (UDP GRO).
-    gro: bool,
     /// The port's active MTU: the configured one, capped to fit the link.
     pub active_mtu: Mtu,
     warned_tx_error: AtomicBool,
@@ -208,9 +215,11 @@ impl Driver {
             pcap,
             groups: Vec::new(),
         };
+        let rx = RecvBatch::new(if gro { sys::GRO_BUF } else { MAX_DATAGRAM + 64 });
         let driver = Arc::new(Driver {
             state: Mutex::new(state),
             socket,
+            rx: Mutex::new(rx),
             local,
             epoch: std::time::Instant::now(),
             wake: EventFd::new(true, false).map_err(io_err("eventfd"))?,
@@ -220,7 +229,6 @@ impl Driver {
             counters: DriverCounters::default(),
             async_fd: EventFd::new(false, true).map_err(io_err("eventfd"))?,
             busy_poll: config.busy_poll,
-            gro,
             active_mtu,
             warned_tx_error: AtomicBool::new(false),
             published_at: AtomicU64::new(0),
@@ -406,6 +414,53 @@ impl Driver {
         result
     }
 
+    /// Receives what waits on the socket (one batch) and hands it to the engine;
+    /// returns how many reads there were.
+    fn receive(&self, rx: &mut RecvBatch) -> usize {
+        let got = match rx.recv(&self.socket) {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::warn!(error = %e, "recvmmsg failed");
+                0
+            }
+        };
+        if got == 0 {
+            return 0;
+        }
+        self.counters
+            .rx_datagrams
+            .fetch_add(got as u64, Ordering::Relaxed);
+        let mut st = self.lock();
+        let now = self.now();
+        for i in 0..got {
+            if rx.truncated(i) {
+                self.counters.rx_truncated.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            let Some((src, datagrams)) = rx.datagrams(i) else {
+                continue;
+            };
+            for (k, data) in datagrams {
+                st.capture(src, self.local, k, data);
+                st.engine.handle_datagram_with_ipv4_id(now, src, data, k);
+            }
+        }
+        st.engine.handle_timeout(now);
+        self.pump(&mut st);
+        let _ = self.publish_counters(&st);
+        got
+    }
+
+    /// Receives on the calling thread unless another thread is receiving; returns
+    /// whether anything arrived. Called by pollers that found their CQ empty. Must
+    /// not be called with the engine lock held.
+    pub fn try_progress(&self) -> bool {
+        match self.rx.try_lock() {
+            Ok(mut rx) => self.receive(&mut rx) > 0,
+            Err(_) => false,
+        }
+    }
+
     /// Reads what waits on the multicast group sockets and hands it to the
     /// engine; returns how many reads there were.
     fn receive_groups(&self, groups: &[(SocketAddr, Arc<UdpSocket>)], rx: &mut RecvBatch) -> usize {
@@ -475,11 +530,6 @@ impl Drop for DriverHandle {
 }
 
 fn progress_thread(d: Arc<Driver>) {
-    let mut rx = RecvBatch::new(if d.gro {
-        sys::GRO_BUF
-    } else {
-        MAX_DATAGRAM + 64
-    });
     // The multicast group sockets, refreshed when `groups_gen` moves.
     let mut groups: Vec<(SocketAddr, Arc<UdpSocket>)> = Vec::new();
     let mut groups_seen = 0;
@@ -496,43 +546,21 @@ fn progress_thread(d: Arc<Driver>) {
             let rx = mc_rx.get_or_insert_with(|| RecvBatch::new(MAX_DATAGRAM + 64));
             d.receive_groups(&groups, rx)
         };
-        // Receive whatever is there.
-        let mut got = match rx.recv(&d.socket) {
-            Ok(n) => n,
-            Err(e) => {
-                tracing::warn!(error = %e, "recvmmsg failed");
-                0
+        // Receive whatever is there (a poller may be doing the same: then the
+        // lock waits for it, and the next read finds what it left).
+        let got = {
+            let mut rx = d.rx.lock().unwrap_or_else(|e| e.into_inner());
+            let mut got = d.receive(&mut rx);
+            if got == 0 && !d.busy_poll.is_zero() {
+                let until = std::time::Instant::now() + d.busy_poll;
+                while got == 0 && std::time::Instant::now() < until {
+                    got = d.receive(&mut rx);
+                    std::hint::spin_loop();
+                }
             }
+            got
         };
-        if got == 0 && !d.busy_poll.is_zero() {
-            let until = std::time::Instant::now() + d.busy_poll;
-            while got == 0 && std::time::Instant::now() < until {
-                got = rx.recv(&d.socket).unwrap_or(0);
-                std::hint::spin_loop();
-            }
-        }
         if got > 0 {
-            d.counters
-                .rx_datagrams
-                .fetch_add(got as u64, Ordering::Relaxed);
-            let mut st = d.lock();
-            let now = d.now();
-            for i in 0..got {
-                if rx.truncated(i) {
-                    d.counters.rx_truncated.fetch_add(1, Ordering::Relaxed);
-                    continue;
-                }
-                let Some((src, datagrams)) = rx.datagrams(i) else {
-                    continue;
-                };
-                for (k, data) in datagrams {
-                    st.capture(src, d.local, k, data);
-                    st.engine.handle_datagram_with_ipv4_id(now, src, data, k);
-                }
-            }
-            st.engine.handle_timeout(now);
-            d.pump(&mut st);
-            let _ = d.publish_counters(&st);
             continue;
         }
         if mc_got > 0 {
