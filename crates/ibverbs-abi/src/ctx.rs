@@ -8,6 +8,9 @@ use core::ffi::{c_char, c_int, c_uint, c_void};
 use core::mem::offset_of;
 use core::ptr;
 
+use std::collections::HashMap;
+use std::sync::Mutex;
+
 use crate::abi::*;
 use crate::device;
 use crate::stubs::set_errno;
@@ -19,6 +22,26 @@ pub struct SoftContext {
     pub vctx: verbs_context,
     /// The opened softverbs device.
     pub ctx: softverbs::Context,
+    /// The context's QPs, CQs and SRQs by engine handle, for async events.
+    pub(crate) objects: Mutex<ObjectIndex>,
+}
+
+/// The C objects of one context (their wrappers' addresses) by engine handle, so an async
+/// event can name the `ibv_qp` / `ibv_cq` / `ibv_srq` it is about. Objects are listed
+/// while they live: created, then listed; unlisted, then freed.
+#[derive(Default)]
+pub(crate) struct ObjectIndex {
+    pub qps: HashMap<softverbs::QpHandle, usize>,
+    pub cqs: HashMap<softverbs::CqHandle, usize>,
+    pub srqs: HashMap<softverbs::SrqHandle, usize>,
+}
+
+/// Updates the object index of `context` (a live context; NULL does nothing).
+pub(crate) fn with_objects(context: *mut ibv_context, f: impl FnOnce(&mut ObjectIndex)) {
+    // SAFETY: objects of a context are created and destroyed while it is open.
+    if let Some(s) = unsafe { soft(context) } {
+        f(&mut s.objects.lock().unwrap_or_else(|e| e.into_inner()));
+    }
 }
 
 /// The [`SoftContext`] around `ctx`, or None for NULL.
@@ -80,15 +103,22 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
     vctx.query_port = Some(query_port_ex);
     vctx.query_device_ex = Some(query_device_ex);
     vctx.close_xrcd = Some(close_xrcd);
+    vctx.create_cq_ex = Some(crate::cq_ex::create_cq_ex);
+    vctx.create_qp_ex = Some(crate::ex::create_qp_ex);
     vctx.sz = size_of::<verbs_context>();
     vctx.context.device = ptr::from_ref(&dev.ibv).cast_mut();
     vctx.context.ops._compat_query_device = Some(ibv_query_device);
     crate::verbs::install_ops(&mut vctx.context.ops);
+    crate::mw::install_mw_ops(&mut vctx.context.ops);
     vctx.context.cmd_fd = -1;
     vctx.context.async_fd = ctx.async_fd();
     vctx.context.num_comp_vectors = 1;
     vctx.context.abi_compat = VERBS_ABI_IS_EXTENDED;
-    let soft = Box::into_raw(Box::new(SoftContext { vctx, ctx }));
+    let soft = Box::into_raw(Box::new(SoftContext {
+        vctx,
+        ctx,
+        objects: Mutex::new(ObjectIndex::default()),
+    }));
     // SAFETY: `soft` is a fresh, valid allocation.
     unsafe { &raw mut (*soft).vctx.context }
 }
@@ -177,6 +207,9 @@ unsafe extern "C" fn query_device_ex(
     let mut ex = ibv_device_attr_ex::zeroed();
     ex.orig_attr = device_attr(s);
     ex.phys_port_cnt_ex = u32::from(ex.orig_attr.phys_port_cnt);
+    // Completion timestamps are CLOCK_MONOTONIC ns (crate::cq_ex): a 1 GHz, 64-bit clock.
+    ex.completion_timestamp_mask = u64::MAX;
+    ex.hca_core_clock = crate::cq_ex::HCA_CORE_CLOCK_KHZ;
     let n = attr_size.min(size_of::<ibv_device_attr_ex>());
     // SAFETY: the caller's buffer holds `attr_size >= n` bytes.
     unsafe { ptr::copy_nonoverlapping(ptr::from_ref(&ex).cast::<u8>(), attr.cast::<u8>(), n) };
@@ -445,16 +478,34 @@ pub unsafe extern "C" fn ibv_get_async_event(
         #[allow(unreachable_patterns)]
         _ => IBV_EVENT_DEVICE_FATAL,
     };
-    // The objects behind CQ/QP/SRQ events are not C objects yet: the element stays NULL.
+    // The element names the object the event is about (NULL if it is gone already).
+    let element = {
+        let o = s.objects.lock().unwrap_or_else(|e| e.into_inner());
+        let qp = |h| o.qps.get(h).map_or(ptr::null_mut(), |&p| p as *mut ibv_qp);
+        match &ev {
+            E::PortActive => ibv_async_event_element { port_num: 1 },
+            E::CqError(h) => ibv_async_event_element {
+                cq: o.cqs.get(h).map_or(ptr::null_mut(), |&p| p as *mut ibv_cq),
+            },
+            E::SrqLimitReached(h) => ibv_async_event_element {
+                srq: o
+                    .srqs
+                    .get(h)
+                    .map_or(ptr::null_mut(), |&p| p as *mut ibv_srq),
+            },
+            E::QpFatal(h)
+            | E::QpRequestError(h)
+            | E::QpAccessError(h)
+            | E::SqDrained(h)
+            | E::LastWqeReached(h) => ibv_async_event_element { qp: qp(h) },
+            #[allow(unreachable_patterns)]
+            _ => ibv_async_event_element {
+                cq: ptr::null_mut(),
+            },
+        }
+    };
     // SAFETY: `event` is writable per the contract.
     unsafe {
-        let element = if matches!(ev, E::PortActive) {
-            ibv_async_event_element { port_num: 1 }
-        } else {
-            ibv_async_event_element {
-                cq: ptr::null_mut(),
-            }
-        };
         event.write(ibv_async_event {
             element,
             event_type: ty,

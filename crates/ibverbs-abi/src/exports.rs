@@ -10,7 +10,10 @@ use core::ffi::{c_char, c_int};
 use core::ptr;
 
 use crate::abi::ibv_device;
+use crate::ah::*;
 use crate::ctx::*;
+use crate::ex::ibv_qp_to_qp_ex;
+use crate::srq::*;
 use crate::stubs::{self, *};
 use crate::verbs::*;
 use crate::{device, strs};

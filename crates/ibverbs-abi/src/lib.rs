@@ -47,9 +47,14 @@
 //! versioned aliases are harmless.
 
 pub mod abi;
+pub mod ah;
+pub mod cq_ex;
 pub mod ctx;
 pub mod device;
+pub mod ex;
 pub mod exports;
+pub mod mw;
+pub mod srq;
 pub mod strs;
 pub mod stubs;
 pub mod verbs;

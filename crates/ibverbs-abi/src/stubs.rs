@@ -46,16 +46,13 @@ macro_rules! stubs {
 }
 
 stubs!(ptr:
-    ibv_get_sysfs_path, ibv_create_ah,
-    ibv_create_ah_from_wc, ibv_create_srq,
-    ibv_qp_to_qp_ex, ibv_import_device, ibv_import_mr,
+    ibv_get_sysfs_path,
+    ibv_import_device, ibv_import_mr,
     ibv_import_pd, ibv_reg_dmabuf_mr, ibv_import_dm, verbs_open_device,
     _verbs_init_and_alloc_context,
 );
 stubs!(int:
-    ibv_attach_mcast, ibv_destroy_ah,
-    ibv_destroy_srq, ibv_detach_mcast, ibv_init_ah_from_wc,
-    ibv_modify_srq, ibv_query_srq, ibv_rereg_mr, ibv_resize_cq,
+    ibv_rereg_mr, ibv_resize_cq,
     ibv_resolve_eth_l2_from_gid, ibv_query_ece, ibv_set_ece, execute_ioctl,
     ibv_cmd_advise_mr, ibv_cmd_alloc_dm, ibv_cmd_alloc_mw, ibv_cmd_alloc_pd,
     ibv_cmd_attach_mcast, ibv_cmd_close_xrcd, ibv_cmd_create_ah, ibv_cmd_create_counters,

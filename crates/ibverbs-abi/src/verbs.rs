@@ -7,10 +7,11 @@
 
 use core::ffi::{c_int, c_uint, c_void};
 use core::ptr;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 
 use crate::abi::*;
-use crate::ctx::soft;
+use crate::ctx::{soft, with_objects};
 use crate::stubs::set_errno;
 use softverbs::{
     AccessFlags, CqHandle, Mtu, Payload, QpAttr, QpAttrMask, QpCap, QpState, QpType, Rkey,
@@ -24,6 +25,31 @@ pub struct SoftPd {
     pub pd: ibv_pd,
     /// The softverbs PD.
     pub inner: softverbs::Pd,
+    /// MRs, QPs, SRQs, AHs and MWs on this PD: `ibv_dealloc_pd` fails with EBUSY while
+    /// any exist, as rdma-core's does (the kernel refuses).
+    users: AtomicU32,
+}
+
+/// Counts one more object on `pd`.
+///
+/// # Safety
+/// `pd` from `ibv_alloc_pd`, not deallocated.
+pub(crate) unsafe fn hold_pd(pd: *mut ibv_pd) {
+    // SAFETY: per the contract.
+    if let Some(p) = unsafe { wrap::<_, SoftPd>(pd) } {
+        p.users.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+/// Counts one object fewer on `pd`.
+///
+/// # Safety
+/// As [`hold_pd`].
+pub(crate) unsafe fn release_pd(pd: *mut ibv_pd) {
+    // SAFETY: per the contract.
+    if let Some(p) = unsafe { wrap::<_, SoftPd>(pd) } {
+        p.users.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// What an `ibv_mr *` points at.
@@ -46,20 +72,28 @@ pub struct SoftChannel {
     cqs: Mutex<Vec<(CqHandle, usize)>>,
 }
 
-/// What an `ibv_cq *` points at.
+/// What an `ibv_cq *` (and, for every CQ, the same `ibv_cq_ex *`) points at.
 #[repr(C)]
 pub struct SoftCq {
-    /// Must be first.
-    pub cq: ibv_cq,
+    /// Must be first. An `ibv_cq_ex` begins with the `ibv_cq` fields, so `ibv_cq_ex_to_cq`
+    /// (a cast) and the `ibv_cq` ops work on every CQ.
+    pub cq: ibv_cq_ex,
     /// The softverbs CQ.
     pub inner: softverbs::Cq,
+    /// The extended-poll state (`start_poll` .. `end_poll`), see `crate::cq_ex`.
+    pub(crate) ex: crate::cq_ex::PollState,
+    /// QPs using this CQ: `ibv_destroy_cq` fails with EBUSY while any exist.
+    users: AtomicU32,
 }
 
-/// What an `ibv_qp *` points at.
+/// What an `ibv_qp *` (and, for every QP, the same `ibv_qp_ex *`) points at.
 #[repr(C)]
 pub struct SoftQp {
-    /// Must be first.
-    pub qp: ibv_qp,
+    /// Must be first. An `ibv_qp_ex` begins with an `ibv_qp` (`qp.qp_base`); its `wr_*` ops
+    /// are set only for QPs created by `create_qp_ex` with send_ops_flags (`crate::ex`).
+    pub qp: ibv_qp_ex,
+    /// The `ibv_qp_ex` post-send state (`wr_start` .. `wr_complete`), see `crate::ex`.
+    pub(crate) ex: crate::ex::WrState,
     /// The softverbs QP.
     pub inner: softverbs::Qp,
     /// `sq_sig_all` as created.
@@ -86,6 +120,7 @@ pub(crate) fn install_ops(ops: &mut ibv_context_ops) {
     ops.req_notify_cq = Some(req_notify_cq);
     ops.post_send = Some(post_send);
     ops.post_recv = Some(post_recv);
+    ops.post_srq_recv = Some(crate::srq::post_srq_recv);
 }
 
 /// `ibv_alloc_pd`.
@@ -102,7 +137,12 @@ pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd 
     };
     let mut pd = ibv_pd::zeroed();
     pd.context = context;
-    Box::into_raw(Box::new(SoftPd { pd, inner })).cast()
+    Box::into_raw(Box::new(SoftPd {
+        pd,
+        inner,
+        users: AtomicU32::new(0),
+    }))
+    .cast()
 }
 
 /// `ibv_dealloc_pd`.
@@ -112,6 +152,14 @@ pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd 
 pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
     if pd.is_null() {
         return libc::EINVAL;
+    }
+    // SAFETY: `pd` came from `ibv_alloc_pd` per the contract.
+    if unsafe { &*pd.cast::<SoftPd>() }
+        .users
+        .load(Ordering::Acquire)
+        != 0
+    {
+        return libc::EBUSY;
     }
     // SAFETY: `pd` came from Box::into_raw in `ibv_alloc_pd`.
     drop(unsafe { Box::from_raw(pd.cast::<SoftPd>()) });
@@ -150,6 +198,7 @@ pub unsafe extern "C" fn ibv_reg_mr_iova2(
     mr.lkey = inner.lkey();
     mr.rkey = inner.rkey();
     mr.handle = inner.lkey();
+    p.users.fetch_add(1, Ordering::AcqRel);
     Box::into_raw(Box::new(SoftMr { mr, inner })).cast()
 }
 
@@ -191,7 +240,11 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
         return libc::EINVAL;
     }
     // SAFETY: `mr` came from Box::into_raw in `ibv_reg_mr_iova2`.
-    drop(unsafe { Box::from_raw(mr.cast::<SoftMr>()) });
+    let b = unsafe { Box::from_raw(mr.cast::<SoftMr>()) };
+    let pd = b.mr.pd;
+    drop(b);
+    // SAFETY: a PD outlives what uses it (`ibv_dealloc_pd` refuses while they exist).
+    unsafe { release_pd(pd) };
     0
 }
 
@@ -249,11 +302,39 @@ pub unsafe extern "C" fn ibv_create_cq(
     channel: *mut ibv_comp_channel,
     _comp_vector: c_int,
 ) -> *mut ibv_cq {
+    let Ok(n) = u32::try_from(cqe) else {
+        return ret_null(libc::EINVAL);
+    };
+    // SAFETY: forwarded contract.
+    unsafe {
+        create_cq_common(
+            context,
+            n,
+            cq_context,
+            channel,
+            crate::cq_ex::STANDARD_WC_FLAGS,
+        )
+    }
+}
+
+/// Creates a CQ for `ibv_create_cq` and `create_cq_ex` alike (every CQ is an `ibv_cq_ex`
+/// with its polling ops set); `wc_flags` are the `IBV_WC_EX_WITH_*` flags, already checked.
+/// NULL with errno set on failure.
+///
+/// # Safety
+/// As `ibv_create_cq`.
+pub(crate) unsafe fn create_cq_common(
+    context: *mut ibv_context,
+    n: u32,
+    cq_context: *mut c_void,
+    channel: *mut ibv_comp_channel,
+    wc_flags: u64,
+) -> *mut ibv_cq {
     // SAFETY: per the contract.
     let Some(s) = (unsafe { soft(context) }) else {
         return ret_null(libc::EINVAL);
     };
-    let Ok(n) = u32::try_from(cqe) else {
+    let Ok(cqe) = c_int::try_from(n) else {
         return ret_null(libc::EINVAL);
     };
     // SAFETY: per the contract.
@@ -262,13 +343,22 @@ pub unsafe extern "C" fn ibv_create_cq(
         Ok(c) => c,
         Err(_) => return ret_null(libc::EINVAL),
     };
-    let mut cq = ibv_cq::zeroed();
+    let mut cq = ibv_cq_ex::zeroed();
     cq.context = context;
     cq.channel = channel;
     cq.cq_context = cq_context;
     cq.cqe = cqe;
+    crate::cq_ex::install_cq_ex_ops(&mut cq);
     let handle = inner.handle();
-    let raw = Box::into_raw(Box::new(SoftCq { cq, inner }));
+    let raw = Box::into_raw(Box::new(SoftCq {
+        cq,
+        inner,
+        ex: crate::cq_ex::PollState::new(wc_flags),
+        users: AtomicU32::new(0),
+    }));
+    with_objects(context, |o| {
+        o.cqs.insert(handle, raw as usize);
+    });
     if let Some(c) = ch {
         let mut l = c.cqs.lock().unwrap_or_else(|e| e.into_inner());
         l.push((handle, raw as usize));
@@ -285,6 +375,13 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     let Some(c) = (unsafe { wrap::<_, SoftCq>(cq) }) else {
         return libc::EINVAL;
     };
+    if c.users.load(Ordering::Acquire) != 0 {
+        return libc::EBUSY;
+    }
+    let handle = c.inner.handle();
+    with_objects(c.cq.context, |o| {
+        o.cqs.remove(&handle);
+    });
     // SAFETY: the channel outlives its CQs (destroy_comp_channel refuses while any exist).
     if let Some(ch) = unsafe { wrap::<_, SoftChannel>(c.cq.channel) } {
         let mut l = ch.cqs.lock().unwrap_or_else(|e| e.into_inner());
@@ -351,7 +448,8 @@ pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: c_uint) {
     }
 }
 
-fn wc_to_c(w: &WorkCompletion) -> ibv_wc {
+/// A softverbs completion as an `ibv_wc` (also the current completion of `crate::cq_ex`).
+pub(crate) fn wc_to_c(w: &WorkCompletion) -> ibv_wc {
     let mut c = ibv_wc::zeroed();
     c.wr_id = w.wr_id;
     c.status = w.status as c_int;
@@ -426,6 +524,7 @@ fn qp_type_from_c(t: c_int) -> Option<QpType> {
     match t {
         IBV_QPT_RC => Some(QpType::Rc),
         IBV_QPT_UC => Some(QpType::Uc),
+        IBV_QPT_UD => Some(QpType::Ud),
         _ => None,
     }
 }
@@ -448,13 +547,29 @@ fn cap_to_c(c: QpCap) -> ibv_qp_cap {
     }
 }
 
-/// `ibv_create_qp` (RC and UC).
+/// `ibv_create_qp` (RC, UC and UD; with `attr.srq`, receives come from that SRQ).
 ///
 /// # Safety
 /// `pd` from `ibv_alloc_pd`; `attr` valid, its CQs from `ibv_create_cq`.
 pub unsafe extern "C" fn ibv_create_qp(
     pd: *mut ibv_pd,
     attr: *mut ibv_qp_init_attr,
+) -> *mut ibv_qp {
+    // SAFETY: forwarded contract.
+    unsafe { create_qp_common(pd, attr, None) }
+}
+
+/// Creates a QP for `ibv_create_qp` and `create_qp_ex` alike; `send_ops` is the
+/// `send_ops_flags` when `create_qp_ex` was asked for them (installs the `ibv_qp_ex` ops).
+/// NULL with errno set on failure. `attr` may be an `ibv_qp_init_attr_ex`, whose `comp_mask`
+/// lies in `ibv_qp_init_attr`'s tail padding: write its fields, never `*attr` as a whole.
+///
+/// # Safety
+/// As `ibv_create_qp`.
+pub(crate) unsafe fn create_qp_common(
+    pd: *mut ibv_pd,
+    attr: *mut ibv_qp_init_attr,
+    send_ops: Option<u64>,
 ) -> *mut ibv_qp {
     // SAFETY: per the contract.
     let Some(p) = (unsafe { wrap::<_, SoftPd>(pd) }) else {
@@ -465,9 +580,8 @@ pub unsafe extern "C" fn ibv_create_qp(
     }
     // SAFETY: `attr` is valid per the contract.
     let a = unsafe { &mut *attr };
-    if !a.srq.is_null() {
-        return ret_null(libc::EOPNOTSUPP);
-    }
+    // SAFETY: `attr.srq` is NULL or an SRQ from `ibv_create_srq` per the contract.
+    let srq = unsafe { crate::srq::wrap_srq(a.srq) };
     let Some(ty) = qp_type_from_c(a.qp_type) else {
         return ret_null(libc::EOPNOTSUPP);
     };
@@ -484,33 +598,55 @@ pub unsafe extern "C" fn ibv_create_qp(
         max_recv_sge: a.cap.max_recv_sge.max(1),
         max_inline_data: a.cap.max_inline_data,
     };
-    let built = softverbs::QpBuilder::new(&p.inner, &scq.inner)
+    let mut builder = softverbs::QpBuilder::new(&p.inner, &scq.inner)
         .recv_cq(&rcq.inner)
         .qp_type(ty)
         .cap(cap)
-        .sq_sig_all(a.sq_sig_all != 0)
-        .build();
-    let inner = match built {
+        .sq_sig_all(a.sq_sig_all != 0);
+    if let Some(s) = srq {
+        builder = builder.srq(&s.inner);
+    }
+    let inner = match builder.build() {
         Ok(q) => q,
         Err(_) => return ret_null(libc::EINVAL),
     };
     a.cap = cap_to_c(cap);
-    let mut qp = ibv_qp::zeroed();
+    if let Some(s) = srq {
+        // Receives come from the SRQ: the QP has no receive queue of its own.
+        a.cap.max_recv_wr = 0;
+        a.cap.max_recv_sge = 0;
+        crate::srq::hold(s);
+    }
+    let mut qpx = ibv_qp_ex::zeroed();
+    let qp = &mut qpx.qp_base;
     qp.context = p.pd.context;
     qp.qp_context = a.qp_context;
     qp.pd = pd;
     qp.send_cq = a.send_cq;
     qp.recv_cq = a.recv_cq;
+    qp.srq = a.srq;
     qp.qp_num = inner.qpn().value();
     qp.handle = qp.qp_num;
     qp.state = IBV_QPS_RESET;
     qp.qp_type = a.qp_type;
+    if send_ops.is_some() {
+        crate::ex::install_qp_ex_ops(&mut qpx);
+    }
+    let handle = inner.handle();
     let b = SoftQp {
-        qp,
+        qp: qpx,
+        ex: crate::ex::WrState::new(send_ops),
         inner,
         sq_sig_all: a.sq_sig_all,
     };
-    Box::into_raw(Box::new(b)).cast()
+    p.users.fetch_add(1, Ordering::AcqRel);
+    scq.users.fetch_add(1, Ordering::AcqRel);
+    rcq.users.fetch_add(1, Ordering::AcqRel);
+    let raw = Box::into_raw(Box::new(b));
+    with_objects(p.pd.context, |o| {
+        o.qps.insert(handle, raw as usize);
+    });
+    raw.cast()
 }
 
 /// `ibv_destroy_qp`.
@@ -522,8 +658,87 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
         return libc::EINVAL;
     }
     // SAFETY: `qp` came from Box::into_raw in `ibv_create_qp`.
-    drop(unsafe { Box::from_raw(qp.cast::<SoftQp>()) });
+    let b = unsafe { Box::from_raw(qp.cast::<SoftQp>()) };
+    let base = &b.qp.qp_base;
+    let (context, pd, srq) = (base.context, base.pd, base.srq);
+    let (scq, rcq) = (base.send_cq, base.recv_cq);
+    let handle = b.inner.handle();
+    with_objects(context, |o| {
+        o.qps.remove(&handle);
+    });
+    drop(b);
+    // SAFETY: a QP's PD, CQs and SRQ outlive it (destroying them refuses while QPs use
+    // them).
+    unsafe {
+        crate::srq::release(srq);
+        release_pd(pd);
+        for cq in [scq, rcq] {
+            if let Some(c) = wrap::<_, SoftCq>(cq) {
+                c.users.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+    }
     0
+}
+
+/// The errno for a refused multicast attach/detach.
+fn mcast_errno(e: &softverbs::error::McastError) -> c_int {
+    match e {
+        softverbs::error::McastError::Resource(_) => libc::EINVAL,
+        softverbs::error::McastError::Join { source, .. } => {
+            source.raw_os_error().unwrap_or(libc::EINVAL)
+        }
+    }
+}
+
+/// `ibv_attach_mcast`: a UD QP joins the multicast group `gid` (a RoCEv2 multicast GID,
+/// `::ffff:239.x.y.z`, the group's UDP port in bytes 8-9 as for unicast GIDs); `lid` is
+/// ignored, as on RoCE. 0 or an errno value.
+///
+/// # Safety
+/// `qp` from `ibv_create_qp`; `gid` readable.
+pub unsafe extern "C" fn ibv_attach_mcast(
+    qp: *mut ibv_qp,
+    gid: *const ibv_gid,
+    _lid: u16,
+) -> c_int {
+    // SAFETY: per the contract.
+    let Some(q) = (unsafe { wrap::<_, SoftQp>(qp) }) else {
+        return libc::EINVAL;
+    };
+    if gid.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: readable per the contract; every bit pattern is a valid byte array.
+    let g = softverbs::Gid(unsafe { (*gid).raw });
+    match q.inner.attach_mcast(g) {
+        Ok(()) => 0,
+        Err(e) => mcast_errno(&e),
+    }
+}
+
+/// `ibv_detach_mcast`: 0 or an errno value (EINVAL when not attached).
+///
+/// # Safety
+/// As `ibv_attach_mcast`.
+pub unsafe extern "C" fn ibv_detach_mcast(
+    qp: *mut ibv_qp,
+    gid: *const ibv_gid,
+    _lid: u16,
+) -> c_int {
+    // SAFETY: per the contract.
+    let Some(q) = (unsafe { wrap::<_, SoftQp>(qp) }) else {
+        return libc::EINVAL;
+    };
+    if gid.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: as in `ibv_attach_mcast`.
+    let g = softverbs::Gid(unsafe { (*gid).raw });
+    match q.inner.detach_mcast(g) {
+        Ok(()) => 0,
+        Err(e) => mcast_errno(&e),
+    }
 }
 
 fn state_from_c(s: c_int) -> Option<QpState> {
@@ -617,7 +832,7 @@ pub unsafe extern "C" fn ibv_modify_qp(
             softverbs::Gid(unsafe { ah.grh.dgid.raw }).to_socket_addr()
         } else {
             // SAFETY: the QP's context is a live context from `ibv_open_device`.
-            match unsafe { soft(q.qp.context) } {
+            match unsafe { soft(q.qp.qp_base.context) } {
                 Some(s) => s.ctx.lid_to_addr(ah.dlid),
                 None => return libc::EINVAL,
             }
@@ -693,10 +908,10 @@ pub unsafe extern "C" fn ibv_query_qp(
         a.ah_attr.port_num = 1;
     }
     let mut i = ibv_qp_init_attr::zeroed();
-    i.qp_context = q.qp.qp_context;
-    i.send_cq = q.qp.send_cq;
-    i.recv_cq = q.qp.recv_cq;
-    i.srq = q.qp.srq;
+    i.qp_context = q.qp.qp_base.qp_context;
+    i.send_cq = q.qp.qp_base.send_cq;
+    i.recv_cq = q.qp.qp_base.recv_cq;
+    i.srq = q.qp.qp_base.srq;
     i.cap = a.cap;
     i.qp_type = qp_type_to_c(q.inner.qp_type());
     i.sq_sig_all = q.sq_sig_all;
@@ -708,7 +923,7 @@ pub unsafe extern "C" fn ibv_query_qp(
     0
 }
 
-fn post_errno(e: softverbs::error::PostError) -> c_int {
+pub(crate) fn post_errno(e: softverbs::error::PostError) -> c_int {
     match e {
         softverbs::error::PostError::QueueFull => libc::ENOMEM,
         _ => libc::EINVAL,
@@ -719,7 +934,7 @@ fn post_errno(e: softverbs::error::PostError) -> c_int {
 ///
 /// # Safety
 /// `sg` holds `n` entries (or `n <= 0`).
-unsafe fn sges(sg: *const ibv_sge, n: c_int) -> Vec<Sge> {
+pub(crate) unsafe fn sges(sg: *const ibv_sge, n: c_int) -> Vec<Sge> {
     let n = usize::try_from(n).unwrap_or(0);
     if n == 0 || sg.is_null() {
         return Vec::new();
@@ -742,9 +957,16 @@ unsafe fn sges(sg: *const ibv_sge, n: c_int) -> Vec<Sge> {
 unsafe fn post_one(q: &SoftQp, w: &ibv_send_wr) -> c_int {
     // SAFETY: per the contract.
     let list = unsafe { sges(w.sg_list, w.num_sge) };
-    // SAFETY: the union members read are the ones the opcode selects (plain data).
+    // SAFETY: the union members read are the ones the opcode selects (plain data); a UD
+    // WR's AH is NULL or from `ibv_create_ah`, a BIND_MW WR's window and MR are NULL or live
+    // (verbs contract).
     let op = unsafe {
         match w.opcode {
+            // A UD QP sends datagrams to `wr.ud` (its AH from `ibv_create_ah`).
+            _ if q.inner.qp_type() == QpType::Ud => match crate::ah::ud_op(w) {
+                Some(op) => op,
+                None => return libc::EINVAL,
+            },
             IBV_WR_SEND => SendOp::Send,
             IBV_WR_SEND_WITH_IMM => SendOp::SendWithImm {
                 imm: w.imm.imm_data,
@@ -779,6 +1001,14 @@ unsafe fn post_one(q: &SoftQp, w: &ibv_send_wr) -> c_int {
             IBV_WR_LOCAL_INV => SendOp::LocalInv {
                 rkey: Rkey(w.imm.invalidate_rkey),
             },
+            // A type 2 window bound by a work request (`crate::mw`).
+            IBV_WR_BIND_MW => {
+                let b = &w.bind_mw_tso.bind_mw;
+                match crate::mw::bind_op(b.mw, b.rkey, &b.bind_info) {
+                    Ok(op) => op,
+                    Err(e) => return e,
+                }
+            }
             _ => return libc::EINVAL,
         }
     };
@@ -1039,12 +1269,33 @@ mod tests {
             assert_eq!(&buf[4096..4101], b"hello");
             assert_eq!(&buf[6144..6151], b"inline!");
 
+            // SQD with the notification asked for: the SQ_DRAINED event names QP A (after
+            // the PORT_ACTIVE raised when the device opened).
+            let mut at = ibv_qp_attr::zeroed();
+            at.qp_state = IBV_QPS_SQD;
+            at.en_sqd_async_notify = 1;
+            let m = IBV_QP_STATE | IBV_QP_EN_SQD_ASYNC_NOTIFY;
+            assert_eq!(ibv_modify_qp(a, &mut at, m), 0);
+            let mut ev = core::mem::zeroed::<ibv_async_event>();
+            assert_eq!(crate::ctx::ibv_get_async_event(ctx, &mut ev), 0);
+            assert_eq!(ev.event_type, IBV_EVENT_PORT_ACTIVE);
+            assert_eq!(ev.element.port_num, 1);
+            assert_eq!(crate::ctx::ibv_get_async_event(ctx, &mut ev), 0);
+            assert_eq!(ev.event_type, IBV_EVENT_SQ_DRAINED);
+            assert_eq!(ev.element.qp, a);
+
+            // Objects in use cannot go: the PD has an MR and QPs, the CQs have QPs.
+            assert_eq!(ibv_dealloc_pd(pd), libc::EBUSY);
+            assert_eq!(ibv_destroy_cq(scq), libc::EBUSY);
+            assert_eq!(ibv_destroy_cq(rcq), libc::EBUSY);
             assert_eq!(ibv_destroy_comp_channel(ch), libc::EBUSY);
             assert_eq!(ibv_destroy_qp(a), 0);
+            assert_eq!(ibv_destroy_cq(scq), libc::EBUSY, "QP B still uses it");
             assert_eq!(ibv_destroy_qp(b), 0);
             assert_eq!(ibv_destroy_cq(scq), 0);
             assert_eq!(ibv_destroy_cq(rcq), 0);
             assert_eq!(ibv_destroy_comp_channel(ch), 0);
+            assert_eq!(ibv_dealloc_pd(pd), libc::EBUSY, "the MR still uses it");
             assert_eq!(ibv_dereg_mr(mr), 0);
             assert_eq!(ibv_dealloc_pd(pd), 0);
             assert_eq!(ibv_close_device(ctx), 0);

@@ -631,3 +631,58 @@ fn key_sizes_from_the_reference_measurements() {
     assert_eq!(IBV_ACCESS_OPTIONAL_RANGE, 0x3ff0_0000);
     assert_eq!(IBV_ACCESS_RELAXED_ORDERING, 0x10_0000);
 }
+
+/// The casts the library relies on: an `ibv_cq_ex` is used as an `ibv_cq` (the header's
+/// `ibv_cq_ex_to_cq`), an `ibv_qp_ex` as an `ibv_qp`, and an `ibv_qp_init_attr_ex` as an
+/// `ibv_qp_init_attr` (`create_qp_ex` shares `ibv_create_qp`'s code).
+#[test]
+fn extended_structs_begin_with_their_base() {
+    macro_rules! same_prefix {
+        ($ex:ty, $base:ty, $($f:ident),*) => {$(
+            assert_eq!(
+                (offset_of!($ex, $f), size_of_pointee(
+                    // SAFETY: only the field's address is computed, nothing is read.
+                    unsafe { std::ptr::addr_of!((*MaybeUninit::<$ex>::uninit().as_ptr()).$f) }
+                )),
+                (offset_of!($base, $f), size_of_pointee(
+                    // SAFETY: as above.
+                    unsafe { std::ptr::addr_of!((*MaybeUninit::<$base>::uninit().as_ptr()).$f) }
+                )),
+                concat!(stringify!($ex), ".", stringify!($f)),
+            );
+        )*};
+    }
+    same_prefix!(
+        ibv_cq_ex,
+        ibv_cq,
+        context,
+        channel,
+        cq_context,
+        handle,
+        cqe,
+        mutex,
+        cond,
+        comp_events_completed,
+        async_events_completed
+    );
+    assert!(offset_of!(ibv_cq_ex, comp_mask) >= size_of::<ibv_cq>());
+    assert_eq!(offset_of!(ibv_qp_ex, qp_base), 0);
+    same_prefix!(
+        ibv_qp_init_attr_ex,
+        ibv_qp_init_attr,
+        qp_context,
+        send_cq,
+        recv_cq,
+        srq,
+        cap,
+        qp_type,
+        sq_sig_all
+    );
+    // `comp_mask` lies in the tail padding of `ibv_qp_init_attr` (offset 60 of 64): code
+    // handed an `ibv_qp_init_attr_ex` as an `ibv_qp_init_attr` must write fields, never the
+    // whole struct.
+    assert_eq!(
+        offset_of!(ibv_qp_init_attr_ex, comp_mask),
+        offset_of!(ibv_qp_init_attr, sq_sig_all) + size_of::<i32>()
+    );
+}

@@ -72,6 +72,19 @@ impl Cq {
         }
     }
 
+    /// Takes up to `out.len()` completions already in the CQ, without receiving what
+    /// waits on the socket (`ibv_next_poll`): a completion that arrives later raises its
+    /// armed event instead of being consumed here while the event still fires.
+    pub fn poll_ready(&self, out: &mut [WorkCompletion]) -> usize {
+        self.inner
+            .handle
+            .0
+            .lock()
+            .engine
+            .poll_cq(self.inner.cq, out)
+            .unwrap_or(0)
+    }
+
     /// Arms the CQ: the next completion (only solicited or error ones when
     /// `solicited_only`) raises an event on its completion channel.
     pub fn req_notify(&self, solicited_only: bool) -> Result<(), ResourceError> {

@@ -41,8 +41,8 @@ pub use pd::{Mr, PageAligned, Pd, RawMr, StableBuffer};
 pub use qp::{AddressHandle, InitAttr, Qp, QpBuilder, RemoteQp, RtrAttr, RtsAttr};
 pub use softverbs_engine::{
     AccessFlags, AsyncEvent, Counters, CqHandle, IcrcPolicy, Mtu, Payload, QpAttr, QpAttrMask,
-    QpCap, QpState, QpType, Qpn, Rkey, SendFlags, SendOp, SendWr, Sge, WcOpcode, WcStatus,
-    WorkCompletion,
+    QpCap, QpHandle, QpState, QpType, Qpn, Rkey, SendFlags, SendOp, SendWr, Sge, SrqHandle,
+    WcOpcode, WcStatus, WorkCompletion,
 };
 pub use softverbs_engine::{BindMwError, MwBindInfo, MwHandle, MwType};
 pub use srq::Srq;

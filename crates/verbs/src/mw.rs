@@ -122,4 +122,19 @@ impl Qp {
         self.with_engine(|engine, qp| engine.bind_mw(qp, mw.handle, wr_id, flags, info))
             .map(|r| r.0)
     }
+
+    /// Binds a type 1 window as described by `info` (a region from
+    /// [`Pd::reg_mr_raw`](crate::Pd::reg_mr_raw), by [`RawMr::handle`](crate::RawMr::handle)),
+    /// with the caller's `flags` (`ibv_bind_mw`: signaled or not); returns the window's new
+    /// rkey. As [`Qp::bind_mw`] otherwise.
+    pub fn bind_mw_raw(
+        &self,
+        mw: &Mw,
+        wr_id: u64,
+        flags: softverbs_engine::SendFlags,
+        info: MwBindInfo,
+    ) -> Result<u32, BindMwError> {
+        self.with_engine(|engine, qp| engine.bind_mw(qp, mw.handle, wr_id, flags, info))
+            .map(|r| r.0)
+    }
 }

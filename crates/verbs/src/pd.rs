@@ -338,6 +338,12 @@ impl RawMr {
     pub fn is_empty(&self) -> bool {
         self.info.length == 0
     }
+    /// The engine handle (for memory-window binds, [`MwBindInfo::mr`]).
+    ///
+    /// [`MwBindInfo::mr`]: softverbs_engine::MwBindInfo
+    pub fn handle(&self) -> MrHandle {
+        self.info.handle
+    }
 }
 
 impl Drop for RawMr {
