@@ -1,121 +1,67 @@
-//! Debian's unmodified `ibv_rc_pingpong` (package ibverbs-utils) runs as server and client,
-//! two processes on loopback, on the drop-in `libibverbs.so.1`.
+//! Debian's unmodified `ibv_*_pingpong` tools (package ibverbs-utils) run as server and
+//! client, two processes on loopback, on the drop-in `libibverbs.so.1`: RC (default, `-c`
+//! buffer validation, 64 KiB messages, completion events), UC, UD (address handles) and SRQ.
+//! Both must exit 0 and print their `iters in` summary.
 //!
-//! Skips loudly without the tool, or fails when `SOFTVERBS_REQUIRE_TOOLS=1` (CI).
+//! Skips loudly without the tools, or fails when `SOFTVERBS_REQUIRE_TOOLS=1` (CI).
+//! Needs `cargo build --workspace` first (the provider stub libraries).
 
 mod common;
 
-use std::net::{TcpListener, UdpSocket};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use common::{Side, TIMEOUT};
+use std::time::Instant;
 
-const LIB: &str = "libsoftverbs_ibverbs.so";
-const TOOL: &str = "/usr/bin/ibv_rc_pingpong";
-
-/// A directory holding `libibverbs.so.1` -> the cdylib cargo built beside this test.
-fn dropin(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    let deps = exe.parent().expect("deps dir");
-    let so = [deps.parent().expect("profile dir"), deps]
-        .iter()
-        .map(|d| d.join(LIB))
-        .find(|p| p.exists())
-        .unwrap_or_else(|| panic!("{LIB} not found next to {}", deps.display()));
-    let dir = common::scratch(name);
-    let link = dir.join("libibverbs.so.1");
-    let _ = std::fs::remove_file(&link);
-    std::os::unix::fs::symlink(so, &link).expect("symlink libibverbs.so.1");
-    dir
-}
-
-fn free_udp_port() -> u16 {
-    let s = UdpSocket::bind("127.0.0.1:0").expect("bind");
-    s.local_addr().expect("addr").port()
-}
-
-fn free_tcp_port() -> u16 {
-    let s = TcpListener::bind("127.0.0.1:0").expect("bind");
-    s.local_addr().expect("addr").port()
-}
-
-fn spawn(lib: &Path, args: &[String], udp: u16) -> Child {
-    Command::new(TOOL)
-        .args(args)
-        .env("LD_LIBRARY_PATH", lib)
-        .env("SOFTVERBS_ADDR", "127.0.0.1")
-        .env("SOFTVERBS_PORT", udp.to_string())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn ibv_rc_pingpong")
-}
-
-/// Waits up to `deadline` for `c`, killing it after; (success, stdout, stderr).
-fn finish(mut c: Child, deadline: Instant) -> (bool, String, String) {
-    let ok = loop {
-        if let Some(st) = c.try_wait().expect("wait") {
-            break st.success();
-        }
-        if Instant::now() > deadline {
-            let _ = c.kill();
-            let _ = c.wait();
-            break false;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let out = c.wait_with_output().expect("output");
-    (
-        ok,
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-/// Runs server and client with `extra` arguments; both must exit 0 within 60 s.
-fn pingpong(name: &str, extra: &[&str]) {
-    if !Path::new(TOOL).is_file() {
-        common::skip(&format!(
-            "`{TOOL}` not available (apt-get install ibverbs-utils)"
-        ));
+/// Runs `/usr/bin/ibv_{kind}_pingpong -g 0 -p PORT extra...` as server and client.
+fn pingpong(test: &str, kind: &str, extra: &[&str]) {
+    let tool = format!("/usr/bin/ibv_{kind}_pingpong");
+    if !common::tool_present(&tool, "ibverbs-utils") {
         return;
     }
-    let lib = dropin(name);
-    let tcp = free_tcp_port().to_string();
-    let mut args: Vec<String> = ["-g", "0", "-p", &tcp].map(String::from).to_vec();
-    args.extend(extra.iter().map(|s| s.to_string()));
-    let server = spawn(&lib, &args, free_udp_port());
-    let mut cargs = args.clone();
-    cargs.push("127.0.0.1".into());
-    let deadline = Instant::now() + Duration::from_secs(60);
-    // The server may not listen yet: retry the client while it cannot connect (a refused
-    // connection does not use up the server's single accept).
-    let (cok, cout, cerr) = loop {
-        std::thread::sleep(Duration::from_millis(200));
-        let client = spawn(&lib, &cargs, free_udp_port());
-        let r = finish(client, deadline);
-        if r.0 || !r.2.contains("Couldn't connect") || Instant::now() > deadline {
-            break r;
-        }
-    };
-    let (sok, sout, serr) = finish(server, deadline);
-    let report = format!("server ok={sok}\n{sout}\n{serr}\nclient ok={cok}\n{cout}\n{cerr}");
-    assert!(sok && cok, "ibv_rc_pingpong failed:\n{report}");
-    assert!(sout.contains("iters in"), "{report}");
-    assert!(cout.contains("iters in"), "{report}");
+    let _one_at_a_time = common::serial();
+    let started = Instant::now();
+    let lib = common::dropin(test);
+    let port = common::free_tcp_port().to_string();
+    let server = Side::new(&tool, &["-g", "0", "-p", &port]).args(extra);
+    let client = server.clone().args(&["127.0.0.1"]);
+    let r = common::run_pair(&lib, &server, &client, TIMEOUT);
+    r.assert_ok(test);
+    let report = r.report();
+    assert!(r.server.stdout.contains("iters in"), "{test}:\n{report}");
+    assert!(r.client.stdout.contains("iters in"), "{test}:\n{report}");
+    eprintln!("{test}: ok in {:.1} s", started.elapsed().as_secs_f64());
 }
 
 #[test]
 fn rc_pingpong_default() {
-    pingpong("rc_pingpong_default", &[]);
+    pingpong("rc_pingpong_default", "rc", &[]);
+}
+
+#[test]
+fn rc_pingpong_validate_buffers() {
+    pingpong("rc_pingpong_validate", "rc", &["-c"]);
 }
 
 #[test]
 fn rc_pingpong_64k_messages() {
-    pingpong("rc_pingpong_64k", &["-n", "100", "-s", "65536"]);
+    pingpong("rc_pingpong_64k", "rc", &["-s", "65536", "-n", "1000"]);
 }
 
 #[test]
 fn rc_pingpong_with_events() {
-    pingpong("rc_pingpong_events", &["-e", "-n", "200"]);
+    pingpong("rc_pingpong_events", "rc", &["-e"]);
+}
+
+#[test]
+fn uc_pingpong_default() {
+    pingpong("uc_pingpong_default", "uc", &[]);
+}
+
+#[test]
+fn ud_pingpong_default() {
+    pingpong("ud_pingpong_default", "ud", &[]);
+}
+
+#[test]
+fn srq_pingpong_default() {
+    pingpong("srq_pingpong_default", "srq", &[]);
 }
