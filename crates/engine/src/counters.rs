@@ -29,6 +29,8 @@ pub struct Counters {
     pub rnr_nak_received: u64,
     /// Duplicate requests answered.
     pub duplicate_requests: u64,
+    /// Duplicate requests to a destroyed RC QP re-acknowledged (see `closed.rs`).
+    pub closed_qp_acks: u64,
     /// Dropped: not a well-formed RoCEv2 packet.
     pub drop_malformed: u64,
     /// Dropped: ICRC mismatch.
@@ -59,7 +61,7 @@ pub struct Counters {
 
 impl Counters {
     /// Every counter with its name, in declaration order.
-    pub fn named(&self) -> [(&'static str, u64); 25] {
+    pub fn named(&self) -> [(&'static str, u64); 26] {
         [
             ("tx_packets", self.tx_packets),
             ("tx_bytes", self.tx_bytes),
@@ -74,6 +76,7 @@ impl Counters {
             ("rnr_nak_sent", self.rnr_nak_sent),
             ("rnr_nak_received", self.rnr_nak_received),
             ("duplicate_requests", self.duplicate_requests),
+            ("closed_qp_acks", self.closed_qp_acks),
             ("drop_malformed", self.drop_malformed),
             ("drop_icrc", self.drop_icrc),
             ("icrc_mismatch_accepted", self.icrc_mismatch_accepted),

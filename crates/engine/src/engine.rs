@@ -6,6 +6,7 @@
 //! notifications ([`Engine::poll_cq_notification`]) and the next deadline
 //! ([`Engine::poll_timeout`]). Nothing here does I/O or reads a clock.
 
+use crate::closed::{ClosedQp, ClosedQps, FarewellAck};
 use crate::config::{EngineConfig, IcrcPolicy};
 use crate::counters::Counters;
 use crate::cq::Cq;
@@ -27,6 +28,7 @@ use crate::wc::{WcOpcode, WcStatus, WorkCompletion};
 use crate::wr::{Payload, RecvWr, SendFlags, SendWr};
 use softverbs_wire::icrc::{self, IcrcContext};
 use softverbs_wire::{headers::bth::DEFAULT_PKEY, Qpn, RocePacket, Transport};
+use softverbs_wire::{AethRepr, AethSyndrome, BthRepr, Opcode, PacketRepr};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::net::SocketAddr;
@@ -106,6 +108,8 @@ pub struct Engine {
     rx_ipv4_id_hint: u16,
     /// Multicast attachments: (group address, UD QP), each pair at most once.
     mcast: Vec<(SocketAddr, QpHandle)>,
+    /// Destroyed RC QPs that still re-acknowledge duplicates.
+    closed: ClosedQps,
 }
 
 impl Engine {
@@ -119,6 +123,7 @@ impl Engine {
             timers: BinaryHeap::with_capacity(64),
             rx_ipv4_id_hint: 0,
             mcast: Vec::new(),
+            closed: ClosedQps::default(),
             shared: Shared {
                 mrs: MrTable::new(config.max_mr as usize),
                 cqs: Slab::new(config.max_cq as usize, 0),
@@ -621,6 +626,24 @@ impl Engine {
     /// Destroys a QP; it stops being reachable from the wire at once.
     pub fn destroy_qp(&mut self, qp: QpHandle) -> Result<(), ResourceError> {
         let q = self.qps.remove(qp.0).ok_or(ResourceError::UnknownObject)?;
+        // A connected RC QP keeps re-acknowledging duplicates of what it received, in case
+        // its last ACK was lost (see `closed.rs`).
+        let receiving = matches!(
+            q.state(),
+            QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
+        );
+        if q.init.qp_type == QpType::Rc && receiving {
+            if let Some(peer) = q.peer() {
+                self.closed.remember(ClosedQp {
+                    qpn: q.qpn,
+                    peer,
+                    dest_qp: Qpn::new(q.attr.dest_qp_num),
+                    epsn: q.resp.epsn,
+                    msn: q.resp.msn,
+                    timeout: q.attr.timeout,
+                });
+            }
+        }
         // A destroyed QP leaves its multicast groups (as rxe does).
         self.mcast.retain(|&(_, m)| m != qp);
         if let Some(s) = q.srq.and_then(|h| self.shared.srqs.get_mut(h.0)) {
@@ -809,7 +832,14 @@ impl Engine {
         }
         let dest_qp = bth.dest_qp();
         let Some(qp) = self.qp_by_qpn(dest_qp) else {
-            self.shared.counters.drop_unknown_qp += 1;
+            let duplicate_for_closed = info.transport == Transport::Rc
+                && info.is_request
+                && self.closed.handle_request(src, dest_qp, bth.psn());
+            if duplicate_for_closed {
+                self.shared.counters.closed_qp_acks += 1;
+            } else {
+                self.shared.counters.drop_unknown_qp += 1;
+            }
             return None;
         };
         let q = self.qps.get(qp.0)?;
@@ -1000,6 +1030,13 @@ impl Engine {
         if buf.len() < MAX_DATAGRAM {
             return None;
         }
+        if let Some(ack) = self.closed.poll_ack() {
+            if let Some(len) = self.emit_farewell_ack(ack, buf) {
+                self.shared.counters.tx_packets += 1;
+                self.shared.counters.tx_bytes += len as u64;
+                return Some(Transmit { dst: ack.dst, len });
+            }
+        }
         let mut budget = self.ready.len();
         while budget > 0 {
             budget -= 1;
@@ -1028,6 +1065,26 @@ impl Engine {
             }
         }
         None
+    }
+
+    /// Builds the ACK a closed QP owes into `buf`.
+    fn emit_farewell_ack(&self, ack: FarewellAck, buf: &mut [u8]) -> Option<usize> {
+        let bth = BthRepr::new(Opcode::RcAcknowledge, ack.dest_qp, ack.psn);
+        let mut repr = PacketRepr::new(bth, &[]);
+        repr.aeth = Some(AethRepr {
+            syndrome: AethSyndrome::ACK_UNLIMITED,
+            msn: ack.msn,
+        });
+        let header_len = repr.emit_headers(0, buf).ok()?;
+        Qp::seal(&self.shared, ack.dst, buf, header_len, 0)
+    }
+
+    /// Whether destroyed RC QPs may still owe an ACK, and if so the largest local ACK
+    /// timeout exponent among them: a driver closing the device may stay up about two
+    /// such timeouts after its last datagram arrived so a peer's retransmission finds an
+    /// answer (see `closed.rs`).
+    pub fn closed_qp_timeout(&self) -> Option<u8> {
+        self.closed.max_timeout()
     }
 
     /// After anything touched a QP: schedule it for transmission and re-arm its

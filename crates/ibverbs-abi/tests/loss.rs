@@ -8,9 +8,13 @@
 //! the children get a private `XDG_RUNTIME_DIR`, and the test watches the files while they
 //! run, keeping the largest `injected_drops` and `retransmitted_packets` each device showed.
 //!
-//! `ibv_rc_pingpong` has no closing handshake, so under loss a run can end with the peer
-//! of an exited process failing on a dropped final ACK; that exact signature (and only it)
-//! makes the test run again with other seeds, loudly (see `pingpong_teardown_race`).
+//! `ibv_rc_pingpong` has no closing handshake: each side exits as soon as its own last SEND
+//! is acknowledged and the peer's last message has arrived. When the ACK of the peer's last
+//! SEND is dropped, the peer retransmits to a process that is exiting; the device answers
+//! it from the destroyed QP's remembered state while it lingers on close (the engine's
+//! `closed.rs`, the driver's `linger`). Before that, a few percent of runs ended with the
+//! peer failing on "transport retry counter exceeded"; the pingpong below runs several seed
+//! pairs, short and long, and every one must pass.
 //!
 //! Skips loudly without the tools, or fails when `SOFTVERBS_REQUIRE_TOOLS=1` (CI).
 //! Needs `cargo build --workspace` first.
@@ -171,32 +175,6 @@ impl Lossy {
     }
 }
 
-/// `ibv_rc_pingpong` has no closing handshake: each side exits as soon as its own last SEND
-/// is acknowledged and the peer's last message has arrived. When the ACK of the peer's last
-/// SEND is the datagram that gets dropped, the peer retransmits to a process that is gone
-/// and fails with "transport retry counter exceeded" for that SEND (wr_id 2), after the
-/// side that exited 0 had received and validated everything. A real RC fabric has the same
-/// race; with 2 % loss it hits a few percent of runs (seed-dependent). Only this exact
-/// signature is recognised.
-fn pingpong_teardown_race(r: &PairOutcome) -> bool {
-    let (done, failed) = match (r.server.success(), r.client.success()) {
-        (true, false) => (&r.server, &r.client),
-        (false, true) => (&r.client, &r.server),
-        _ => return false,
-    };
-    let only_retry_exceeded = failed.stderr.lines().all(|l| {
-        l.trim().is_empty()
-            || l == "Failed status transport retry counter exceeded (12) for wr_id 2"
-            || l == "parse WC failed 2"
-    });
-    !failed.timed_out()
-        && failed.code() == Some(1)
-        && failed.stderr.contains("retry counter exceeded")
-        && only_retry_exceeded
-        && done.stdout.contains("iters in")
-        && failed.ended >= done.ended
-}
-
 #[test]
 fn rc_pingpong_validated_under_loss() {
     const TOOL: &str = "/usr/bin/ibv_rc_pingpong";
@@ -205,20 +183,15 @@ fn rc_pingpong_validated_under_loss() {
     }
     let _one_at_a_time = common::serial();
     let test = "loss_rc_pingpong";
-    // Up to three seed pairs, moving on only after the teardown race (see
-    // `pingpong_teardown_race`), which is reported loudly; any other failure fails at once.
-    let seeds = [(7, 8), (17, 18), (27, 28)];
-    for (i, &pair) in seeds.iter().enumerate() {
-        let run = lossy_pair(test, TOOL, &["-g", "0", "-c"], pair);
-        if i + 1 < seeds.len() && pingpong_teardown_race(&run.r) {
-            eprintln!(
-                "\n*** {test}: seeds {pair:?} hit ibv_rc_pingpong's teardown race (the final \
-                 ACK was dropped after the peer had exited); running again with other seeds \
-                 ***\n{}",
-                run.r.report()
-            );
-            continue;
-        }
+    // The default 1000 iterations with one seed pair, then short runs with seed pairs
+    // that ended in the teardown race before closed QPs answered duplicates.
+    let runs: [(&[&str], (u64, u64)); 3] = [
+        (&["-g", "0", "-c"], (7, 8)),
+        (&["-g", "0", "-c", "-n", "100"], (10, 11)),
+        (&["-g", "0", "-c", "-n", "100"], (44, 45)),
+    ];
+    for (args, seeds) in runs {
+        let run = lossy_pair(test, TOOL, args, seeds);
         run.assert_ok(test);
         let report = format!("{}{}", run.counters, run.r.report());
         assert!(
@@ -229,7 +202,6 @@ fn rc_pingpong_validated_under_loss() {
             run.r.client.stdout.contains("iters in"),
             "{test}:\n{report}"
         );
-        return;
     }
 }
 
@@ -261,62 +233,4 @@ fn send_bw_under_loss() {
             .unwrap_or_else(|| panic!("{test}: bad row {row:?}\n{report}"));
         assert!(bw > 0.0, "{test}: BW average {bw}\n{report}");
     }
-}
-
-/// The teardown-race recogniser, on the two ends seen in practice (server or client failing)
-/// and on failures it must not excuse.
-#[test]
-fn teardown_race_signature() {
-    use std::os::unix::process::ExitStatusExt;
-    use std::process::ExitStatus;
-    use std::time::{Duration, Instant};
-    let t0 = Instant::now();
-    let end = |code: Option<i32>, stdout: &str, stderr: &str, secs: u64| common::Outcome {
-        pid: 1,
-        status: code.map(|c| ExitStatus::from_raw(c << 8)),
-        stdout: stdout.into(),
-        stderr: stderr.into(),
-        elapsed: Duration::from_secs(secs),
-        ended: t0 + Duration::from_secs(secs),
-    };
-    let ok = "  local address: ...\n1000 iters in 5.01 seconds = 5006.98 usec/iter\n";
-    let race =
-        "Failed status transport retry counter exceeded (12) for wr_id 2\nparse WC failed 2\n";
-    let pair = |server, client| PairOutcome {
-        server,
-        client,
-        client_attempts: 1,
-        elapsed: Duration::from_secs(6),
-        commands: String::new(),
-    };
-    assert!(pingpong_teardown_race(&pair(
-        end(Some(1), "", race, 6),
-        end(Some(0), ok, "", 5)
-    )));
-    assert!(pingpong_teardown_race(&pair(
-        end(Some(0), ok, "", 5),
-        end(Some(1), "", race, 6)
-    )));
-    // Failing before the peer finished, killed, or another error: not the race.
-    assert!(!pingpong_teardown_race(&pair(
-        end(Some(1), "", race, 4),
-        end(Some(0), ok, "", 5)
-    )));
-    assert!(!pingpong_teardown_race(&pair(
-        end(None, "", race, 6),
-        end(Some(0), ok, "", 5)
-    )));
-    assert!(!pingpong_teardown_race(&pair(
-        end(
-            Some(1),
-            "",
-            "Failed status remote access error (10) for wr_id 2\n",
-            6
-        ),
-        end(Some(0), ok, "", 5)
-    )));
-    assert!(!pingpong_teardown_race(&pair(
-        end(Some(1), "", race, 6),
-        end(Some(1), "", race, 6)
-    )));
 }

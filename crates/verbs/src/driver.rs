@@ -62,6 +62,8 @@ pub(crate) struct State {
     /// One socket per multicast group a QP of this device is attached to; see
     /// [`Driver::sync_groups`].
     groups: Vec<(SocketAddr, Arc<UdpSocket>)>,
+    /// When the last datagram reached the engine (see [`Driver::linger`]).
+    last_rx: Instant,
 }
 
 impl State {
@@ -214,6 +216,7 @@ impl Driver {
             async_events: VecDeque::new(),
             pcap,
             groups: Vec::new(),
+            last_rx: Instant::from_nanos(0),
         };
         let rx = RecvBatch::new(if gro { sys::GRO_BUF } else { MAX_DATAGRAM + 64 });
         let driver = Arc::new(Driver {
@@ -432,6 +435,7 @@ impl Driver {
             .fetch_add(got as u64, Ordering::Relaxed);
         let mut st = self.lock();
         let now = self.now();
+        st.last_rx = now;
         for i in 0..got {
             if rx.truncated(i) {
                 self.counters.rx_truncated.fetch_add(1, Ordering::Relaxed);
@@ -505,6 +509,38 @@ impl Driver {
         self.stop.store(true, Ordering::Release);
         self.wake.signal();
     }
+
+    /// Before the device closes: while a destroyed RC QP may still owe its peer an ACK
+    /// (the last one it sent was lost, see the engine's `closed.rs`), the progress thread
+    /// keeps answering. That is until three of the peer's retransmission timeouts (assumed
+    /// equal to the QP's own `timeout`) have passed since the last datagram arrived, at
+    /// most [`Driver::MAX_LINGER`]. A device whose peers went quiet long ago closes at once.
+    fn linger(&self) {
+        let started = std::time::Instant::now();
+        loop {
+            let remaining = {
+                let st = self.lock();
+                let Some(code) = st.engine.closed_qp_timeout() else {
+                    return;
+                };
+                let rto = softverbs_engine::timers::ack_timeout(code).unwrap_or(Self::MAX_LINGER);
+                let until = st
+                    .last_rx
+                    .as_nanos()
+                    .saturating_add(3 * rto.as_nanos() as u64);
+                Duration::from_nanos(until.saturating_sub(self.now().as_nanos()))
+            };
+            let left = Self::MAX_LINGER.saturating_sub(started.elapsed());
+            let nap = remaining.min(left);
+            if nap.is_zero() {
+                return;
+            }
+            std::thread::sleep(nap.min(Duration::from_millis(20)));
+        }
+    }
+
+    /// The longest a closing device stays up for a peer's retransmissions.
+    const MAX_LINGER: Duration = Duration::from_secs(1);
 }
 
 /// Stops the progress thread when the last user handle goes away.
@@ -512,6 +548,17 @@ pub(crate) struct DriverHandle(pub Arc<Driver>);
 
 impl Drop for DriverHandle {
     fn drop(&mut self) {
+        let on_progress_thread = self
+            .0
+            .thread
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .is_some_and(|h| h.thread().id() == std::thread::current().id());
+        // The progress thread answers during the linger: it cannot be the one waiting.
+        if !on_progress_thread {
+            self.0.linger();
+        }
         self.0.stop();
         let handle = self
             .0
