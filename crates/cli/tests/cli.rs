@@ -470,3 +470,57 @@ fn pingpong_validates_under_injected_loss() {
     let _g = heavy();
     pingpong(&[("SOFTVERBS_FAULTS", "loss=0.05,seed=1")], "100");
 }
+
+/// `softverbs run -- CMD`: CMD runs with a directory first on LD_LIBRARY_PATH that links
+/// libibverbs.so.1, libmlx5.so.1 and libefa.so.1 to the libraries built beside the binary
+/// (`cargo build --workspace` builds them); a C program started that way sees softverbs0.
+#[test]
+fn run_puts_the_drop_in_libraries_first() {
+    let out = run_ok(&["run", "--", "sh", "-c", "echo \"$LD_LIBRARY_PATH\""]);
+    let first = out
+        .stdout
+        .trim()
+        .split(':')
+        .next()
+        .unwrap_or("")
+        .to_string();
+    let dir = std::path::Path::new(&first);
+    assert!(dir.ends_with("dropin"), "first entry: {first}");
+    let profile = std::path::Path::new(BIN).parent().expect("profile dir");
+    for (link, lib) in [
+        ("libibverbs.so.1", "libsoftverbs_ibverbs.so"),
+        ("libmlx5.so.1", "libsoftverbs_mlx5.so"),
+        ("libefa.so.1", "libsoftverbs_efa.so"),
+    ] {
+        let target = std::fs::read_link(dir.join(link))
+            .unwrap_or_else(|e| panic!("{link} in {first}: {e} (run cargo build --workspace)"));
+        assert_eq!(
+            target,
+            profile.join(lib).canonicalize().expect("built library"),
+            "{link}"
+        );
+    }
+    // An existing LD_LIBRARY_PATH is kept after it.
+    let out = run(
+        &["run", "--", "sh", "-c", "echo \"$LD_LIBRARY_PATH\""],
+        &[("LD_LIBRARY_PATH", "/opt/x")],
+    );
+    assert!(out.stdout.trim().ends_with(":/opt/x"), "{}", out.stdout);
+    // A program that cannot be started is a clear error.
+    let out = run(&["run", "--", "/nonexistent/program"], &[]);
+    assert!(!out.status.success());
+    assert!(
+        out.stderr.contains("cannot run /nonexistent/program"),
+        "{}",
+        out.stderr
+    );
+    // Debian's ibv_devices, unmodified, lists the softverbs device.
+    if std::path::Path::new("/usr/bin/ibv_devices").is_file() {
+        let out = run_ok(&["run", "--", "/usr/bin/ibv_devices"]);
+        assert!(out.stdout.contains("softverbs0"), "{}", out.stdout);
+    } else {
+        eprintln!(
+            "SKIPPED part: /usr/bin/ibv_devices not installed (apt-get install ibverbs-utils)"
+        );
+    }
+}
