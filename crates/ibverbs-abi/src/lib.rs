@@ -59,4 +59,7 @@ pub mod strs;
 pub mod stubs;
 pub mod verbs;
 
+#[cfg(test)]
+mod testing;
+
 pub use exports::{Export, EXPORTS};

@@ -11,7 +11,7 @@ use core::sync::atomic::{AtomicU32, Ordering};
 
 use crate::abi::*;
 use crate::stubs::set_errno;
-use crate::verbs::{post_errno, sges, SoftPd};
+use crate::verbs::SoftPd;
 
 /// `IBV_SRQ_MAX_WR` of `enum ibv_srq_attr_mask`: resize the SRQ.
 pub const IBV_SRQ_MAX_WR: c_int = 1 << 0;
@@ -216,22 +216,8 @@ pub(crate) unsafe extern "C" fn post_srq_recv(
     let Some(s) = (unsafe { wrap_srq(srq) }) else {
         return libc::EINVAL;
     };
-    let mut cur = wr;
-    while !cur.is_null() {
-        // SAFETY: `cur` is a valid WR of the caller's list, its SGE list readable.
-        let w = unsafe { &*cur };
-        // SAFETY: as above.
-        let list = unsafe { sges(w.sg_list, w.num_sge) };
-        if let Err(e) = s.inner.post_recv(w.wr_id, &list) {
-            if !bad_wr.is_null() {
-                // SAFETY: `bad_wr` is writable per the verbs contract.
-                unsafe { bad_wr.write(cur) };
-            }
-            return post_errno(e);
-        }
-        cur = w.next;
-    }
-    0
+    // SAFETY: the list and `bad_wr` come from the caller as the verbs contract says.
+    unsafe { crate::verbs::post_recv_list(wr, bad_wr, |id, sg| s.inner.post_recv(id, sg)) }
 }
 
 #[cfg(test)]
@@ -239,28 +225,9 @@ mod tests {
     use super::*;
     use crate::ctx::{ibv_close_device, ibv_get_async_event, ibv_open_device, soft};
     use crate::exports::{ibv_free_device_list, ibv_get_device_list};
+    use crate::testing::*;
     use crate::verbs::*;
     use core::ffi::c_void;
-    use std::time::{Duration, Instant};
-
-    /// Polls `cq` through the context op until one completion arrives.
-    ///
-    /// # Safety
-    /// `ctx` live, `cq` from `ibv_create_cq` on it.
-    unsafe fn poll_one(ctx: *mut ibv_context, cq: *mut ibv_cq) -> ibv_wc {
-        let mut wc = ibv_wc::zeroed();
-        let end = Instant::now() + Duration::from_secs(10);
-        // SAFETY: `ctx` is live; the op polls a live CQ into one wc.
-        let poll = unsafe { (*ctx).ops.poll_cq.expect("poll_cq op") };
-        loop {
-            // SAFETY: as above.
-            match unsafe { poll(cq, 1, &mut wc) } {
-                1 => return wc,
-                0 if Instant::now() < end => std::thread::yield_now(),
-                n => panic!("poll_cq returned {n}"),
-            }
-        }
-    }
 
     /// Brings an RC QP to RTS connected to `peer` on this device.
     ///

@@ -681,11 +681,29 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     0
 }
 
-/// The errno for a refused multicast attach/detach.
-fn mcast_errno(e: &softverbs::error::McastError) -> c_int {
-    match e {
-        softverbs::error::McastError::Resource(_) => libc::EINVAL,
-        softverbs::error::McastError::Join { source, .. } => {
+/// Attaches (or detaches) a QP to the multicast group a C GID names; 0 or an errno value.
+///
+/// # Safety
+/// `qp` from `ibv_create_qp`; `gid` NULL or readable.
+unsafe fn mcast(qp: *mut ibv_qp, gid: *const ibv_gid, attach: bool) -> c_int {
+    // SAFETY: per the contract.
+    let Some(q) = (unsafe { wrap::<_, SoftQp>(qp) }) else {
+        return libc::EINVAL;
+    };
+    if gid.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: readable per the contract; every bit pattern is a valid byte array.
+    let g = softverbs::Gid(unsafe { (*gid).raw });
+    let r = if attach {
+        q.inner.attach_mcast(g)
+    } else {
+        q.inner.detach_mcast(g)
+    };
+    match r {
+        Ok(()) => 0,
+        Err(softverbs::error::McastError::Resource(_)) => libc::EINVAL,
+        Err(softverbs::error::McastError::Join { source, .. }) => {
             source.raw_os_error().unwrap_or(libc::EINVAL)
         }
     }
@@ -702,19 +720,8 @@ pub unsafe extern "C" fn ibv_attach_mcast(
     gid: *const ibv_gid,
     _lid: u16,
 ) -> c_int {
-    // SAFETY: per the contract.
-    let Some(q) = (unsafe { wrap::<_, SoftQp>(qp) }) else {
-        return libc::EINVAL;
-    };
-    if gid.is_null() {
-        return libc::EINVAL;
-    }
-    // SAFETY: readable per the contract; every bit pattern is a valid byte array.
-    let g = softverbs::Gid(unsafe { (*gid).raw });
-    match q.inner.attach_mcast(g) {
-        Ok(()) => 0,
-        Err(e) => mcast_errno(&e),
-    }
+    // SAFETY: forwarded contract.
+    unsafe { mcast(qp, gid, true) }
 }
 
 /// `ibv_detach_mcast`: 0 or an errno value (EINVAL when not attached).
@@ -726,19 +733,8 @@ pub unsafe extern "C" fn ibv_detach_mcast(
     gid: *const ibv_gid,
     _lid: u16,
 ) -> c_int {
-    // SAFETY: per the contract.
-    let Some(q) = (unsafe { wrap::<_, SoftQp>(qp) }) else {
-        return libc::EINVAL;
-    };
-    if gid.is_null() {
-        return libc::EINVAL;
-    }
-    // SAFETY: as in `ibv_attach_mcast`.
-    let g = softverbs::Gid(unsafe { (*gid).raw });
-    match q.inner.detach_mcast(g) {
-        Ok(()) => 0,
-        Err(e) => mcast_errno(&e),
-    }
+    // SAFETY: forwarded contract.
+    unsafe { mcast(qp, gid, false) }
 }
 
 fn state_from_c(s: c_int) -> Option<QpState> {
@@ -1078,15 +1074,29 @@ unsafe extern "C" fn post_recv(
     let Some(q) = (unsafe { wrap::<_, SoftQp>(qp) }) else {
         return libc::EINVAL;
     };
+    // SAFETY: the list and `bad_wr` come from the caller as the verbs contract says.
+    unsafe { post_recv_list(wr, bad_wr, |id, sg| q.inner.post_recv(id, sg)) }
+}
+
+/// Posts a C list of receive WRs one by one with `post`, stopping at the first refused
+/// (written to `*bad_wr`); 0 or its errno. Shared by the QP and SRQ `post_recv` ops.
+///
+/// # Safety
+/// `wr` is NULL or a valid list whose SGE lists are readable; `bad_wr` NULL or writable.
+pub(crate) unsafe fn post_recv_list(
+    wr: *mut ibv_recv_wr,
+    bad_wr: *mut *mut ibv_recv_wr,
+    mut post: impl FnMut(u64, &[Sge]) -> Result<(), softverbs::error::PostError>,
+) -> c_int {
     let mut cur = wr;
     while !cur.is_null() {
         // SAFETY: `cur` is a valid WR of the caller's list, its SGE list readable.
         let w = unsafe { &*cur };
         // SAFETY: as above.
         let list = unsafe { sges(w.sg_list, w.num_sge) };
-        if let Err(e) = q.inner.post_recv(w.wr_id, &list) {
+        if let Err(e) = post(w.wr_id, &list) {
             if !bad_wr.is_null() {
-                // SAFETY: `bad_wr` is writable per the verbs contract.
+                // SAFETY: `bad_wr` is writable per the contract.
                 unsafe { bad_wr.write(cur) };
             }
             return post_errno(e);
@@ -1101,26 +1111,7 @@ mod tests {
     use super::*;
     use crate::ctx::{ibv_close_device, ibv_open_device};
     use crate::exports::{ibv_free_device_list, ibv_get_device_list};
-    use std::time::{Duration, Instant};
-
-    /// Polls `cq` through the context op until one completion arrives.
-    ///
-    /// # Safety
-    /// `cq` from `ibv_create_cq`.
-    unsafe fn poll_one(ctx: *mut ibv_context, cq: *mut ibv_cq) -> ibv_wc {
-        let mut wc = ibv_wc::zeroed();
-        let end = Instant::now() + Duration::from_secs(10);
-        // SAFETY: `ctx` is live; the op polls a live CQ into one wc.
-        let poll = unsafe { (*ctx).ops.poll_cq.expect("poll_cq op") };
-        loop {
-            // SAFETY: as above.
-            match unsafe { poll(cq, 1, &mut wc) } {
-                1 => return wc,
-                0 if Instant::now() < end => std::thread::yield_now(),
-                n => panic!("poll_cq returned {n}"),
-            }
-        }
-    }
+    use crate::testing::*;
 
     /// Two RC QPs of one context, brought to RTS with the C calls, exchange a SEND (gathered
     /// from a registered buffer) and an inline SEND with immediate; a completion channel

@@ -436,6 +436,24 @@ impl Driver {
         let mut st = self.lock();
         let now = self.now();
         st.last_rx = now;
+        self.for_each_datagram(rx, got, |src, k, data| {
+            st.capture(src, self.local, k, data);
+            st.engine.handle_datagram_with_ipv4_id(now, src, data, k);
+        });
+        st.engine.handle_timeout(now);
+        self.pump(&mut st);
+        let _ = self.publish_counters(&st);
+        got
+    }
+
+    /// Calls `f(source, index in its GRO read, datagram)` for every datagram of the first
+    /// `got` reads of `rx`, counting (and skipping) truncated reads.
+    fn for_each_datagram(
+        &self,
+        rx: &RecvBatch,
+        got: usize,
+        mut f: impl FnMut(SocketAddr, u16, &[u8]),
+    ) {
         for i in 0..got {
             if rx.truncated(i) {
                 self.counters.rx_truncated.fetch_add(1, Ordering::Relaxed);
@@ -445,14 +463,9 @@ impl Driver {
                 continue;
             };
             for (k, data) in datagrams {
-                st.capture(src, self.local, k, data);
-                st.engine.handle_datagram_with_ipv4_id(now, src, data, k);
+                f(src, k, data);
             }
         }
-        st.engine.handle_timeout(now);
-        self.pump(&mut st);
-        let _ = self.publish_counters(&st);
-        got
     }
 
     /// Receives on the calling thread unless another thread is receiving; returns
@@ -486,19 +499,10 @@ impl Driver {
                 .fetch_add(got as u64, Ordering::Relaxed);
             let mut st = self.lock();
             let now = self.now();
-            for i in 0..got {
-                if rx.truncated(i) {
-                    self.counters.rx_truncated.fetch_add(1, Ordering::Relaxed);
-                    continue;
-                }
-                let Some((src, datagrams)) = rx.datagrams(i) else {
-                    continue;
-                };
-                for (_, data) in datagrams {
-                    st.capture(src, *group, 0, data);
-                    st.engine.handle_multicast_datagram(now, src, *group, data);
-                }
-            }
+            self.for_each_datagram(rx, got, |src, _, data| {
+                st.capture(src, *group, 0, data);
+                st.engine.handle_multicast_datagram(now, src, *group, data);
+            });
             st.engine.handle_timeout(now);
             self.pump(&mut st);
         }
