@@ -4,7 +4,9 @@
 //! The input is a list of datagrams, each `[len: u16 le][bytes]`. Engine B skips
 //! ICRC verification so fuzzed headers reach the transport; each datagram arrives
 //! from A's address, and between datagrams the two engines exchange whatever they
-//! want to send and their timers run, so answers and retransmissions happen too.
+//! want to send and their timers run, so answers and retransmissions happen too. The
+//! first empty datagram destroys B's QP instead: what follows reaches a closed QP,
+//! which re-acknowledges duplicates (src/closed.rs).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -169,12 +171,18 @@ fuzz_target!(|data: &[u8]| {
         let mut buf = vec![0u8; MAX_DATAGRAM];
         let mut rest = data;
         let mut rounds = 0;
+        let mut b_open = true;
         while rest.len() >= 2 && rounds < 64 {
             rounds += 1;
             let len = usize::from(u16::from_le_bytes([rest[0], rest[1]])).min(rest.len() - 2);
             let (datagram, tail) = rest[2..].split_at(len);
             rest = tail;
-            b.engine.handle_datagram(now, addr_a, datagram);
+            if datagram.is_empty() && b_open {
+                b.engine.destroy_qp(b.qp).unwrap();
+                b_open = false;
+            } else {
+                b.engine.handle_datagram(now, addr_a, datagram);
+            }
             // Let the two talk for a bounded while.
             for _ in 0..32 {
                 let mut moved = false;
