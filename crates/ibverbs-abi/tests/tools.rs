@@ -1,31 +1,12 @@
 //! Debian's real `ibv_devices` and `ibv_devinfo -v` (package ibverbs-utils) run unchanged on
-//! the drop-in `libibverbs.so.1` (LD_LIBRARY_PATH to a symlink to the built cdylib).
+//! the drop-in `libibverbs.so.1` (LD_LIBRARY_PATH to the drop-in directory, `common::dropin`).
 //!
 //! Skips loudly without the tools, or fails when `SOFTVERBS_REQUIRE_TOOLS=1` (CI).
 
 mod common;
 
 use std::net::UdpSocket;
-use std::path::PathBuf;
 use std::process::Command;
-
-const LIB: &str = "libsoftverbs_ibverbs.so";
-
-/// A directory holding `libibverbs.so.1` -> the cdylib cargo built beside this test.
-fn dropin(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    let deps = exe.parent().expect("deps dir");
-    let so = [deps.parent().expect("profile dir"), deps]
-        .iter()
-        .map(|d| d.join(LIB))
-        .find(|p| p.exists())
-        .unwrap_or_else(|| panic!("{LIB} not found next to {}", deps.display()));
-    let dir = common::scratch(name);
-    let link = dir.join("libibverbs.so.1");
-    let _ = std::fs::remove_file(&link);
-    std::os::unix::fs::symlink(so, &link).expect("symlink libibverbs.so.1");
-    dir
-}
 
 /// Runs `tool args` on the drop-in with a fixed loopback endpoint; its stdout, or None when
 /// the tool is missing (skipped).
@@ -40,7 +21,7 @@ fn run_tool(tool: &str, args: &[&str], port: u16) -> Option<String> {
     }
     let out = Command::new(tool)
         .args(args)
-        .env("LD_LIBRARY_PATH", dropin(tool))
+        .env("LD_LIBRARY_PATH", common::dropin(tool))
         .env("SOFTVERBS_ADDR", "127.0.0.1")
         .env("SOFTVERBS_PORT", port.to_string())
         .output()
