@@ -16,6 +16,8 @@ pub mod icrc;
 pub mod opcode;
 pub mod packet;
 pub mod pcap;
+#[doc(hidden)]
+pub mod testing;
 pub mod types;
 
 pub use headers::{

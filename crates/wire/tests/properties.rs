@@ -149,64 +149,8 @@ fn exercise(bytes: &[u8]) {
     let Ok(packet) = RocePacket::new_checked(bytes) else {
         return;
     };
-    let info = packet.info();
-    assert_eq!(packet.opcode(), info.opcode);
-    let bth = packet.bth();
-    let _ = (
-        bth.opcode(),
-        bth.solicited(),
-        bth.mig_req(),
-        bth.pad_count(),
-        bth.tver(),
-        bth.pkey(),
-        bth.fecn(),
-        bth.becn(),
-        bth.dest_qp(),
-        bth.ack_req(),
-        bth.psn(),
-    );
-    let h = info.headers;
-    assert_eq!(packet.deth().is_some(), h.contains(HeaderSet::DETH));
-    assert_eq!(packet.reth().is_some(), h.contains(HeaderSet::RETH));
-    assert_eq!(
-        packet.atomic_eth().is_some(),
-        h.contains(HeaderSet::ATOMIC_ETH)
-    );
-    assert_eq!(packet.aeth().is_some(), h.contains(HeaderSet::AETH));
-    assert_eq!(
-        packet.atomic_ack_eth().is_some(),
-        h.contains(HeaderSet::ATOMIC_ACK_ETH)
-    );
-    assert_eq!(packet.immdt().is_some(), h.contains(HeaderSet::IMMDT));
-    assert_eq!(packet.ieth().is_some(), h.contains(HeaderSet::IETH));
-    if let Some(x) = packet.deth() {
-        let _ = (x.qkey(), x.src_qp());
-    }
-    if let Some(x) = packet.reth() {
-        let _ = (x.va(), x.rkey(), x.dma_len());
-    }
-    if let Some(x) = packet.atomic_eth() {
-        let _ = (x.va(), x.rkey(), x.swap_add(), x.compare());
-    }
-    if let Some(x) = packet.aeth() {
-        let _ = (x.syndrome(), x.msn());
-    }
-    if let Some(x) = packet.atomic_ack_eth() {
-        let _ = x.orig();
-    }
-    if let Some(x) = packet.immdt() {
-        let _ = x.imm();
-    }
-    if let Some(x) = packet.ieth() {
-        let _ = x.rkey();
-    }
-    let _ = packet.icrc();
+    softverbs_wire::testing::exercise_accessors(&packet);
     assert_eq!(packet.as_bytes(), bytes);
-    let payload = packet.payload();
-    assert_eq!(
-        packet.header_len() + payload.len() + usize::from(bth.pad_count()) + ICRC_LEN,
-        bytes.len()
-    );
     let Ok(repr) = PacketRepr::parse(&packet) else {
         return;
     };

@@ -9,8 +9,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use softverbs_wire::icrc::{self, IcrcContext};
-use softverbs_wire::opcode::HeaderSet;
-use softverbs_wire::packet::ICRC_LEN;
+use softverbs_wire::testing::exercise_accessors;
 use softverbs_wire::{PacketRepr, RocePacket};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 
@@ -27,65 +26,6 @@ fn contexts() -> [IcrcContext; 2] {
     ]
 }
 
-fn touch_accessors(packet: &RocePacket<&[u8]>) {
-    let info = packet.info();
-    assert_eq!(packet.opcode(), info.opcode);
-    let bth = packet.bth();
-    let _ = (
-        bth.opcode(),
-        bth.solicited(),
-        bth.mig_req(),
-        bth.pad_count(),
-        bth.tver(),
-        bth.pkey(),
-        bth.fecn(),
-        bth.becn(),
-        bth.dest_qp(),
-        bth.ack_req(),
-        bth.psn(),
-    );
-    let h = info.headers;
-    assert_eq!(packet.deth().is_some(), h.contains(HeaderSet::DETH));
-    assert_eq!(packet.reth().is_some(), h.contains(HeaderSet::RETH));
-    assert_eq!(
-        packet.atomic_eth().is_some(),
-        h.contains(HeaderSet::ATOMIC_ETH)
-    );
-    assert_eq!(packet.aeth().is_some(), h.contains(HeaderSet::AETH));
-    assert_eq!(
-        packet.atomic_ack_eth().is_some(),
-        h.contains(HeaderSet::ATOMIC_ACK_ETH)
-    );
-    assert_eq!(packet.immdt().is_some(), h.contains(HeaderSet::IMMDT));
-    assert_eq!(packet.ieth().is_some(), h.contains(HeaderSet::IETH));
-    if let Some(x) = packet.deth() {
-        let _ = (x.qkey(), x.src_qp());
-    }
-    if let Some(x) = packet.reth() {
-        let _ = (x.va(), x.rkey(), x.dma_len());
-    }
-    if let Some(x) = packet.atomic_eth() {
-        let _ = (x.va(), x.rkey(), x.swap_add(), x.compare());
-    }
-    if let Some(x) = packet.aeth() {
-        let _ = (x.syndrome(), x.msn());
-    }
-    if let Some(x) = packet.atomic_ack_eth() {
-        let _ = x.orig();
-    }
-    if let Some(x) = packet.immdt() {
-        let _ = x.imm();
-    }
-    if let Some(x) = packet.ieth() {
-        let _ = x.rkey();
-    }
-    let _ = packet.icrc();
-    assert_eq!(
-        packet.header_len() + packet.payload().len() + usize::from(bth.pad_count()) + ICRC_LEN,
-        packet.as_bytes().len()
-    );
-}
-
 fuzz_target!(|data: &[u8]| {
     let ctxs = contexts();
     for ctx in &ctxs {
@@ -95,7 +35,7 @@ fuzz_target!(|data: &[u8]| {
     let Ok(packet) = RocePacket::new_checked(data) else {
         return;
     };
-    touch_accessors(&packet);
+    exercise_accessors(&packet);
     let Ok(repr) = PacketRepr::parse(&packet) else {
         return;
     };
@@ -104,7 +44,7 @@ fuzz_target!(|data: &[u8]| {
     let n = repr.emit(&mut again).expect("a parsed repr emits");
     assert_eq!(n, data.len(), "re-emitted length");
     let packet2 = RocePacket::new_checked(&again[..]).expect("re-emitted packet is valid");
-    touch_accessors(&packet2);
+    exercise_accessors(&packet2);
     let repr2 = PacketRepr::parse(&packet2).expect("re-emitted packet parses");
     assert_eq!(repr2, repr, "parse -> emit -> parse round trip");
     assert_eq!(packet2.payload(), packet.payload());
