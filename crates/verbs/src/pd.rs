@@ -202,31 +202,38 @@ impl Pd {
     }
 }
 
+/// The accessors every registration has, read from its `info: MrInfo` field.
+macro_rules! region_accessors {
+    () => {
+        /// Local key.
+        pub fn lkey(&self) -> u32 {
+            self.info.lkey
+        }
+
+        /// Remote key, to hand to peers.
+        pub fn rkey(&self) -> u32 {
+            self.info.rkey
+        }
+
+        /// Start address (what peers use as the remote address).
+        pub fn addr(&self) -> u64 {
+            self.info.addr
+        }
+
+        /// Length in bytes.
+        pub fn len(&self) -> usize {
+            self.info.length
+        }
+
+        /// Whether the region is empty.
+        pub fn is_empty(&self) -> bool {
+            self.info.length == 0
+        }
+    };
+}
+
 impl<T: StableBuffer> Mr<T> {
-    /// Local key.
-    pub fn lkey(&self) -> u32 {
-        self.info.lkey
-    }
-
-    /// Remote key, to hand to peers.
-    pub fn rkey(&self) -> u32 {
-        self.info.rkey
-    }
-
-    /// Start address (what peers use as the remote address).
-    pub fn addr(&self) -> u64 {
-        self.info.addr
-    }
-
-    /// Length in bytes.
-    pub fn len(&self) -> usize {
-        self.info.length
-    }
-
-    /// Whether the region is empty.
-    pub fn is_empty(&self) -> bool {
-        self.info.length == 0
-    }
+    region_accessors!();
 
     /// An SGE over `len` bytes at `offset`. Bounds are checked when the engine
     /// uses it (LOC_PROT_ERR), as verbs does.
@@ -318,26 +325,8 @@ pub struct RawMr {
 }
 
 impl RawMr {
-    /// Local key.
-    pub fn lkey(&self) -> u32 {
-        self.info.lkey
-    }
-    /// Remote key.
-    pub fn rkey(&self) -> u32 {
-        self.info.rkey
-    }
-    /// Start address.
-    pub fn addr(&self) -> u64 {
-        self.info.addr
-    }
-    /// Length.
-    pub fn len(&self) -> usize {
-        self.info.length
-    }
-    /// Whether empty.
-    pub fn is_empty(&self) -> bool {
-        self.info.length == 0
-    }
+    region_accessors!();
+
     /// The engine handle (for memory-window binds, [`MwBindInfo::mr`]).
     ///
     /// [`MwBindInfo::mr`]: softverbs_engine::MwBindInfo
