@@ -4,7 +4,7 @@
 //! (mangled, so not exported by rustc). `exports!` emits, for each, a one-instruction
 //! trampoline in `global_asm!` that jumps to it (`sym` operand) and a
 //! `.symver softverbs_v_<name>, <name>@@<NODE>` that gives the trampoline its public,
-//! versioned name. See the crate documentation for why it is done this way.
+//! versioned name (`softverbs_stub_support::trampoline!`, shared with the stub libraries). See the crate documentation for why it is done this way.
 
 use core::ffi::{c_char, c_int};
 use core::ptr;
@@ -29,65 +29,23 @@ pub struct Export {
     pub default: bool,
 }
 
-/// The jump from a trampoline to its Rust function (`{f}` is the `sym` operand).
-#[cfg(target_arch = "x86_64")]
-macro_rules! tail_jump {
-    () => {
-        "jmp {f}"
-    };
-}
-#[cfg(target_arch = "aarch64")]
-macro_rules! tail_jump {
-    () => {
-        "b {f}"
-    };
-}
-
 macro_rules! exports {
     (
         $( $node:literal { $( $name:ident ),* $(,)? } )*
         $( compat $cnode:literal { $( $cname:ident ),* $(,)? } )*
     ) => {
         $($(
-            #[cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
-            core::arch::global_asm!(
-                ".pushsection .text",
-                ".p2align 4",
-                concat!(".globl softverbs_v_", stringify!($name)),
-                concat!(".type softverbs_v_", stringify!($name), ", STT_FUNC"),
-                concat!("softverbs_v_", stringify!($name), ":"),
-                tail_jump!(),
-                concat!(
-                    ".size softverbs_v_", stringify!($name),
-                    ", . - softverbs_v_", stringify!($name)
-                ),
-                concat!(
-                    ".symver softverbs_v_", stringify!($name), ", ",
-                    stringify!($name), "@@", $node
-                ),
-                ".popsection",
-                f = sym $name,
+            softverbs_stub_support::trampoline!(
+                concat!("softverbs_v_", stringify!($name)),
+                concat!(stringify!($name), "@@", $node),
+                $name
             );
         )*)*
         $($(
-            #[cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
-            core::arch::global_asm!(
-                ".pushsection .text",
-                ".p2align 4",
-                concat!(".globl softverbs_c_", stringify!($cname)),
-                concat!(".type softverbs_c_", stringify!($cname), ", STT_FUNC"),
-                concat!("softverbs_c_", stringify!($cname), ":"),
-                tail_jump!(),
-                concat!(
-                    ".size softverbs_c_", stringify!($cname),
-                    ", . - softverbs_c_", stringify!($cname)
-                ),
-                concat!(
-                    ".symver softverbs_c_", stringify!($cname), ", ",
-                    stringify!($cname), "@", $cnode
-                ),
-                ".popsection",
-                f = sym stubs::compat::$cname,
+            softverbs_stub_support::trampoline!(
+                concat!("softverbs_c_", stringify!($cname)),
+                concat!(stringify!($cname), "@", $cnode),
+                stubs::compat::$cname
             );
         )*)*
         /// Every symbol this library exports, with its version node.
