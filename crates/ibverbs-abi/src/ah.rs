@@ -21,7 +21,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use crate::abi::*;
 use crate::ctx::soft;
-use crate::stubs::set_errno;
+use crate::stubs::{ret_null, set_errno};
 use softverbs::{AddressHandle, Gid, Qpn, SendOp};
 
 /// What an `ibv_ah *` points at.
@@ -31,11 +31,6 @@ pub struct SoftAh {
     pub ah: ibv_ah,
     /// Where datagrams sent through this AH go.
     pub inner: AddressHandle,
-}
-
-fn ret_null<T>(e: c_int) -> *mut T {
-    set_errno(e);
-    ptr::null_mut()
 }
 
 /// The address an `ibv_ah_attr` names, or None if it names none softverbs can reach.

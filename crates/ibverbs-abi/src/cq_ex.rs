@@ -21,7 +21,7 @@ use core::ptr;
 use std::sync::{Mutex, MutexGuard};
 
 use crate::abi::*;
-use crate::stubs::set_errno;
+use crate::stubs::ret_null;
 use crate::verbs::{create_cq_common, wc_to_c, SoftCq};
 
 /// `IBV_WC_EX_WITH_BYTE_LEN`
@@ -142,8 +142,7 @@ pub(crate) unsafe extern "C" fn create_cq_ex(
     attr: *mut ibv_cq_init_attr_ex,
 ) -> *mut ibv_cq_ex {
     if attr.is_null() {
-        set_errno(libc::EINVAL);
-        return ptr::null_mut();
+        return ret_null(libc::EINVAL);
     }
     // SAFETY: `attr` is valid per the contract.
     let a = unsafe { &*attr };
@@ -161,8 +160,7 @@ pub(crate) unsafe extern "C" fn create_cq_ex(
         None
     };
     if let Some(e) = bad {
-        set_errno(e);
-        return ptr::null_mut();
+        return ret_null(e);
     }
     // SAFETY: forwarded contract.
     let cq = unsafe { create_cq_common(context, a.cqe, a.cq_context, a.channel, a.wc_flags) };

@@ -13,7 +13,7 @@ use std::sync::Mutex;
 
 use crate::abi::*;
 use crate::device;
-use crate::stubs::set_errno;
+use crate::stubs::{ret_null, set_errno};
 
 /// What an `ibv_context *` from `ibv_open_device` points into.
 #[repr(C)]
@@ -85,8 +85,7 @@ extern "C" fn close_xrcd(_: *mut ibv_xrcd) -> c_int {
 /// `device` is NULL or a device from `ibv_get_device_list`.
 pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
     let Some(dev) = device::lookup(device) else {
-        set_errno(libc::EINVAL);
-        return ptr::null_mut();
+        return ret_null(libc::EINVAL);
     };
     let opened = softverbs::Device::list()
         .map_err(|e| e.to_string())
@@ -95,8 +94,7 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
         Ok(c) => c,
         Err(e) => {
             eprintln!("softverbs: cannot open softverbs0: {e}");
-            set_errno(libc::ENODEV);
-            return ptr::null_mut();
+            return ret_null(libc::ENODEV);
         }
     };
     let mut vctx = verbs_context::zeroed();

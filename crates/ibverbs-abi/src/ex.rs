@@ -31,8 +31,8 @@ use core::ptr;
 use std::sync::{Mutex, MutexGuard};
 
 use crate::abi::*;
-use crate::stubs::set_errno;
-use crate::verbs::{create_qp_common, SoftQp};
+use crate::stubs::{ret_null, set_errno};
+use crate::verbs::{create_qp_common, post_errno, SoftQp};
 use softverbs::{Payload, Rkey, SendFlags, SendOp, SendWr, Sge};
 
 /// `IBV_QP_CREATE_*` flags accepted in `create_flags`: none.
@@ -208,11 +208,6 @@ pub(crate) fn install_qp_ex_ops(qp: &mut ibv_qp_ex) {
     qp.wr_complete = Some(wr_complete);
     qp.wr_abort = Some(wr_abort);
     qp.wr_atomic_write = Some(wr_atomic_write);
-}
-
-fn ret_null(e: c_int) -> *mut ibv_qp {
-    set_errno(e);
-    ptr::null_mut()
 }
 
 /// The `create_qp_ex` op of `verbs_context`: PD required; CREATE_FLAGS (0 only) and
@@ -634,13 +629,6 @@ fn ud_send_op(op: SendOp, ud: Option<UdAddr>) -> Result<SendOp, c_int> {
     // SAFETY: the application keeps the AH it passed to `wr_set_ud_addr` alive until the
     // work request completes (verbs contract), so it is live at `wr_complete`.
     unsafe { crate::ah::ud_send_op(ud.ah, ud.remote_qpn, ud.remote_qkey, imm) }.ok_or(libc::EINVAL)
-}
-
-fn post_errno(e: softverbs::error::PostError) -> c_int {
-    match e {
-        softverbs::error::PostError::QueueFull => libc::ENOMEM,
-        _ => libc::EINVAL,
-    }
 }
 
 /// `wr_complete`: posts the batch (see the module documentation for errors).

@@ -280,8 +280,7 @@ pub unsafe extern "C" fn ibv_get_device_list(num_devices: *mut c_int) -> *mut *m
     let array = unsafe { libc::calloc(devs.len() + 1, size_of::<*mut ibv_device>()) }
         .cast::<*mut ibv_device>();
     if array.is_null() {
-        set_errno(libc::ENOMEM);
-        return ptr::null_mut();
+        return ret_null(libc::ENOMEM);
     }
     for (i, &d) in devs.iter().enumerate() {
         // SAFETY: `array` has room for `devs.len() + 1` pointers and `i < devs.len()`.

@@ -16,7 +16,7 @@ use core::ffi::c_int;
 use core::ptr;
 
 use crate::abi::*;
-use crate::stubs::set_errno;
+use crate::stubs::ret_null;
 use crate::verbs::{SoftMr, SoftPd, SoftQp};
 use softverbs::{AccessFlags, MwBindInfo, MwHandle, MwType, Rkey, SendFlags, SendOp};
 
@@ -112,21 +112,18 @@ unsafe extern "C" fn alloc_mw(pd: *mut ibv_pd, ty: c_int) -> *mut ibv_mw {
         IBV_MW_TYPE_1 => MwType::Type1,
         IBV_MW_TYPE_2 => MwType::Type2,
         _ => {
-            set_errno(libc::EINVAL);
-            return ptr::null_mut();
+            return ret_null(libc::EINVAL);
         }
     };
     if pd.is_null() {
-        set_errno(libc::EINVAL);
-        return ptr::null_mut();
+        return ret_null(libc::EINVAL);
     }
     // SAFETY: the inline passes a PD of this library: the first field of a live `SoftPd`.
     let p = unsafe { &*pd.cast::<SoftPd>() };
     let inner = match p.inner.alloc_mw(kind) {
         Ok(m) => m,
         Err(_) => {
-            set_errno(libc::ENOMEM);
-            return ptr::null_mut();
+            return ret_null(libc::ENOMEM);
         }
     };
     let mut mw = ibv_mw::zeroed();

@@ -6,11 +6,10 @@
 //! `ibv_create_srq_ex` (XRC) stays unsupported.
 
 use core::ffi::c_int;
-use core::ptr;
 use core::sync::atomic::{AtomicU32, Ordering};
 
 use crate::abi::*;
-use crate::stubs::set_errno;
+use crate::stubs::ret_null;
 use crate::verbs::SoftPd;
 
 /// `IBV_SRQ_MAX_WR` of `enum ibv_srq_attr_mask`: resize the SRQ.
@@ -29,11 +28,6 @@ pub struct SoftSrq {
     users: AtomicU32,
 }
 
-fn ret_null<T>(e: c_int) -> *mut T {
-    set_errno(e);
-    ptr::null_mut()
-}
-
 fn resource_errno(e: softverbs::error::ResourceError) -> c_int {
     use softverbs::error::ResourceError as E;
     match e {
@@ -50,7 +44,7 @@ fn resource_errno(e: softverbs::error::ResourceError) -> c_int {
 /// `srq` is NULL or from `ibv_create_srq` and not destroyed.
 pub(crate) unsafe fn wrap_srq<'a>(srq: *mut ibv_srq) -> Option<&'a SoftSrq> {
     // SAFETY: per the contract `srq` is the first field of a live `#[repr(C)]` SoftSrq.
-    (!srq.is_null()).then(|| unsafe { &*srq.cast::<SoftSrq>() })
+    unsafe { crate::verbs::wrap(srq) }
 }
 
 /// Counts a new QP on `srq` (`ibv_create_qp` with `attr.srq`).
@@ -228,6 +222,7 @@ mod tests {
     use crate::testing::*;
     use crate::verbs::*;
     use core::ffi::c_void;
+    use core::ptr;
 
     /// Brings an RC QP to RTS connected to `peer` on this device.
     ///

@@ -18,6 +18,12 @@ pub(crate) fn set_errno(e: c_int) {
     unsafe { *libc::__errno_location() = e };
 }
 
+/// NULL with errno `e`: how the object-creating verbs fail.
+pub(crate) fn ret_null<T>(e: c_int) -> *mut T {
+    set_errno(e);
+    ptr::null_mut()
+}
+
 macro_rules! stubs {
     (ptr: $($name:ident),* $(,)?) => { $(
         #[doc = concat!("`", stringify!($name), "`: unsupported, NULL with errno EOPNOTSUPP.")]

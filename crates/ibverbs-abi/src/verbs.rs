@@ -6,13 +6,12 @@
 //! object, so the `ibv_*` pointer handed to C converts back to the wrapper.
 
 use core::ffi::{c_int, c_uint, c_void};
-use core::ptr;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 
 use crate::abi::*;
 use crate::ctx::{soft, with_objects};
-use crate::stubs::set_errno;
+use crate::stubs::{ret_null, set_errno};
 use softverbs::{
     AccessFlags, CqHandle, Mtu, Payload, QpAttr, QpAttrMask, QpCap, QpState, QpType, Rkey,
     SendFlags, SendOp, SendWr, Sge, WcOpcode, WorkCompletion,
@@ -104,14 +103,9 @@ pub struct SoftQp {
 ///
 /// # Safety
 /// `p` is NULL or points at the first field of a live `T` created here.
-unsafe fn wrap<'a, C, T>(p: *mut C) -> Option<&'a T> {
+pub(crate) unsafe fn wrap<'a, C, T>(p: *mut C) -> Option<&'a T> {
     // SAFETY: per the contract the object is the first field of a `#[repr(C)]` `T`.
     (!p.is_null()).then(|| unsafe { &*p.cast::<T>() })
-}
-
-fn ret_null<T>(e: c_int) -> *mut T {
-    set_errno(e);
-    ptr::null_mut()
 }
 
 /// Installs the hot-path ops on a new context.
@@ -1112,6 +1106,7 @@ mod tests {
     use crate::ctx::{ibv_close_device, ibv_open_device};
     use crate::exports::{ibv_free_device_list, ibv_get_device_list};
     use crate::testing::*;
+    use core::ptr;
 
     /// Two RC QPs of one context, brought to RTS with the C calls, exchange a SEND (gathered
     /// from a registered buffer) and an inline SEND with immediate; a completion channel
