@@ -275,10 +275,7 @@ mod tests {
     fn srq_shared_by_two_qps() {
         // SAFETY: the whole test drives the C API with valid, live objects in order.
         unsafe {
-            let list = ibv_get_device_list(ptr::null_mut());
-            let ctx = ibv_open_device(*list);
-            ibv_free_device_list(list);
-            assert!(!ctx.is_null());
+            let ctx = open();
             let lid = soft(ctx).expect("context").ctx.lid();
             let pd = ibv_alloc_pd(ctx);
             let mut buf = vec![0u8; 8 * 1024];
