@@ -295,14 +295,10 @@ impl Qp {
         self.resp = Responder::new(0);
     }
 
-    /// Moves the QP to ERR and flushes every outstanding work request.
-    pub fn enter_error(&mut self, shared: &mut Shared) {
-        self.attr.qp_state = QpState::Err;
-        self.attr.sq_draining = false;
-        self.req.retrans_deadline = None;
-        self.req.rnr_deadline = None;
-        // Requests already transport-complete retire with their own status first,
-        // then everything else is flushed, in order (IBA 10.8.3.3).
+    /// Retires every outstanding send WR: those already transport-complete with their own
+    /// status, the rest with WR_FLUSH_ERR, in order (IBA 10.8.3.3); the requester starts
+    /// over after them.
+    fn flush_send_queue(&mut self, shared: &mut Shared) {
         while self.sq.head < self.sq.tail {
             let seq = self.sq.head;
             let status = self.sq.get(seq).done.unwrap_or(WcStatus::WrFlushErr);
@@ -310,6 +306,15 @@ impl Qp {
             self.sq.head += 1;
         }
         self.req.reset(self.req.next_psn, self.sq.head);
+    }
+
+    /// Moves the QP to ERR and flushes every outstanding work request.
+    pub fn enter_error(&mut self, shared: &mut Shared) {
+        self.attr.qp_state = QpState::Err;
+        self.attr.sq_draining = false;
+        self.req.retrans_deadline = None;
+        self.req.rnr_deadline = None;
+        self.flush_send_queue(shared);
         while let Some(wqe) = self.rq.pop() {
             let wc = WorkCompletion {
                 wr_id: wqe.wr_id,
@@ -429,13 +434,7 @@ impl Qp {
     pub fn enter_send_queue_error(&mut self, shared: &mut Shared) {
         self.attr.qp_state = QpState::Sqe;
         self.attr.sq_draining = false;
-        while self.sq.head < self.sq.tail {
-            let seq = self.sq.head;
-            let status = self.sq.get(seq).done.unwrap_or(WcStatus::WrFlushErr);
-            self.retire_send(shared, seq, status);
-            self.sq.head += 1;
-        }
-        self.req.reset(self.req.next_psn, self.sq.head);
+        self.flush_send_queue(shared);
     }
 
     /// Pads, appends the ICRC placeholder and computes the ICRC for a packet with

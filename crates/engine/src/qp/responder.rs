@@ -173,6 +173,19 @@ impl Responder {
         self.out.retain(|o| matches!(o, Outgoing::Nak { .. }));
     }
 
+    /// Queues the responses to an RDMA READ of `dma_len` bytes at `va`, from `psn` on.
+    fn queue_read(&mut self, psn: Psn, va: u64, rkey: Rkey, dma_len: u32) {
+        let msn = self.msn;
+        self.out.push_back(Outgoing::Read {
+            psn,
+            va,
+            rkey,
+            remaining: dma_len,
+            first: true,
+            msn,
+        });
+    }
+
     fn push_ack(&mut self, psn: Psn) {
         let msn = self.msn;
         if let Some(Outgoing::Ack { psn: p, msn: m }) = self.out.back_mut() {
@@ -602,15 +615,7 @@ impl Qp {
                     atomic_orig: None,
                 });
                 self.message_done_with(npsn);
-                let msn = self.resp.msn;
-                self.resp.out.push_back(Outgoing::Read {
-                    psn,
-                    va,
-                    rkey,
-                    remaining: dma_len,
-                    first: true,
-                    msn,
-                });
+                self.resp.queue_read(psn, va, rkey, dma_len);
                 return Ok(());
             }
             OpKind::CompareSwap | OpKind::FetchAdd => {
@@ -754,15 +759,7 @@ impl Qp {
                     | Outgoing::Ack { psn: p, .. } => p.before(psn),
                     Outgoing::Nak { .. } => true,
                 });
-                let msn = self.resp.msn;
-                self.resp.out.push_back(Outgoing::Read {
-                    psn,
-                    va,
-                    rkey,
-                    remaining: dma_len,
-                    first: true,
-                    msn,
-                });
+                self.resp.queue_read(psn, va, rkey, dma_len);
             }
             OpKind::CompareSwap | OpKind::FetchAdd => {
                 // Replay, never re-execute (IBA 9.7.5.1.1, C9-?).
