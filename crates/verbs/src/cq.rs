@@ -58,16 +58,8 @@ impl Cq {
     /// the calling thread receives what waits on the device's socket and looks
     /// again, so a thread spinning on its CQ needs no other thread to run.
     pub fn poll(&self, out: &mut [WorkCompletion]) -> usize {
-        let driver = &self.inner.handle.0;
-        let take = |out: &mut [WorkCompletion]| {
-            driver
-                .lock()
-                .engine
-                .poll_cq(self.inner.cq, out)
-                .unwrap_or(0)
-        };
-        match take(out) {
-            0 if driver.try_progress() => take(out),
+        match self.poll_ready(out) {
+            0 if self.inner.handle.0.try_progress() => self.poll_ready(out),
             n => n,
         }
     }
