@@ -172,6 +172,11 @@ impl Engine {
             .ok_or(ResourceError::LimitReached)
     }
 
+    /// Whether MRs, MWs, QPs or SRQs still use `pd` (`dealloc_pd` would fail with Busy).
+    pub fn pd_in_use(&self, pd: PdHandle) -> bool {
+        self.pds.get(pd.0).is_some_and(|p| p.users > 0)
+    }
+
     /// Frees a protection domain no MR or QP uses.
     pub fn dealloc_pd(&mut self, pd: PdHandle) -> Result<(), ResourceError> {
         let p = self.pds.get(pd.0).ok_or(ResourceError::UnknownObject)?;
@@ -367,6 +372,11 @@ impl Engine {
             .insert(Cq::new(cqe as usize))
             .map(CqHandle)
             .ok_or(ResourceError::LimitReached)
+    }
+
+    /// Whether QPs still use `cq` (`destroy_cq` would fail with Busy).
+    pub fn cq_in_use(&self, cq: CqHandle) -> bool {
+        self.shared.cqs.get(cq.0).is_some_and(|c| c.users > 0)
     }
 
     /// Destroys a CQ no QP uses.
@@ -594,6 +604,11 @@ impl Engine {
             max_sge: s.max_sge,
             srq_limit: s.limit,
         })
+    }
+
+    /// Whether QPs still use `srq` (`destroy_srq` would fail with Busy).
+    pub fn srq_in_use(&self, srq: SrqHandle) -> bool {
+        self.shared.srqs.get(srq.0).is_some_and(|s| s.users > 0)
     }
 
     /// Destroys an SRQ no QP uses.

@@ -12,11 +12,12 @@
 //! address but not its UDP port; softverbs reports the sender's port as the completion's
 //! `slid`, so the reply GID is built from the header's source address and `wc->slid`.
 //!
-//! An AH holds its PD (`crate::verbs::hold_pd`): `ibv_dealloc_pd` refuses with EBUSY while
+//! An AH holds its PD (counted in `SoftPd::ahs`): `ibv_dealloc_pd` refuses with EBUSY while
 //! it exists, as rdma-core does.
 
 use core::ffi::c_int;
 use core::ptr;
+use core::sync::atomic::Ordering;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use crate::abi::*;
@@ -78,7 +79,8 @@ pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) 
     ah.context = context;
     ah.pd = pd;
     // SAFETY: `pd` came from `ibv_alloc_pd` per the contract.
-    unsafe { crate::verbs::hold_pd(pd) };
+    let p = unsafe { &*pd.cast::<crate::verbs::SoftPd>() };
+    p.ahs.fetch_add(1, Ordering::AcqRel);
     Box::into_raw(Box::new(SoftAh { ah, inner })).cast()
 }
 
@@ -92,8 +94,9 @@ pub unsafe extern "C" fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
     }
     // SAFETY: `ah` came from Box::into_raw in `ibv_create_ah`.
     let b = unsafe { Box::from_raw(ah.cast::<SoftAh>()) };
-    // SAFETY: a PD outlives what uses it (`ibv_dealloc_pd` refuses while they exist).
-    unsafe { crate::verbs::release_pd(b.ah.pd) };
+    // SAFETY: a PD outlives its AHs (`ibv_dealloc_pd` refuses while they exist).
+    let p = unsafe { &*b.ah.pd.cast::<crate::verbs::SoftPd>() };
+    p.ahs.fetch_sub(1, Ordering::AcqRel);
     0
 }
 

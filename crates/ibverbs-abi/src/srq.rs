@@ -6,7 +6,6 @@
 //! `ibv_create_srq_ex` (XRC) stays unsupported.
 
 use core::ffi::c_int;
-use core::sync::atomic::{AtomicU32, Ordering};
 
 use crate::abi::*;
 use crate::stubs::ret_null;
@@ -24,8 +23,6 @@ pub struct SoftSrq {
     pub srq: ibv_srq,
     /// The softverbs SRQ.
     pub inner: softverbs::Srq,
-    /// QPs created with this SRQ and not destroyed.
-    users: AtomicU32,
 }
 
 fn resource_errno(e: softverbs::error::ResourceError) -> c_int {
@@ -45,23 +42,6 @@ fn resource_errno(e: softverbs::error::ResourceError) -> c_int {
 pub(crate) unsafe fn wrap_srq<'a>(srq: *mut ibv_srq) -> Option<&'a SoftSrq> {
     // SAFETY: per the contract `srq` is the first field of a live `#[repr(C)]` SoftSrq.
     unsafe { crate::verbs::wrap(srq) }
-}
-
-/// Counts a new QP on `srq` (`ibv_create_qp` with `attr.srq`).
-pub(crate) fn hold(srq: &SoftSrq) {
-    srq.users.fetch_add(1, Ordering::AcqRel);
-}
-
-/// Counts a QP on `srq` fewer (`ibv_destroy_qp`); NULL does nothing.
-///
-/// # Safety
-/// `srq` is NULL or from `ibv_create_srq` and not destroyed (an SRQ outlives its QPs:
-/// `ibv_destroy_srq` refuses while they exist).
-pub(crate) unsafe fn release(srq: *mut ibv_srq) {
-    // SAFETY: forwarded contract.
-    if let Some(s) = unsafe { wrap_srq(srq) } {
-        s.users.fetch_sub(1, Ordering::AcqRel);
-    }
 }
 
 /// `ibv_create_srq`: writes the capacities granted back into `srq_init_attr.attr`.
@@ -100,13 +80,7 @@ pub unsafe extern "C" fn ibv_create_srq(
     srq.srq_context = init.srq_context;
     srq.pd = pd;
     let handle = inner.handle();
-    let raw = Box::into_raw(Box::new(SoftSrq {
-        srq,
-        inner,
-        users: AtomicU32::new(0),
-    }));
-    // SAFETY: `pd` came from `ibv_alloc_pd` per the contract.
-    unsafe { crate::verbs::hold_pd(pd) };
+    let raw = Box::into_raw(Box::new(SoftSrq { srq, inner }));
     crate::ctx::with_objects(p.pd.context, |o| {
         o.srqs.insert(handle, raw as usize);
     });
@@ -122,18 +96,15 @@ pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
     let Some(s) = (unsafe { wrap_srq(srq) }) else {
         return libc::EINVAL;
     };
-    if s.users.load(Ordering::Acquire) != 0 {
+    if s.inner.in_use() {
         return libc::EBUSY;
     }
-    let pd = s.srq.pd;
     let handle = s.inner.handle();
     crate::ctx::with_objects(s.srq.context, |o| {
         o.srqs.remove(&handle);
     });
     // SAFETY: `srq` came from Box::into_raw in `ibv_create_srq` and is no longer listed.
     drop(unsafe { Box::from_raw(srq.cast::<SoftSrq>()) });
-    // SAFETY: a PD outlives what uses it (`ibv_dealloc_pd` refuses while they exist).
-    unsafe { crate::verbs::release_pd(pd) };
     0
 }
 

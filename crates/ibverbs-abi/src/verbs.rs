@@ -24,31 +24,9 @@ pub struct SoftPd {
     pub pd: ibv_pd,
     /// The softverbs PD.
     pub inner: softverbs::Pd,
-    /// MRs, QPs, SRQs, AHs and MWs on this PD: `ibv_dealloc_pd` fails with EBUSY while
-    /// any exist, as rdma-core's does (the kernel refuses).
-    users: AtomicU32,
-}
-
-/// Counts one more object on `pd`.
-///
-/// # Safety
-/// `pd` from `ibv_alloc_pd`, not deallocated.
-pub(crate) unsafe fn hold_pd(pd: *mut ibv_pd) {
-    // SAFETY: per the contract.
-    if let Some(p) = unsafe { wrap::<_, SoftPd>(pd) } {
-        p.users.fetch_add(1, Ordering::AcqRel);
-    }
-}
-
-/// Counts one object fewer on `pd`.
-///
-/// # Safety
-/// As [`hold_pd`].
-pub(crate) unsafe fn release_pd(pd: *mut ibv_pd) {
-    // SAFETY: per the contract.
-    if let Some(p) = unsafe { wrap::<_, SoftPd>(pd) } {
-        p.users.fetch_sub(1, Ordering::AcqRel);
-    }
+    /// The address handles on this PD. softverbs AHs are plain addresses the engine does
+    /// not track, so they are counted here; the engine counts MRs, MWs, QPs and SRQs.
+    pub(crate) ahs: AtomicU32,
 }
 
 /// What an `ibv_mr *` points at.
@@ -81,8 +59,6 @@ pub struct SoftCq {
     pub inner: softverbs::Cq,
     /// The extended-poll state (`start_poll` .. `end_poll`), see `crate::cq_ex`.
     pub(crate) ex: crate::cq_ex::PollState,
-    /// QPs using this CQ: `ibv_destroy_cq` fails with EBUSY while any exist.
-    users: AtomicU32,
 }
 
 /// What an `ibv_qp *` (and, for every QP, the same `ibv_qp_ex *`) points at.
@@ -134,7 +110,7 @@ pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd 
     Box::into_raw(Box::new(SoftPd {
         pd,
         inner,
-        users: AtomicU32::new(0),
+        ahs: AtomicU32::new(0),
     }))
     .cast()
 }
@@ -148,11 +124,9 @@ pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
         return libc::EINVAL;
     }
     // SAFETY: `pd` came from `ibv_alloc_pd` per the contract.
-    if unsafe { &*pd.cast::<SoftPd>() }
-        .users
-        .load(Ordering::Acquire)
-        != 0
-    {
+    let p = unsafe { &*pd.cast::<SoftPd>() };
+    // As rdma-core's (the kernel refuses): not while anything uses the PD.
+    if p.inner.in_use() || p.ahs.load(Ordering::Acquire) != 0 {
         return libc::EBUSY;
     }
     // SAFETY: `pd` came from Box::into_raw in `ibv_alloc_pd`.
@@ -192,7 +166,6 @@ pub unsafe extern "C" fn ibv_reg_mr_iova2(
     mr.lkey = inner.lkey();
     mr.rkey = inner.rkey();
     mr.handle = inner.lkey();
-    p.users.fetch_add(1, Ordering::AcqRel);
     Box::into_raw(Box::new(SoftMr { mr, inner })).cast()
 }
 
@@ -234,11 +207,7 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
         return libc::EINVAL;
     }
     // SAFETY: `mr` came from Box::into_raw in `ibv_reg_mr_iova2`.
-    let b = unsafe { Box::from_raw(mr.cast::<SoftMr>()) };
-    let pd = b.mr.pd;
-    drop(b);
-    // SAFETY: a PD outlives what uses it (`ibv_dealloc_pd` refuses while they exist).
-    unsafe { release_pd(pd) };
+    drop(unsafe { Box::from_raw(mr.cast::<SoftMr>()) });
     0
 }
 
@@ -348,7 +317,6 @@ pub(crate) unsafe fn create_cq_common(
         cq,
         inner,
         ex: crate::cq_ex::PollState::new(wc_flags),
-        users: AtomicU32::new(0),
     }));
     with_objects(context, |o| {
         o.cqs.insert(handle, raw as usize);
@@ -369,7 +337,8 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     let Some(c) = (unsafe { wrap::<_, SoftCq>(cq) }) else {
         return libc::EINVAL;
     };
-    if c.users.load(Ordering::Acquire) != 0 {
+    // Not while QPs use it, as rdma-core's.
+    if c.inner.in_use() {
         return libc::EBUSY;
     }
     let handle = c.inner.handle();
@@ -605,11 +574,10 @@ pub(crate) unsafe fn create_qp_common(
         Err(_) => return ret_null(libc::EINVAL),
     };
     a.cap = cap_to_c(cap);
-    if let Some(s) = srq {
+    if srq.is_some() {
         // Receives come from the SRQ: the QP has no receive queue of its own.
         a.cap.max_recv_wr = 0;
         a.cap.max_recv_sge = 0;
-        crate::srq::hold(s);
     }
     let mut qpx = ibv_qp_ex::zeroed();
     let qp = &mut qpx.qp_base;
@@ -633,9 +601,6 @@ pub(crate) unsafe fn create_qp_common(
         inner,
         sq_sig_all: a.sq_sig_all,
     };
-    p.users.fetch_add(1, Ordering::AcqRel);
-    scq.users.fetch_add(1, Ordering::AcqRel);
-    rcq.users.fetch_add(1, Ordering::AcqRel);
     let raw = Box::into_raw(Box::new(b));
     with_objects(p.pd.context, |o| {
         o.qps.insert(handle, raw as usize);
@@ -653,25 +618,12 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     }
     // SAFETY: `qp` came from Box::into_raw in `ibv_create_qp`.
     let b = unsafe { Box::from_raw(qp.cast::<SoftQp>()) };
-    let base = &b.qp.qp_base;
-    let (context, pd, srq) = (base.context, base.pd, base.srq);
-    let (scq, rcq) = (base.send_cq, base.recv_cq);
     let handle = b.inner.handle();
-    with_objects(context, |o| {
+    with_objects(b.qp.qp_base.context, |o| {
         o.qps.remove(&handle);
     });
+    // Destroying the softverbs QP releases its PD, CQs and SRQ in the engine.
     drop(b);
-    // SAFETY: a QP's PD, CQs and SRQ outlive it (destroying them refuses while QPs use
-    // them).
-    unsafe {
-        crate::srq::release(srq);
-        release_pd(pd);
-        for cq in [scq, rcq] {
-            if let Some(c) = wrap::<_, SoftCq>(cq) {
-                c.users.fetch_sub(1, Ordering::AcqRel);
-            }
-        }
-    }
     0
 }
 

@@ -115,6 +115,12 @@ impl Cq {
         got
     }
 
+    /// Whether QPs still use this CQ.
+    pub fn in_use(&self) -> bool {
+        let inner = &self.inner;
+        inner.handle.0.lock().engine.cq_in_use(inner.cq)
+    }
+
     /// The engine handle.
     pub fn handle(&self) -> CqHandle {
         self.inner.cq

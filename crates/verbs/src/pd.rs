@@ -149,6 +149,12 @@ impl<T: StableBuffer> std::fmt::Debug for Mr<T> {
 }
 
 impl Pd {
+    /// Whether memory regions, memory windows, QPs or SRQs still use this PD.
+    pub fn in_use(&self) -> bool {
+        let inner = &self.inner;
+        inner.handle.0.lock().engine.pd_in_use(inner.pd)
+    }
+
     pub(crate) fn new(ctx: &Context) -> Result<Pd, ResourceError> {
         let pd = ctx.driver().lock().engine.alloc_pd()?;
         Ok(Pd {

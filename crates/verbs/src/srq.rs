@@ -88,6 +88,12 @@ impl Srq {
             .query_srq(self.inner.srq)
     }
 
+    /// Whether QPs still take their receives from this SRQ.
+    pub fn in_use(&self) -> bool {
+        let inner = &self.inner;
+        inner.pd.handle.0.lock().engine.srq_in_use(inner.srq)
+    }
+
     /// The engine handle.
     pub fn handle(&self) -> SrqHandle {
         self.inner.srq
