@@ -732,7 +732,9 @@ impl Engine {
         if ud_op != (q.init.qp_type == QpType::Ud) {
             return Err(PostError::InvalidOpcode);
         }
-        if matches!(wr.payload, Payload::Inline(_)) && wr.op.is_read_or_atomic() {
+        if matches!(wr.payload, Payload::Inline(_) | Payload::InlineParts(_))
+            && wr.op.is_read_or_atomic()
+        {
             return Err(PostError::InvalidOpcode);
         }
         let seq = q.sq.post(
@@ -932,6 +934,11 @@ impl Engine {
             ));
         }
         Ok(())
+    }
+
+    /// Every attachment of a QP to a group.
+    pub fn mcast_attachments(&self) -> impl Iterator<Item = (SocketAddr, QpHandle)> + '_ {
+        self.mcast.iter().copied()
     }
 
     /// The groups at least one QP is attached to, each once.

@@ -40,7 +40,8 @@ pub fn set_dont_fragment(sock: &UdpSocket, v6: bool) -> io::Result<()> {
 }
 
 /// Sets SO_RCVBUF/SO_SNDBUF (best effort: the kernel caps them).
-pub fn set_buffers(sock: &UdpSocket, bytes: libc::c_int) {
+pub fn set_buffers(sock: &UdpSocket, bytes: usize) {
+    let bytes = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
     for name in [libc::SO_RCVBUF, libc::SO_SNDBUF] {
         // SAFETY: as above; failure is ignored on purpose (a smaller buffer works).
         unsafe {
@@ -272,7 +273,65 @@ pub struct SendBatch {
     /// Index of each datagram within its GSO group (its IPv4 ID).
     ids: Vec<u16>,
     count: usize,
+    /// Datagrams before this one were sent (or dropped) by an earlier [`SendBatch::flush`]
+    /// that the socket stopped.
+    sent_upto: usize,
+    /// A flush was tried (fault injection and capture are done).
+    started: bool,
     gso: bool,
+}
+
+/// How a [`SendBatch::flush`] went.
+#[derive(Debug)]
+pub enum Flushed {
+    /// Everything was handed to the kernel or refused for good.
+    Done {
+        /// Datagrams sent.
+        sent: usize,
+        /// Datagrams refused for good (and the first refusal).
+        errors: usize,
+        first_error: Option<io::Error>,
+        /// `sendmmsg` calls made.
+        calls: usize,
+    },
+    /// The socket pushed back (`errno` EAGAIN or ENOBUFS): the rest stays in the batch
+    /// for the next flush.
+    Blocked {
+        sent: usize,
+        errors: usize,
+        first_error: Option<io::Error>,
+        calls: usize,
+        errno: i32,
+    },
+}
+
+impl Flushed {
+    /// (datagrams sent, datagrams refused, sendmmsg calls).
+    pub fn counts(&self) -> (usize, usize, usize) {
+        match self {
+            Flushed::Done {
+                sent,
+                errors,
+                calls,
+                ..
+            }
+            | Flushed::Blocked {
+                sent,
+                errors,
+                calls,
+                ..
+            } => (*sent, *errors, *calls),
+        }
+    }
+
+    /// The first error that made the kernel refuse a datagram.
+    pub fn first_error(&self) -> Option<&io::Error> {
+        match self {
+            Flushed::Done { first_error, .. } | Flushed::Blocked { first_error, .. } => {
+                first_error.as_ref()
+            }
+        }
+    }
 }
 
 impl SendBatch {
@@ -283,8 +342,20 @@ impl SendBatch {
             dsts: vec![SocketAddr::from(([0, 0, 0, 0], 0)); BATCH],
             ids: vec![0; BATCH],
             count: 0,
+            sent_upto: 0,
+            started: false,
             gso,
         }
+    }
+
+    /// Whether datagrams go out as GSO groups.
+    pub fn gso(&self) -> bool {
+        self.gso
+    }
+
+    /// Whether a flush was tried already (and stopped by the socket).
+    pub fn started(&self) -> bool {
+        self.started
     }
 
     pub fn is_full(&self) -> bool {
@@ -376,20 +447,24 @@ impl SendBatch {
             .map(|(((d, b), l), id)| (d, b, l, id))
     }
 
-    /// Sends everything queued; returns how many datagrams the kernel refused
-    /// (counted, not raised: UDP loses datagrams anyway). Datagrams whose length
-    /// was set to 0 are skipped, and then GSO is not used for their group since
+    /// Sends everything queued (from where an earlier, blocked flush stopped). Datagrams
+    /// the kernel refuses for good are counted and dropped (UDP loses datagrams anyway);
+    /// when the socket pushes back (`EAGAIN`, `ENOBUFS`) the rest stays queued. Datagrams
+    /// whose length was set to 0 are skipped, and then GSO is not used for their group since
     /// the IDs of later segments would shift.
-    pub fn flush(&mut self, sock: &UdpSocket) -> usize {
+    pub fn flush(&mut self, sock: &UdpSocket) -> Flushed {
+        self.started = true;
         let mut storage = [(zero_storage(), 0 as libc::socklen_t); BATCH];
         // SAFETY: iovec and mmsghdr are plain old data.
         let mut iovs: [libc::iovec; BATCH] = unsafe { std::mem::zeroed() };
         // SAFETY: as above.
         let mut msgs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
         let mut ctrl = [[0u64; CMSG_SPACE_INT / 8]; BATCH];
+        // Per message: its first datagram and how many it carries.
+        let mut first = [0usize; BATCH];
         let mut members = [0usize; BATCH];
         let mut m = 0;
-        let mut i = 0;
+        let mut i = self.sent_upto;
         while i < self.count {
             // The group starting at i.
             let mut end = i + 1;
@@ -438,34 +513,64 @@ impl SendBatch {
                         );
                     }
                 }
+                first[m] = a;
                 members[m] = b - a;
                 m += 1;
             }
             i = end;
         }
-        let mut errors = 0;
-        let mut sent = 0;
-        while sent < m {
+        let (mut sent, mut errors, mut calls) = (0, 0, 0);
+        let mut first_error = None;
+        let mut done = 0;
+        while done < m {
+            calls += 1;
             // SAFETY: the headers point at live buffers, addresses and control
             // data in this frame and `self`; the kernel only reads them.
             let r = unsafe {
                 libc::sendmmsg(
                     sock.as_raw_fd(),
-                    msgs[sent..].as_mut_ptr(),
-                    (m - sent) as libc::c_uint,
+                    msgs[done..].as_mut_ptr(),
+                    (m - done) as libc::c_uint,
                     0,
                 )
             };
-            if r <= 0 {
-                // Drop the message that failed (e.g. unreachable) and go on.
-                errors += members[sent];
-                sent += 1;
-            } else {
-                sent += r as usize;
+            if r > 0 {
+                let r = r as usize;
+                sent += members[done..done + r].iter().sum::<usize>();
+                done += r;
+                continue;
+            }
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(errno @ (libc::EAGAIN | libc::ENOBUFS)) => {
+                    // Backpressure: keep the rest for the next flush.
+                    self.sent_upto = first[done];
+                    return Flushed::Blocked {
+                        sent,
+                        errors,
+                        first_error,
+                        calls,
+                        errno,
+                    };
+                }
+                Some(libc::EINTR) => continue,
+                _ => {
+                    // Refused for good (unreachable, too large): drop it and go on.
+                    errors += members[done];
+                    first_error.get_or_insert(e);
+                    done += 1;
+                }
             }
         }
         self.count = 0;
-        errors
+        self.sent_upto = 0;
+        self.started = false;
+        Flushed::Done {
+            sent,
+            errors,
+            first_error,
+            calls,
+        }
     }
 }
 
@@ -576,16 +681,9 @@ pub fn set_multicast_if(sock: &UdpSocket, ip: std::net::Ipv4Addr) -> io::Result<
     Ok(())
 }
 
-/// Waits until one of `fds` is readable or `timeout` passes (`None`: forever).
-pub fn poll_readable(fds: &[RawFd], timeout: Option<Duration>) -> io::Result<()> {
-    let mut pfds: Vec<libc::pollfd> = fds
-        .iter()
-        .map(|&fd| libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        })
-        .collect();
+/// Waits until one of `fds` is ready as asked or `timeout` passes (`None`: forever); the
+/// `revents` are filled in.
+pub fn poll(fds: &mut [libc::pollfd], timeout: Option<Duration>) -> io::Result<()> {
     let ts = timeout.map(|t| libc::timespec {
         tv_sec: t.as_secs().min(i64::MAX as u64) as libc::time_t,
         tv_nsec: t.subsec_nanos() as libc::c_long,
@@ -593,11 +691,11 @@ pub fn poll_readable(fds: &[RawFd], timeout: Option<Duration>) -> io::Result<()>
     let tsp = ts
         .as_ref()
         .map_or(std::ptr::null(), |t| t as *const libc::timespec);
-    // SAFETY: `pfds` and `ts` are live for the call; the sizes match.
+    // SAFETY: `fds` and `ts` are live for the call; the sizes match.
     let r = unsafe {
         libc::ppoll(
-            pfds.as_mut_ptr(),
-            pfds.len() as libc::nfds_t,
+            fds.as_mut_ptr(),
+            fds.len() as libc::nfds_t,
             tsp,
             std::ptr::null(),
         )
@@ -665,4 +763,91 @@ pub fn link_mtu(ip: std::net::IpAddr) -> Option<u32> {
         .trim()
         .parse()
         .ok()
+}
+
+/// Checks that `len` bytes at `addr` are mapped in this process, readable, and writable
+/// when `writable` (what the kernel's `ib_umem_get` demands before it pins a memory
+/// region: EFAULT otherwise); `Err` says what is wrong. Reads `/proc/self/maps`.
+pub fn check_mapped(addr: usize, len: usize, writable: bool) -> Result<(), &'static str> {
+    let end = addr.checked_add(len).ok_or("the range wraps around")?;
+    let maps = std::fs::read_to_string("/proc/self/maps")
+        .map_err(|_| "cannot read /proc/self/maps to check the range")?;
+    covered(&maps, addr, end, writable)
+}
+
+/// Whether the mappings listed in `maps` (the format of `/proc/<pid>/maps`, in address
+/// order) cover `start..end` without a gap, readable (and writable when asked).
+fn covered(maps: &str, start: usize, end: usize, writable: bool) -> Result<(), &'static str> {
+    let mut cur = start;
+    for line in maps.lines() {
+        let mut fields = line.split_ascii_whitespace();
+        let (Some(range), Some(perms)) = (fields.next(), fields.next()) else {
+            continue;
+        };
+        let Some((lo, hi)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(lo), Ok(hi)) = (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16))
+        else {
+            continue;
+        };
+        if hi <= cur {
+            continue;
+        }
+        if lo > cur {
+            return Err("part of the range is not mapped");
+        }
+        let p = perms.as_bytes();
+        if p.first() != Some(&b'r') {
+            return Err("part of the range is not readable");
+        }
+        if writable && p.get(1) != Some(&b'w') {
+            return Err("part of the range is read-only but the access flags allow writes");
+        }
+        cur = hi;
+        if cur >= end {
+            return Ok(());
+        }
+    }
+    Err("part of the range is not mapped")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MAPS: &str = "\
+00400000-00452000 r-xp 00000000 08:02 173521      /usr/bin/prog
+00651000-00652000 r--p 00051000 08:02 173521      /usr/bin/prog
+00652000-00655000 rw-p 00052000 08:02 173521      /usr/bin/prog
+7f0000000000-7f0000001000 ---p 00000000 00:00 0
+7f0000001000-7f0000003000 rw-p 00000000 00:00 0
+";
+
+    #[test]
+    fn ranges_are_checked_against_the_mappings() {
+        assert_eq!(covered(MAPS, 0x400100, 0x400200, false), Ok(()));
+        // Across two adjacent mappings, the first read-only.
+        assert_eq!(covered(MAPS, 0x651800, 0x653000, false), Ok(()));
+        assert!(covered(MAPS, 0x651800, 0x653000, true).is_err());
+        assert_eq!(covered(MAPS, 0x652000, 0x655000, true), Ok(()));
+        // Past the end of a mapping, in a gap, below everything.
+        assert!(covered(MAPS, 0x654000, 0x656000, false).is_err());
+        assert!(covered(MAPS, 0x500000, 0x500010, false).is_err());
+        assert!(covered(MAPS, 0x1000, 0x2000, false).is_err());
+        // PROT_NONE.
+        assert!(covered(MAPS, 0x7f0000000800, 0x7f0000001800, false).is_err());
+        assert_eq!(covered(MAPS, 0x7f0000001000, 0x7f0000003000, true), Ok(()));
+    }
+
+    #[test]
+    fn this_process() {
+        let v = vec![0u8; 10_000];
+        assert_eq!(check_mapped(v.as_ptr() as usize, v.len(), true), Ok(()));
+        static RO: [u8; 64] = [1; 64];
+        assert_eq!(check_mapped(RO.as_ptr() as usize, RO.len(), false), Ok(()));
+        assert!(check_mapped(RO.as_ptr() as usize, RO.len(), true).is_err());
+        assert!(check_mapped(usize::MAX - 10, 100, false).is_err());
+        assert!(check_mapped(0x1000, 4096, false).is_err());
+    }
 }
