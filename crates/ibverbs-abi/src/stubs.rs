@@ -26,6 +26,108 @@ use std::sync::OnceLock;
 
 use crate::abi::{ibv_ah_attr, ibv_context, ibv_device, ibv_gid, ibv_mr, ibv_pd, ibv_qp};
 
+/// Every default-version export that does not do a verb's work in softverbs: those failing as
+/// rdma-core does without the provider op, the provider plumbing, and the calls with nothing
+/// to do (fork, sysfs, ioctl helpers, `ibv_copy_*_kern`). `tests/stubs.rs` checks each
+/// against what rdma-core 44 returns. (The hidden `@IBVERBS_1.0` versions are all in
+/// [`compat`].)
+pub const NOT_IMPLEMENTED: &[&str] = &[
+    "ibv_rereg_mr",
+    "ibv_resize_cq",
+    "ibv_query_ece",
+    "ibv_set_ece",
+    "ibv_import_device",
+    "ibv_import_pd",
+    "ibv_import_mr",
+    "ibv_import_dm",
+    "ibv_unimport_pd",
+    "ibv_unimport_mr",
+    "ibv_unimport_dm",
+    "ibv_reg_dmabuf_mr",
+    "ibv_resolve_eth_l2_from_gid",
+    "ibv_get_sysfs_path",
+    "ibv_read_sysfs_file",
+    "ibv_read_ibdev_sysfs_file",
+    "ibv_fork_init",
+    "ibv_is_fork_initialized",
+    "ibv_dontfork_range",
+    "ibv_dofork_range",
+    "ibv_query_qp_data_in_order",
+    "ibv_copy_ah_attr_from_kern",
+    "ibv_copy_qp_attr_from_kern",
+    "ibv_copy_path_rec_from_kern",
+    "ibv_copy_path_rec_to_kern",
+    "verbs_open_device",
+    "_verbs_init_and_alloc_context",
+    "verbs_init_cq",
+    "verbs_register_driver_34",
+    "verbs_set_ops",
+    "verbs_uninit_context",
+    "__verbs_log",
+    "verbs_allow_disassociate_destroy",
+    "__ioctl_final_num_attrs",
+    "execute_ioctl",
+    "ibv_cmd_advise_mr",
+    "ibv_cmd_alloc_dm",
+    "ibv_cmd_alloc_mw",
+    "ibv_cmd_alloc_pd",
+    "ibv_cmd_attach_mcast",
+    "ibv_cmd_close_xrcd",
+    "ibv_cmd_create_ah",
+    "ibv_cmd_create_counters",
+    "ibv_cmd_create_cq",
+    "ibv_cmd_create_cq_ex",
+    "ibv_cmd_create_flow",
+    "ibv_cmd_create_flow_action_esp",
+    "ibv_cmd_create_qp",
+    "ibv_cmd_create_qp_ex",
+    "ibv_cmd_create_qp_ex2",
+    "ibv_cmd_create_rwq_ind_table",
+    "ibv_cmd_create_srq",
+    "ibv_cmd_create_srq_ex",
+    "ibv_cmd_create_wq",
+    "ibv_cmd_dealloc_mw",
+    "ibv_cmd_dealloc_pd",
+    "ibv_cmd_dereg_mr",
+    "ibv_cmd_destroy_ah",
+    "ibv_cmd_destroy_counters",
+    "ibv_cmd_destroy_cq",
+    "ibv_cmd_destroy_flow",
+    "ibv_cmd_destroy_flow_action",
+    "ibv_cmd_destroy_qp",
+    "ibv_cmd_destroy_rwq_ind_table",
+    "ibv_cmd_destroy_srq",
+    "ibv_cmd_destroy_wq",
+    "ibv_cmd_detach_mcast",
+    "ibv_cmd_free_dm",
+    "ibv_cmd_get_context",
+    "ibv_cmd_modify_cq",
+    "ibv_cmd_modify_flow_action_esp",
+    "ibv_cmd_modify_qp",
+    "ibv_cmd_modify_qp_ex",
+    "ibv_cmd_modify_srq",
+    "ibv_cmd_modify_wq",
+    "ibv_cmd_open_qp",
+    "ibv_cmd_open_xrcd",
+    "ibv_cmd_poll_cq",
+    "ibv_cmd_post_recv",
+    "ibv_cmd_post_send",
+    "ibv_cmd_post_srq_recv",
+    "ibv_cmd_query_context",
+    "ibv_cmd_query_device_any",
+    "ibv_cmd_query_mr",
+    "ibv_cmd_query_port",
+    "ibv_cmd_query_qp",
+    "ibv_cmd_query_srq",
+    "ibv_cmd_read_counters",
+    "ibv_cmd_reg_dmabuf_mr",
+    "ibv_cmd_reg_dm_mr",
+    "ibv_cmd_reg_mr",
+    "ibv_cmd_req_notify_cq",
+    "ibv_cmd_rereg_mr",
+    "ibv_cmd_resize_cq",
+];
+
 /// Sets this thread's errno.
 pub(crate) fn set_errno(e: c_int) {
     // SAFETY: `__errno_location` returns this thread's errno slot, valid for writes.
@@ -330,6 +432,19 @@ pub extern "C" fn verbs_allow_disassociate_destroy() -> bool {
 /// `unsigned int __ioctl_final_num_attrs(...)`: 0 (there is no kernel ioctl interface).
 pub extern "C" fn __ioctl_final_num_attrs() -> c_uint {
     0
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn every_name_is_a_default_export() {
+        for name in super::NOT_IMPLEMENTED {
+            assert!(
+                crate::EXPORTS.iter().any(|e| e.default && e.name == *name),
+                "{name} is not exported"
+            );
+        }
+    }
 }
 
 /// Hidden `name@IBVERBS_1.0` compat versions (rdma-core 1.0's struct layouts): unsupported.

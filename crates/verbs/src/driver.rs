@@ -263,10 +263,15 @@ impl Driver {
             engine_config: ecfg,
         });
         let for_thread = Arc::clone(&driver);
-        let handle = std::thread::Builder::new()
-            .name(format!("softverbs-{}", local.port()))
-            .spawn(move || progress_thread(for_thread))
-            .map_err(io_err("spawn progress thread"))?;
+        // The progress thread takes no signals: a signal sent to the process (an alarm that
+        // ends a program's wait) goes to a thread of the application, as it would without
+        // softverbs. It inherits the mask it is spawned with.
+        let spawned = sys::with_signals_blocked(|| {
+            std::thread::Builder::new()
+                .name(format!("softverbs-{}", local.port()))
+                .spawn(move || progress_thread(for_thread))
+        });
+        let handle = spawned.map_err(io_err("spawn progress thread"))?;
         *lock(&driver.thread) = Some(handle);
         tracing::debug!(%local, "softverbs device open");
         Ok(driver)

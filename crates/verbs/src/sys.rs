@@ -765,6 +765,24 @@ pub fn link_mtu(ip: std::net::IpAddr) -> Option<u32> {
         .ok()
 }
 
+/// Runs `f` with every signal blocked on the calling thread (threads it spawns inherit the
+/// mask), then restores the mask.
+pub fn with_signals_blocked<R>(f: impl FnOnce() -> R) -> R {
+    // SAFETY: sigset_t is plain old data; sigfillset initialises `all`; pthread_sigmask
+    // reads `all` and writes the old mask into `old`, both live locals.
+    let old = unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
+        old
+    };
+    let r = f();
+    // SAFETY: restores the mask saved above.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+    r
+}
+
 /// Checks that `len` bytes at `addr` are mapped in this process, readable, and writable
 /// when `writable` (what the kernel's `ib_umem_get` demands before it pins a memory
 /// region: EFAULT otherwise); `Err` says what is wrong. Reads `/proc/self/maps`.
