@@ -442,6 +442,34 @@ fn ud_pingpong_validates_every_byte() {
     pingpong_with(&[], "200", &["--ud", "-s", "1000"]);
 }
 
+/// `softverbs pingpong --ud` with its default options: 2048-byte datagrams (as
+/// ibv_ud_pingpong), within the port's MTU.
+#[test]
+fn ud_pingpong_runs_with_its_defaults() {
+    let _g = heavy();
+    let port = free_port().to_string();
+    let server = spawn(&["pingpong", "--server", "--ud", "-p", &port], &[]);
+    let client = finish(
+        spawn(&["pingpong", "--ud", "127.0.0.1", "-p", &port], &[]),
+        "pingpong --ud client",
+    );
+    let server = finish(server, "pingpong --ud server");
+    for (who, out) in [("client", &client), ("server", &server)] {
+        assert!(
+            out.status.success(),
+            "{who} failed ({}):\n{}\n{}",
+            out.status,
+            out.stdout,
+            out.stderr
+        );
+        assert!(
+            out.stdout.contains("4096000 bytes in"),
+            "{who}: {}",
+            out.stdout
+        );
+    }
+}
+
 #[test]
 fn perf_send_over_ud_bw_and_lat() {
     let _g = heavy();

@@ -6,6 +6,7 @@
  *   two-contexts     two contexts on softverbs0 share the port: RC SEND/WRITE/READ/atomics
  *                    and UD between them, each addressing its peer with its own port's GID
  *                    or LID; honest attributes; cmd_fd; comp_vector
+ *   many-contexts    250 contexts: one GID, one progress thread, little memory
  *   nonblock         ibv_get_cq_event / ibv_get_async_event on O_NONBLOCK fds: EAGAIN
  *   signal           ... interrupted by a signal without SA_RESTART: EINTR
  *   destroy-waits    ibv_destroy_cq / ibv_destroy_qp wait for unacknowledged events
@@ -16,6 +17,7 @@
  *                    device; the parent's traffic is untouched
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -368,6 +370,58 @@ static void case_two_contexts(void)
 	CHECK(!ibv_close_device(c1) && !ibv_close_device(c2), "close_device");
 	free(buf1);
 	free(buf2);
+}
+
+/* Threads of this process (entries of /proc/self/task). */
+static int threads(void)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	int n = 0;
+
+	CHECK(d, "opendir /proc/self/task");
+	while ((e = readdir(d)))
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
+/* Resident memory in KiB. */
+static long rss_kib(void)
+{
+	long size, resident;
+	FILE *f = fopen("/proc/self/statm", "r");
+
+	CHECK(f && fscanf(f, "%ld %ld", &size, &resident) == 2, "statm");
+	fclose(f);
+	return resident * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+/* Many contexts share one device: one progress thread, little memory; closing the last
+ * stops it. */
+static void case_many_contexts(void)
+{
+	enum { N = 250 };
+	struct ibv_context *ctx[N];
+	union ibv_gid first, g;
+	int before = threads();
+	long rss;
+
+	ctx[0] = open_ctx();
+	CHECK(threads() == before + 1, "one progress thread: %d -> %d", before, threads());
+	rss = rss_kib();
+	CHECK(!ibv_query_gid(ctx[0], 1, 0, &first), "query_gid");
+	for (int i = 1; i < N; i++) {
+		ctx[i] = open_ctx();
+		CHECK(!ibv_query_gid(ctx[i], 1, 0, &g) && !memcmp(&g, &first, sizeof(g)),
+		      "context %d has another GID", i);
+	}
+	CHECK(threads() == before + 1, "%d contexts: %d threads, expected %d", N, threads(),
+	      before + 1);
+	CHECK(rss_kib() - rss < 64 * 1024, "%d contexts took %ld KiB", N, rss_kib() - rss);
+	for (int i = 0; i < N; i++)
+		CHECK(!ibv_close_device(ctx[i]), "close_device");
+	CHECK(threads() == before, "the progress thread outlived the last context");
 }
 
 /* ------------------------------------------------------------------------------------- */
@@ -919,6 +973,7 @@ int main(int argc, char **argv)
 		void (*run)(void);
 	} cases[] = {
 		{ "two-contexts", case_two_contexts },
+		{ "many-contexts", case_many_contexts },
 		{ "nonblock", case_nonblock },
 		{ "signal", case_signal },
 		{ "destroy-waits", case_destroy_waits },

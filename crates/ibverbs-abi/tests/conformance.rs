@@ -130,6 +130,11 @@ fn two_contexts_share_the_port() {
 }
 
 #[test]
+fn many_contexts_share_one_device_and_one_thread() {
+    case("many-contexts", &[]);
+}
+
+#[test]
 fn event_calls_on_nonblocking_fds_say_eagain() {
     case("nonblock", &[]);
 }

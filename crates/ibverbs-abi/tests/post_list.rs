@@ -227,4 +227,6 @@ fn a_list_of_32_wrs_is_one_lock_one_batch_no_allocation() {
         assert_eq!(ibv_dealloc_pd(pd), 0);
         assert_eq!(ibv_close_device(ctx), 0);
     }
+    // Every send, receive and event fd write happened without the device lock held.
+    assert_eq!(softverbs::syscalls_under_device_lock(), 0);
 }

@@ -241,10 +241,15 @@ impl ContextInner {
         st.owners.insert(source, Arc::clone(&self.events));
     }
 
-    /// Undoes [`ContextInner::adopt`] (call under the device lock): no event of `source`
-    /// is delivered from now on.
+    /// Undoes [`ContextInner::adopt`] (call under the device lock): the engine's events of
+    /// `source` are not routed here any more. Then, without the lock, [`ContextInner::forget`].
     pub fn disown(&self, st: &mut crate::driver::State, source: Source) {
         st.owners.remove(&source);
+    }
+
+    /// Drops what is still queued for `source` and forgets it (after
+    /// [`ContextInner::disown`], without the device lock: it may touch the event fd).
+    pub fn forget(&self, source: Source) {
         self.events.unregister(source);
     }
 }

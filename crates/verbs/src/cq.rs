@@ -23,6 +23,7 @@ impl Drop for CqInner {
             ctx.disown(st, src);
             let _ = st.engine.destroy_cq(self.cq);
         });
+        ctx.forget(src);
         if let Some(ch) = &self.channel {
             ch.unregister(src);
         }

@@ -173,6 +173,52 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+thread_local! {
+    /// How many device locks this thread holds (see [`note_syscall`]).
+    static HOLDING: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// System calls made while the calling thread held a device lock (see
+/// [`syscalls_under_device_lock`]).
+static SYSCALLS_UNDER_LOCK: AtomicU64 = AtomicU64::new(0);
+
+/// Called by every system call wrapper of the driver's data path (`crate::sys`,
+/// `crate::events`): counts the call if this thread holds a device lock.
+pub(crate) fn note_syscall() {
+    if HOLDING.with(|h| h.get()) > 0 {
+        SYSCALLS_UNDER_LOCK.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// How many system calls this process's devices made while holding their device lock: 0
+/// is the design (sends, receives and event fds are touched only after the lock is
+/// released); tests check it.
+pub fn syscalls_under_device_lock() -> u64 {
+    SYSCALLS_UNDER_LOCK.load(Ordering::Relaxed)
+}
+
+/// The device lock held: the engine and what goes with it.
+pub(crate) struct StateGuard<'a>(MutexGuard<'a, State>);
+
+impl std::ops::Deref for StateGuard<'_> {
+    type Target = State;
+    fn deref(&self) -> &State {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for StateGuard<'_> {
+    fn deref_mut(&mut self) -> &mut State {
+        &mut self.0
+    }
+}
+
+impl Drop for StateGuard<'_> {
+    fn drop(&mut self) {
+        HOLDING.with(|h| h.set(h.get().saturating_sub(1)));
+    }
+}
+
 impl Driver {
     pub fn open(config: Config) -> Result<Arc<Driver>, OpenError> {
         let socket = crate::addressing::bind(config.addr, config.port)?;
@@ -288,8 +334,10 @@ impl Driver {
     }
 
     /// Locks the engine (see `DeviceCore::with`).
-    pub fn lock(&self) -> MutexGuard<'_, State> {
-        lock(&self.state)
+    pub fn lock(&self) -> StateGuard<'_> {
+        let g = lock(&self.state);
+        HOLDING.with(|h| h.set(h.get() + 1));
+        StateGuard(g)
     }
 
     /// Builds what the engine has to send into batches and collects its notifications and
@@ -460,6 +508,7 @@ impl Driver {
             extra.push(h);
         }
         for (dst, data) in extra {
+            note_syscall();
             let _ = self.socket.send_to(&data, dst);
         }
     }

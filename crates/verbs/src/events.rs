@@ -137,6 +137,7 @@ impl<E: Sourced> EventQueue<E> {
 
     /// Makes the fd readable (called with the lock held, when the queue becomes non-empty).
     fn raise(&self) {
+        crate::driver::note_syscall();
         let b = 1u8;
         // SAFETY: sends one byte from a live local; never blocks (at most one byte is ever
         // queued on this pair, see `lower`).
@@ -152,6 +153,7 @@ impl<E: Sourced> EventQueue<E> {
 
     /// Makes the fd unreadable (called with the lock held, when the queue becomes empty).
     fn lower(&self) {
+        crate::driver::note_syscall();
         let mut b = 0u8;
         // SAFETY: receives at most one byte into a live local, without blocking.
         unsafe {

@@ -39,6 +39,7 @@ mod sys;
 pub use config::{Config, ConfigError, FaultConfig};
 pub use context::{Context, Device, DeviceAttr, DeviceCounters, LinkLayer, PortAttr, PortState};
 pub use cq::{CompletionChannel, Cq};
+pub use driver::syscalls_under_device_lock;
 pub use gid::{Gid, ROCE_PORT};
 pub use mw::Mw;
 pub use pd::{Mr, PageAligned, Pd, RawMr, StableBuffer};

@@ -194,6 +194,7 @@ impl Drop for Qp {
                 .ok()
                 .map(|()| st.engine.mcast_groups())
         });
+        ctx.forget(Source::Qp(self.qp));
         if let (Ok(Some(wanted)), Ok(d)) = (groups, ctx.device.driver()) {
             // It left its multicast groups: the device may leave them too.
             let _ = d.sync_groups(&wanted);

@@ -19,6 +19,7 @@ impl Drop for SrqInner {
             ctx.disown(st, Source::Srq(self.srq));
             st.engine.destroy_srq(self.srq)
         });
+        ctx.forget(Source::Srq(self.srq));
     }
 }
 

@@ -191,6 +191,7 @@ impl RecvBatch {
             msgs[i].msg_hdr.msg_control = self.ctrl[i].as_mut_ptr().cast();
             msgs[i].msg_hdr.msg_controllen = CMSG_SPACE_INT as _;
         }
+        crate::driver::note_syscall();
         // SAFETY: every msghdr points at live buffers of the stated lengths owned by
         // `self` or this frame; the kernel writes at most those lengths.
         let r = unsafe {
@@ -524,6 +525,7 @@ impl SendBatch {
         let mut done = 0;
         while done < m {
             calls += 1;
+            crate::driver::note_syscall();
             // SAFETY: the headers point at live buffers, addresses and control
             // data in this frame and `self`; the kernel only reads them.
             let r = unsafe {
@@ -600,6 +602,7 @@ impl EventFd {
 
     pub fn signal(&self) {
         let one: u64 = 1;
+        crate::driver::note_syscall();
         // SAFETY: writes 8 bytes from a live u64; a full counter (EAGAIN) is fine.
         unsafe { libc::write(self.0.as_raw_fd(), (&one as *const u64).cast(), 8) };
     }
@@ -608,6 +611,7 @@ impl EventFd {
     /// pending on a non-blocking fd.
     pub fn take(&self) -> Option<u64> {
         let mut v: u64 = 0;
+        crate::driver::note_syscall();
         // SAFETY: reads 8 bytes into a live u64.
         let r = unsafe { libc::read(self.0.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
         (r == 8).then_some(v)
@@ -625,6 +629,7 @@ impl EventFd {
 /// device of every process on the host can bind the same group, and joined
 /// with IP_ADD_MEMBERSHIP. Closing it leaves the group. Non-blocking.
 pub fn multicast_socket(group: SocketAddrV4, iface: std::net::Ipv4Addr) -> io::Result<UdpSocket> {
+    crate::driver::note_syscall();
     // SAFETY: socket has no memory arguments.
     let fd = cvt(unsafe {
         libc::socket(

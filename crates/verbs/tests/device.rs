@@ -155,6 +155,13 @@ fn contexts_of_one_device_share_its_endpoint_and_keep_their_events() {
     assert_eq!(ev, Some(AsyncEvent::QpAccessError(qb.handle())));
     b.ack_async_event(&ev.unwrap());
     assert_eq!(a.poll_async_event(), None);
+    no_system_call_under_the_device_lock();
+}
+
+/// The driver's self-check: every send, receive and event fd write of this process (all
+/// the tests of this file) happened without the device lock held.
+fn no_system_call_under_the_device_lock() {
+    assert_eq!(softverbs::syscalls_under_device_lock(), 0);
 }
 
 #[test]
@@ -194,6 +201,7 @@ fn events_of_a_destroyed_object_are_never_delivered() {
     drop(qb);
     assert!(!fd_readable(b.async_fd()));
     assert_eq!(b.poll_async_event(), None);
+    no_system_call_under_the_device_lock();
 }
 
 fn fd_readable(fd: i32) -> bool {
@@ -243,6 +251,7 @@ fn a_list_of_32_work_requests_is_one_lock_one_batch_one_sendmmsg() {
         rx.mr.read(wc.wr_id as usize * 128 + 40, &mut b);
         assert_eq!(u64::from(b[0]), wc.wr_id);
     }
+    no_system_call_under_the_device_lock();
 }
 
 /// Whether a skipped namespace test is a failure here (as crates/cli/tests/netns.rs).
@@ -339,6 +348,7 @@ fn a_full_socket_buffer_is_backpressure_not_loss() {
         .unwrap()
     });
     assert!(c.tx_backpressure > 0, "the send buffer never filled: {c:?}");
+    no_system_call_under_the_device_lock();
 }
 
 /// Sends UD datagrams from a device with a tiny send buffer to one with a large receive
