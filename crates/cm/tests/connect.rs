@@ -384,3 +384,387 @@ fn random_loss_duplication_and_reordering() {
         );
     }
 }
+
+#[test]
+fn a_slow_accept_is_covered_by_an_mra_of_the_req() {
+    // The server's application takes 30 s to accept. The client's REQ retry at
+    // 6.1 s reaches the server while it decides: it answers with an MRA (rdma_cm's
+    // delayed MRA, service timeout 24 = 67 s), and the client waits instead of
+    // retrying every 6 s (CM.md 3.2.2, 3.3.1).
+    let mut p = Pair::new(10, None, None);
+    p.s.borrow_mut().hook = None;
+    let id = start_connect(&mut p.net, &p.c, SERVICE, Some(param()));
+    p.net.run_for(Duration::from_secs(30));
+    assert_eq!(p.s.borrow().sent_count(AttributeId::Mra), 1);
+    assert_eq!(p.c.borrow().sent_count(AttributeId::Req), 2);
+    let child = p.child();
+    p.net.call(&p.s, |cm, now| {
+        cm.accept(
+            now,
+            child,
+            Some(ConnParam {
+                qp_num: Some(Qpn::new(9)),
+                ..ConnParam::default()
+            }),
+        )
+        .unwrap()
+    });
+    let (c, s) = (p.c.clone(), p.s.clone());
+    p.net
+        .run_until(|_| responded(&c, 1) && established(&s, 1))
+        .unwrap();
+    assert_eq!(p.c.borrow().sent_count(AttributeId::Req), 2);
+    assert_eq!(p.s.borrow().events_of(CmEventKind::ConnectRequest).len(), 1);
+    let _ = id;
+}
+
+#[test]
+fn a_slow_establish_is_covered_by_an_mra_of_the_rep() {
+    // The client's application takes 20 s to ready its QP after CONNECT_RESPONSE:
+    // the server's REP retry at 4.1 s finds the client waiting, which answers with
+    // an MRA of the REP; the server stops retrying until the RTU.
+    let mut p = Pair::new(11, None, None);
+    p.c.borrow_mut().hook = None;
+    let id = start_connect(&mut p.net, &p.c, SERVICE, Some(param()));
+    p.net.run_for(Duration::from_secs(20));
+    assert_eq!(p.c.borrow().count(id, CmEventKind::ConnectResponse), 1);
+    assert_eq!(p.c.borrow().sent_count(AttributeId::Mra), 1);
+    assert_eq!(p.s.borrow().sent_count(AttributeId::Rep), 2);
+    p.net.call(&p.c, |cm, now| cm.establish(now, id).unwrap());
+    let s = p.s.clone();
+    p.net.run_until(|_| established(&s, 1)).unwrap();
+    assert_eq!(p.s.borrow().sent_count(AttributeId::Rep), 2);
+    // establish twice is refused: the RTU went.
+    assert!(p.net.call(&p.c, |cm, now| cm.establish(now, id)).is_err());
+}
+
+fn rejected(h: &HostRef, id: CmIdHandle) -> Option<(EventStatus, Vec<u8>)> {
+    let h = h.borrow();
+    let e = h
+        .events
+        .iter()
+        .find(|e| e.id == id && e.kind == CmEventKind::Rejected)?;
+    let EventParam::Conn(p) = &e.param else {
+        panic!("REJECTED carries connection parameters")
+    };
+    Some((e.status, p.private_data.clone()))
+}
+
+#[test]
+fn reject_with_private_data_is_rejected_28() {
+    let mut p = Pair::new(12, None, None);
+    p.s.borrow_mut().hook = Some(Box::new(|cm, now, e| {
+        if e.kind == CmEventKind::ConnectRequest {
+            cm.reject(now, e.id, b"go away").unwrap();
+        }
+    }));
+    let id = start_connect(&mut p.net, &p.c, SERVICE, Some(param()));
+    let c = p.c.clone();
+    p.net.run_until(|_| rejected(&c, id).is_some()).unwrap();
+    let (status, data) = rejected(&p.c, id).unwrap();
+    assert_eq!(status, EventStatus::Rejected(RejReason::CONSUMER_DEFINED));
+    assert_eq!(data.len(), REJ_USER_DATA_LEN);
+    assert_eq!(&data[..7], b"go away");
+    assert_eq!(p.c.borrow().cm.connection_count(), 0);
+    assert_eq!(p.s.borrow().cm.connection_count(), 0);
+    // Rejecting again, or with too much private data, is refused.
+    let child = last_request(&p.s);
+    assert!(p
+        .net
+        .call(&p.s, |cm, now| cm.reject(now, child, b"again"))
+        .is_err());
+}
+
+#[test]
+fn a_request_nobody_listens_for_is_rejected_8_on_the_wire() {
+    // The server listens on UDP port space 7174 (so the rendezvous socket exists);
+    // a TCP-port-space request there finds no service: REJ 8 (CM.md 2.4).
+    let mut net = Net::lossless(13);
+    let s = net.host(SERVER);
+    net.listen(&s, PortSpace::Udp, QpType::Ud, "0.0.0.0:7174", 0)
+        .unwrap();
+    let c = client(&mut net);
+    let id = start_connect(&mut net, &c, SERVICE, Some(param()));
+    net.run_until(|_| rejected(&c, id).is_some()).unwrap();
+    assert_eq!(
+        rejected(&c, id).unwrap().0,
+        EventStatus::Rejected(RejReason::INVALID_SERVICE_ID)
+    );
+    assert_eq!(s.borrow().rej_reasons, [RejReason::INVALID_SERVICE_ID]);
+    assert!(s.borrow().events.is_empty());
+}
+
+#[test]
+fn a_request_of_the_wrong_qp_type_is_rejected_28() {
+    let mut net = Net::lossless(14);
+    let s = net.host(SERVER);
+    net.listen(&s, PortSpace::Ib, QpType::Ud, "0.0.0.0:7000", 0)
+        .unwrap();
+    let c = client(&mut net);
+    let peer: std::net::SocketAddr = "10.0.0.2:7000".parse().unwrap();
+    let id = net.call(&c, |cm, now| {
+        let id = cm.create_id(PortSpace::Ib, QpType::Rc).unwrap();
+        cm.resolve_addr(now, id, None, peer, Duration::from_secs(1))
+            .unwrap();
+        id
+    });
+    net.call(&c, |cm, _| cm.resolve_route(id).unwrap());
+    net.call(&c, |cm, now| cm.connect(now, id, Some(param())).unwrap());
+    net.run_until(|_| rejected(&c, id).is_some()).unwrap();
+    assert_eq!(
+        rejected(&c, id).unwrap().0,
+        EventStatus::Rejected(RejReason::CONSUMER_DEFINED)
+    );
+}
+
+#[test]
+fn destroying_a_connecting_id_rejects_with_timeout() {
+    // The client gives up while the server decides: REJ 4 with the client's GUID in
+    // the ARI, which the server matches to the request it holds (CM.md 2.4, 3.5).
+    let mut p = Pair::new(15, None, None);
+    p.s.borrow_mut().hook = None;
+    let id = start_connect(&mut p.net, &p.c, SERVICE, Some(param()));
+    let s = p.s.clone();
+    p.net
+        .run_until(|_| !s.borrow().events_of(CmEventKind::ConnectRequest).is_empty())
+        .unwrap();
+    p.net.call(&p.c, |cm, now| cm.destroy_id(now, id).unwrap());
+    let child = p.child();
+    p.net.run_until(|_| rejected(&s, child).is_some()).unwrap();
+    assert_eq!(
+        rejected(&p.s, child).unwrap().0,
+        EventStatus::Rejected(RejReason::TIMEOUT)
+    );
+    assert_eq!(p.c.borrow().rej_reasons, [RejReason::TIMEOUT]);
+    assert_eq!(p.c.borrow().cm.connection_count(), 0);
+    assert_eq!(p.s.borrow().cm.connection_count(), 0);
+    // Accepting a request whose requester gave up is refused.
+    assert!(p
+        .net
+        .call(&p.s, |cm, now| cm.accept(now, child, None))
+        .is_err());
+}
+
+#[test]
+fn a_second_request_from_a_connected_qp_is_stale() {
+    // The client connects again from QPN 0x123 while its first connection from
+    // that QP is up: the server refuses the new one with REJ 10 and closes the old
+    // one with a DREQ (CM.md 3.4 "stale REQ").
+    let mut p = Pair::new(16, None, None);
+    let first_id = p.connect();
+    let old_child = p.child();
+    let second = start_connect(&mut p.net, &p.c, SERVICE, Some(param()));
+    let c = p.c.clone();
+    p.net
+        .run_until(|_| {
+            rejected(&c, second).is_some()
+                && c.borrow().count(first_id, CmEventKind::Disconnected) == 1
+        })
+        .unwrap();
+    assert_eq!(
+        rejected(&p.c, second).unwrap().0,
+        EventStatus::Rejected(RejReason::STALE_CONNECTION)
+    );
+    assert_eq!(p.s.borrow().cm.counters().stale, 1);
+    let s = p.s.clone();
+    p.net
+        .run_until(|_| s.borrow().count(old_child, CmEventKind::Disconnected) == 1)
+        .unwrap();
+    assert_eq!(p.s.borrow().events_of(CmEventKind::ConnectRequest).len(), 1);
+}
+
+#[test]
+fn a_late_copy_of_the_req_in_timewait_is_rejected_stale() {
+    // A copy of the REQ arrives 2 s after the first, when the connection is already
+    // closed and the server sits in timewait (2048 ms here): REJ 10 (CM.md 3.4).
+    let mut p = Pair::new(
+        17,
+        Some(first(
+            AttributeId::Req,
+            1,
+            Verdict::Echo(Duration::from_millis(2000)),
+        )),
+        None,
+    );
+    let id = p.connect();
+    p.net.call(&p.c, |cm, now| cm.disconnect(now, id).unwrap());
+    p.net.run_for(Duration::from_millis(2100));
+    assert_eq!(p.s.borrow().rej_reasons, [RejReason::STALE_CONNECTION]);
+    assert_eq!(p.s.borrow().events_of(CmEventKind::ConnectRequest).len(), 1);
+}
+
+#[test]
+fn a_qp_that_will_not_move_is_a_connect_error() {
+    // The client's cm-made QP cannot go to RTR/RTS after the REP: CONNECT_ERROR
+    // locally, REJ "consumer defined" to the server (librdmacm ucma_process_conn_resp).
+    let mut p = Pair::new(18, None, None);
+    let id = p.net.call(&p.c, |cm, now| {
+        let id = cm.create_id(PortSpace::Tcp, QpType::Rc).unwrap();
+        cm.resolve_addr(
+            now,
+            id,
+            None,
+            SERVICE.parse().unwrap(),
+            Duration::from_secs(1),
+        )
+        .unwrap();
+        id
+    });
+    p.net.call(&p.c, |cm, _| cm.resolve_route(id).unwrap());
+    let qp = QpBinding {
+        qpn: Qpn::new(0x55),
+        srq: false,
+        managed: true,
+    };
+    p.net.call(&p.c, |cm, now| cm.set_qp(now, id, qp).unwrap());
+    p.c.borrow_mut().fail_qp = true;
+    p.net
+        .call(&p.c, |cm, now| cm.connect(now, id, None).unwrap());
+    let s = p.s.clone();
+    p.net
+        .run_until(|_| !s.borrow().events_of(CmEventKind::Rejected).is_empty())
+        .unwrap();
+    let c = p.c.borrow();
+    assert_eq!(c.count(id, CmEventKind::ConnectError), 1);
+    assert_eq!(c.count(id, CmEventKind::Established), 0);
+    assert_eq!(c.rej_reasons, [RejReason::CONSUMER_DEFINED]);
+    // The REJ swallowed nothing the client needs; the server's request failed.
+    assert_eq!(
+        p.s.borrow().events_of(CmEventKind::Rejected)[0].status,
+        EventStatus::Rejected(RejReason::CONSUMER_DEFINED)
+    );
+}
+
+#[test]
+fn disconnecting_from_both_sides_at_once() {
+    // Crossing DREQs: each side answers the other's with a DREP and both wait out
+    // their timewait; each reports DISCONNECTED once.
+    let mut p = Pair::new(19, None, None);
+    p.c.borrow_mut().hook = Some(Box::new(|cm, now, e| {
+        if e.kind == CmEventKind::ConnectResponse {
+            cm.establish(now, e.id).unwrap();
+        }
+    }));
+    p.s.borrow_mut().hook = Some(Box::new(|cm, now, e| {
+        if e.kind == CmEventKind::ConnectRequest {
+            let param = ConnParam {
+                qp_num: Some(Qpn::new(0x77)),
+                ..ConnParam::default()
+            };
+            cm.accept(now, e.id, Some(param)).unwrap();
+        }
+    }));
+    let id = p.connect();
+    let child = p.child();
+    p.net.call(&p.c, |cm, now| cm.disconnect(now, id).unwrap());
+    p.net
+        .call(&p.s, |cm, now| cm.disconnect(now, child).unwrap());
+    let (c, s) = (p.c.clone(), p.s.clone());
+    p.net
+        .run_until(|_| {
+            c.borrow().count(id, CmEventKind::TimewaitExit) == 1
+                && s.borrow().count(child, CmEventKind::TimewaitExit) == 1
+        })
+        .unwrap();
+    for (h, id) in [(&p.c, id), (&p.s, child)] {
+        let h = h.borrow();
+        assert_eq!(h.count(id, CmEventKind::Disconnected), 1);
+        assert_eq!(h.sent_count(AttributeId::Dreq), 1);
+        assert_eq!(h.sent_count(AttributeId::Drep), 1);
+        assert_eq!(h.cm.connection_count(), 0);
+    }
+}
+
+#[test]
+fn timewait_lasts_the_ack_timeout_then_exits() {
+    // Timewait is 2^(19-8) ms for the ACK timeout 19 both sides use (CM.md 3.5);
+    // during it a repeated DREQ is answered again.
+    let mut p = Pair::new(
+        20,
+        Some(first(
+            AttributeId::Dreq,
+            1,
+            Verdict::Echo(Duration::from_millis(500)),
+        )),
+        None,
+    );
+    let id = p.connect();
+    let child = p.child();
+    p.net.call(&p.c, |cm, now| cm.disconnect(now, id).unwrap());
+    let sent_at = p.net.now();
+    p.net.run_for(Duration::from_millis(1000));
+    assert_eq!(p.s.borrow().cm.connection_count(), 1, "in timewait");
+    assert_eq!(
+        p.s.borrow().sent_count(AttributeId::Drep),
+        2,
+        "the copy was answered"
+    );
+    p.disconnect_wait(id, child);
+    for (h, id) in [(&p.c, id), (&p.s, child)] {
+        let exit = h.borrow().time_of(id, CmEventKind::TimewaitExit).unwrap();
+        let waited = Duration::from_nanos(exit.as_nanos() - sent_at.as_nanos());
+        assert!(
+            waited >= Duration::from_millis(2048) && waited < Duration::from_millis(2049),
+            "{waited:?}"
+        );
+    }
+}
+
+impl Pair {
+    fn disconnect_wait(&mut self, id: CmIdHandle, child: CmIdHandle) {
+        let (c, s) = (self.c.clone(), self.s.clone());
+        self.net
+            .run_until(|_| {
+                c.borrow().count(id, CmEventKind::TimewaitExit) == 1
+                    && s.borrow().count(child, CmEventKind::TimewaitExit) == 1
+            })
+            .unwrap();
+    }
+}
+
+#[test]
+fn a_reply_from_a_qp_already_connected_is_stale() {
+    // The server (wrongly) answers two requests from one QP, 0x77: the client
+    // refuses the second REP with REJ 10 and closes the first connection with a
+    // DREQ (CM.md 3.4 "stale REP"). Its REQ stays outstanding (as in Linux); once
+    // the server's side of the refused connection has left timewait, the retried
+    // REQ connects.
+    let mut p = Pair::new(21, None, None);
+    p.s.borrow_mut().hook = Some(Box::new(|cm, now, e| match e.kind {
+        CmEventKind::ConnectRequest => {
+            let param = ConnParam {
+                qp_num: Some(Qpn::new(0x77)),
+                ..ConnParam::default()
+            };
+            cm.accept(now, e.id, Some(param)).unwrap();
+        }
+        CmEventKind::Disconnected => cm.disconnect(now, e.id).unwrap(),
+        _ => {}
+    }));
+    let first_id = p.connect();
+    let old_child = p.child();
+    let other = ConnParam {
+        qp_num: Some(Qpn::new(0x124)),
+        ..param()
+    };
+    let second = start_connect(&mut p.net, &p.c, SERVICE, Some(other));
+    let (c, s) = (p.c.clone(), p.s.clone());
+    p.net
+        .run_until(|_| {
+            c.borrow().count(first_id, CmEventKind::Disconnected) == 1
+                && s.borrow().count(old_child, CmEventKind::Disconnected) == 1
+        })
+        .unwrap();
+    assert_eq!(p.c.borrow().cm.counters().stale, 1);
+    assert_eq!(p.c.borrow().rej_reasons, [RejReason::STALE_CONNECTION]);
+    let refused = last_request(&p.s);
+    assert_eq!(
+        rejected(&p.s, refused).unwrap().0,
+        EventStatus::Rejected(RejReason::STALE_CONNECTION)
+    );
+    assert_eq!(p.c.borrow().count(second, CmEventKind::ConnectResponse), 0);
+    p.net
+        .run_until(|_| c.borrow().count(second, CmEventKind::ConnectResponse) == 1)
+        .unwrap();
+    assert_eq!(p.c.borrow().sent_count(AttributeId::Req), 3);
+}

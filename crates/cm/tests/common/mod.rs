@@ -33,6 +33,8 @@ pub enum Verdict {
     Duplicate,
     /// Hold it back this long (later messages overtake it).
     Delay(Duration),
+    /// Send it now, and a copy this much later.
+    Echo(Duration),
 }
 
 pub type Filter = Box<dyn FnMut(&CmMessage, SocketAddr) -> Verdict>;
@@ -159,6 +161,10 @@ pub struct Host {
     pub verbs: Option<Verbs>,
     /// Every event, in order.
     pub events: Vec<CmEvent>,
+    /// When each event arrived.
+    pub event_times: Vec<CmInstant>,
+    /// The reason of every REJ sent.
+    pub rej_reasons: Vec<RejReason>,
     /// Every request the cm made of the driver, in order.
     pub requests: Vec<DriverRequest>,
     /// Every CM message sent (after the filter), by type.
@@ -182,6 +188,8 @@ impl Host {
             cm: Cm::new(config),
             verbs: with_engine.then(|| Verbs::new(device)),
             events: Vec::new(),
+            event_times: Vec::new(),
+            rej_reasons: Vec::new(),
             requests: Vec::new(),
             sent: Vec::new(),
             blackhole: HashSet::new(),
@@ -252,6 +260,7 @@ impl Host {
                     hook(&mut self.cm, t, &e);
                 }
                 self.events.push(e);
+                self.event_times.push(t);
             }
             if !busy {
                 break;
@@ -277,9 +286,16 @@ impl Host {
                     self.out.push_back((tx.dst, bytes));
                 }
                 Verdict::Delay(d) => self.delayed.push((now + d, tx.dst, bytes)),
+                Verdict::Echo(d) => {
+                    self.out.push_back((tx.dst, bytes.clone()));
+                    self.delayed.push((now + d, tx.dst, bytes));
+                }
             }
             if verdict != Verdict::Drop {
                 self.sent.push(kind);
+                if let CmMessage::Rej(r) = &mad.message {
+                    self.rej_reasons.push(r.reason);
+                }
             }
         }
     }
@@ -301,6 +317,15 @@ impl Host {
             .iter()
             .filter(|e| e.id == id && e.kind == kind)
             .count()
+    }
+
+    /// When the first event of `kind` for `id` arrived.
+    pub fn time_of(&self, id: CmIdHandle, kind: CmEventKind) -> Option<CmInstant> {
+        self.events
+            .iter()
+            .zip(&self.event_times)
+            .find(|(e, _)| e.id == id && e.kind == kind)
+            .map(|(_, t)| *t)
     }
 
     /// How many CM messages of `kind` this host sent.
