@@ -71,6 +71,17 @@ pub struct CmCounters {
     pub backlog_drops: u64,
 }
 
+/// One IB connection as [`Cm::connections`] shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionInfo {
+    /// Its IB CM state.
+    pub state: crate::conn::IbState,
+    /// The id it belongs to, if that id is alive.
+    pub id: Option<CmIdHandle>,
+    /// Whether this side sent the REQ.
+    pub active: bool,
+}
+
 /// The connection manager of one softverbs device: IB CM state machines for both
 /// sides, rdma_cm over IP on top, no I/O (see the crate documentation for how a
 /// driver runs it).
@@ -138,6 +149,20 @@ impl Cm {
     /// reply after their id was destroyed).
     pub fn connection_count(&self) -> usize {
         self.conns.len()
+    }
+
+    /// The IB connections the cm keeps, for diagnostics: each one's state and the id
+    /// it belongs to (`None` once that id was destroyed and the connection only
+    /// finishes its DREQ or timewait).
+    pub fn connections(&self) -> Vec<ConnectionInfo> {
+        self.conns
+            .values()
+            .map(|c| ConnectionInfo {
+                state: c.state,
+                id: c.owner,
+                active: c.active,
+            })
+            .collect()
     }
 
     /// How many rdma_cm ids are alive.

@@ -70,7 +70,7 @@ mod timers;
 mod types;
 
 pub use active::{REJ_USER_DATA_LEN, REP_USER_DATA_LEN, REQ_USER_DATA_LEN};
-pub use cm::{Cm, CmCounters};
+pub use cm::{Cm, CmCounters, ConnectionInfo};
 pub use config::{CmConfig, IcrcCheck};
 pub use conn::IbState;
 pub use error::CmError;
