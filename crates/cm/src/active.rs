@@ -407,7 +407,6 @@ impl Cm {
             initiator_depth,
             retry_count: param.retry_count.min(7),
             rnr_retry: param.rnr_retry_count.min(7),
-            srq,
             path,
             qp_timeout: local_ack_timeout,
             response_timeout,

@@ -4,6 +4,34 @@
 //! A connection lives in the cm's table under its local communication ID, apart from
 //! the rdma_cm id that made it: when the id is destroyed the connection can still owe
 //! a DREQ retransmission or sit out its timewait.
+//!
+//! Transitions (`active.rs`, `passive.rs`, `disconnect.rs` carry them out):
+//!
+//! | state | input | action | next |
+//! |---|---|---|---|
+//! | (none) | connect | send REQ, timer | ReqSent |
+//! | ReqSent | MRA(REQ) | longer wait | MraReqRcvd |
+//! | ReqSent, MraReqRcvd | REP | QP to RTR/RTS (or CONNECT_RESPONSE) | RepRcvd |
+//! | ReqSent, MraReqRcvd | REJ | REJECTED | gone (timewait if reason 10) |
+//! | ReqSent, MraReqRcvd | timer, tries left / none | resend REQ / UNREACHABLE | same / gone |
+//! | RepRcvd | QP ready, or establish | send RTU, ESTABLISHED | Established |
+//! | RepRcvd | REP again | send MRA(REP) | MraRepSent |
+//! | (none) | REQ | CONNECT_REQUEST | ReqRcvd |
+//! | ReqRcvd | REQ again | send MRA(REQ) | MraReqSent |
+//! | ReqRcvd, MraReqSent | accept (QP ready) | send REP, timer | RepSent |
+//! | ReqRcvd, MraReqSent | reject | send REJ 28 | gone |
+//! | RepSent | MRA(REP) | longer wait | MraRepRcvd |
+//! | RepSent, MraRepRcvd | RTU, or COMM_EST | ESTABLISHED | Established |
+//! | RepSent, MraRepRcvd | timer, tries left / none | resend REP / UNREACHABLE | same / gone |
+//! | Established | REP again | send RTU again | Established |
+//! | Established (or RepSent ... MraRepSent) | disconnect | send DREQ, timer | DreqSent |
+//! | Established (or RepSent ... MraRepSent) | DREQ | DISCONNECTED | DreqRcvd |
+//! | DreqSent | DREP | DISCONNECTED | Timewait |
+//! | DreqSent | DREQ (crossing) | send DREP, DISCONNECTED | Timewait |
+//! | DreqSent | timer, tries left / none | resend DREQ / DISCONNECTED (timed out) | same / Timewait |
+//! | DreqRcvd | disconnect or destroy | send DREP | Timewait |
+//! | Timewait | DREQ / REQ again | send DREP / REJ 10 | Timewait |
+//! | Timewait | timer | TIMEWAIT_EXIT | gone |
 
 use crate::handle::CmIdHandle;
 use crate::types::IbMtu;
@@ -105,7 +133,6 @@ pub(crate) struct IbConn {
     pub retry_count: u8,
     /// RNR retries of this side's QP.
     pub rnr_retry: u8,
-    pub srq: bool,
     pub path: ConnPath,
     /// This side's QP local ACK timeout code; also sets the timewait.
     pub qp_timeout: u8,

@@ -224,7 +224,6 @@ impl Cm {
             initiator_depth: req.responder_resources,
             retry_count: req.retry_count,
             rnr_retry: req.rnr_retry_count,
-            srq: false,
             path: ConnPath {
                 local_gid: device_gid(self.config.device),
                 remote_gid: path.local_gid,
@@ -400,7 +399,6 @@ impl Cm {
             conn.responder_resources = responder_resources;
             conn.initiator_depth = initiator_depth;
             conn.local_qpn = qpn;
-            conn.srq = srq;
         }
         let plan = AcceptPlan { id, local_id, rep };
         if managed {

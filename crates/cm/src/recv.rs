@@ -46,8 +46,11 @@ impl Cm {
             }
             CmMessage::Rej(m) => {
                 // A REJ of a REQ may come from the listener's device rather than the
-                // rendezvous address the REQ went to.
-                self.on_rej(now, m)
+                // rendezvous address the REQ went to: the source is only checked
+                // once the peer's device is known.
+                if self.sent_by_peer(m.remote_comm_id, src) {
+                    self.on_rej(now, m)
+                }
             }
             CmMessage::Rep(m) => self.on_rep(now, src, tid, m),
             CmMessage::Rtu(m) => {

@@ -378,9 +378,28 @@ fn a_dreq_for_no_connection_is_answered_and_one_for_another_qp_ignored() {
         addr(SERVER),
         &datagram(&dreq_for(0x99), "10.0.0.7:4791", SERVER),
     );
+    // Nor does a REJ from elsewhere tear it down.
+    let rej = CmMadRepr {
+        transaction_id: 0x79,
+        attribute_modifier: 0,
+        message: CmMessage::Rej(RejRepr {
+            local_comm_id: r.local_comm_id,
+            remote_comm_id: rep.local_comm_id,
+            message_rejected: RejectedMessage::Rep,
+            reason: RejReason::CONSUMER_DEFINED,
+            ari: vec![],
+            private_data: vec![],
+        }),
+    };
+    cm.handle_datagram(
+        T0,
+        addr("10.0.0.7:4791"),
+        addr(SERVER),
+        &datagram(&rej, "10.0.0.7:4791", SERVER),
+    );
     assert!(sent(&mut cm).is_empty());
     assert!(events(&mut cm).is_empty());
-    assert_eq!(cm.counters().drop_wrong_source, 1);
+    assert_eq!(cm.counters().drop_wrong_source, 2);
     // The right one is taken: DISCONNECTED (the RTU never came: CM.md 3.3.7).
     cm.handle_datagram(
         T0,
