@@ -7,6 +7,7 @@
  *                    and UD between them, each addressing its peer with its own port's GID
  *                    or LID; honest attributes; cmd_fd; comp_vector
  *   many-contexts    250 contexts: one GID, one progress thread, little memory
+ *   limits           EINVAL beyond the device's sizes, ENOMEM past the multicast groups
  *   nonblock         ibv_get_cq_event / ibv_get_async_event on O_NONBLOCK fds: EAGAIN
  *   signal           ... interrupted by a signal without SA_RESTART: EINTR
  *   destroy-waits    ibv_destroy_cq / ibv_destroy_qp wait for unacknowledged events
@@ -422,6 +423,58 @@ static void case_many_contexts(void)
 	for (int i = 0; i < N; i++)
 		CHECK(!ibv_close_device(ctx[i]), "close_device");
 	CHECK(threads() == before, "the progress thread outlived the last context");
+}
+
+/* Limits fail with the kernel's errno: EINVAL for sizes beyond the device's, ENOMEM when a
+ * resource runs out (the multicast groups, as rxe). */
+static void case_limits(void)
+{
+	struct ibv_context *ctx = open_ctx();
+	struct ibv_device_attr da;
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	struct ibv_cq *cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+	struct ibv_qp *qp;
+	struct ibv_qp_init_attr ia = { .send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_UD,
+				       .cap = { 4, 4, 1, 1, 0 } };
+	union ibv_gid mgid;
+	int i;
+
+	CHECK(pd && cq && !ibv_query_device(ctx, &da), "setup");
+	errno = 0;
+	CHECK(!ibv_create_cq(ctx, da.max_cqe + 1, NULL, NULL, 0) && errno == EINVAL,
+	      "cqe beyond max_cqe: errno %d", errno);
+	ia.cap.max_send_wr = da.max_qp_wr + 1;
+	errno = 0;
+	CHECK(!ibv_create_qp(pd, &ia) && errno == EINVAL, "max_send_wr beyond max_qp_wr: %d",
+	      errno);
+	ia.cap.max_send_wr = 4;
+	ia.cap.max_send_sge = da.max_sge + 1;
+	errno = 0;
+	CHECK(!ibv_create_qp(pd, &ia) && errno == EINVAL, "max_send_sge beyond max_sge: %d",
+	      errno);
+	ia.cap.max_send_sge = 1;
+	qp = ibv_create_qp(pd, &ia);
+	CHECK(qp, "UD qp");
+	ud_to_rts(qp);
+	/* Groups of our own: 239.77.<pid>.<i>, UDP port in GID bytes 8-9. */
+	memset(&mgid, 0, sizeof(mgid));
+	mgid.raw[8] = 0x9c;
+	mgid.raw[9] = 0x40 + getpid() % 64;
+	mgid.raw[10] = mgid.raw[11] = 0xff;
+	mgid.raw[12] = 239;
+	mgid.raw[13] = 77;
+	mgid.raw[14] = getpid() % 251;
+	for (i = 0; i < da.max_mcast_grp; i++) {
+		mgid.raw[15] = i;
+		CHECK(!ibv_attach_mcast(qp, &mgid, 0), "attach group %d", i);
+	}
+	mgid.raw[15] = i;
+	CHECK(ibv_attach_mcast(qp, &mgid, 0) == ENOMEM, "group %d beyond max_mcast_grp", i);
+	for (i = 0; i < da.max_mcast_grp; i++) {
+		mgid.raw[15] = i;
+		CHECK(!ibv_detach_mcast(qp, &mgid, 0), "detach group %d", i);
+	}
+	CHECK(!ibv_destroy_qp(qp), "destroy_qp");
 }
 
 /* ------------------------------------------------------------------------------------- */
@@ -974,6 +1027,7 @@ int main(int argc, char **argv)
 	} cases[] = {
 		{ "two-contexts", case_two_contexts },
 		{ "many-contexts", case_many_contexts },
+		{ "limits", case_limits },
 		{ "nonblock", case_nonblock },
 		{ "signal", case_signal },
 		{ "destroy-waits", case_destroy_waits },

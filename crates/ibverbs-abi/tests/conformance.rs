@@ -135,6 +135,11 @@ fn many_contexts_share_one_device_and_one_thread() {
 }
 
 #[test]
+fn limits_fail_with_the_kernels_errno() {
+    case("limits", &[]);
+}
+
+#[test]
 fn event_calls_on_nonblocking_fds_say_eagain() {
     case("nonblock", &[]);
 }
