@@ -406,12 +406,15 @@ impl Engine {
             .ok_or(ResourceError::UnknownObject)?;
         let mut n = 0;
         while n < out.len() {
-            match c.pop() {
-                Some(wc) => {
-                    out[n] = wc;
-                    n += 1;
+            let Some((wc, reclaim)) = c.pop() else {
+                break;
+            };
+            out[n] = wc;
+            n += 1;
+            if let Some(r) = reclaim {
+                if let Some(q) = self.qps.get_mut(r.qp.0) {
+                    q.sq.reclaim(r.upto);
                 }
-                None => break,
             }
         }
         Ok(n)
@@ -528,9 +531,13 @@ impl Engine {
                 "the SRQ belongs to another protection domain",
             ));
         }
+        let max_sge = s.max_sge as usize;
         let (qp, qpn) = self.create_qp(init)?;
         if let Some(q) = self.qps.get_mut(qp.0) {
             q.srq = Some(srq);
+            // Its own receive queue holds the one SRQ WQE a message in progress
+            // claimed (see `Qp::recv_claim`).
+            q.rq = crate::qp::queues::RecvQueue::new(1, max_sge);
         }
         if let Some(s) = self.shared.srqs.get_mut(srq.0) {
             s.users += 1;
@@ -748,6 +755,7 @@ impl Engine {
             q.retire_send(&mut self.shared, seq, WcStatus::WrFlushErr);
             q.sq.head = seq + 1;
             q.req.reset(q.req.next_psn, q.sq.head);
+            q.stop_if_completion_lost(&mut self.shared);
             return Ok(());
         }
         self.after_activity(qp);
@@ -774,7 +782,8 @@ impl Engine {
                 qp_num: q.qpn,
                 ..WorkCompletion::default()
             };
-            self.shared.complete(q.init.recv_cq, wc);
+            let cq = q.init.recv_cq;
+            q.complete(&mut self.shared, cq, wc, None);
         }
         Ok(())
     }
@@ -881,13 +890,22 @@ impl Engine {
         if self.shared.config.icrc == IcrcPolicy::Skip {
             return true;
         }
-        let ctx = IcrcContext::new(src, dst);
-        let hinted = IcrcContext {
-            ipv4_id: self.rx_ipv4_id_hint,
-            ..ctx
+        // The ID the datagram probably carried is checked first; failing that, the ID
+        // it was sealed with is solved for in the same pass (segment k of a UDP GSO
+        // send carries ID k, which a receiver without GRO cannot know). Only IDs a
+        // softverbs sender uses are believed.
+        let hint = self.rx_ipv4_id_hint;
+        let ctx = IcrcContext {
+            ipv4_id: hint,
+            ..IcrcContext::new(src, dst)
         };
-        if icrc::verify(&ctx, data) || (self.rx_ipv4_id_hint != 0 && icrc::verify(&hinted, data)) {
-            return true;
+        match icrc::sealed_ipv4_id(&ctx, data) {
+            Some(id) if id == hint => return true,
+            Some(id) if usize::from(id) < icrc::GSO_MAX_SEGMENTS => {
+                counters.icrc_ipv4_id_solved += 1;
+                return true;
+            }
+            _ => {}
         }
         if self.shared.config.icrc == IcrcPolicy::Enforce {
             counters.drop_icrc += 1;
@@ -1066,6 +1084,7 @@ impl Engine {
                 None
             };
             let produced = produced.or_else(|| q.poll_request(&mut self.shared, now, buf));
+            q.stop_if_completion_lost(&mut self.shared);
             let more = q.resp.has_output(q.state()) || q.requester_ready();
             if more {
                 self.ready.push_back(qp);
@@ -1106,6 +1125,7 @@ impl Engine {
     /// timer.
     fn after_activity(&mut self, qp: QpHandle) {
         if let Some(q) = self.qps.get_mut(qp.0) {
+            q.stop_if_completion_lost(&mut self.shared);
             // Memory window binds and local invalidates take effect as soon as
             // the send queue reaches them, not at the next poll_transmit.
             q.run_local_ops_now(&mut self.shared);

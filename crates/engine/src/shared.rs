@@ -2,7 +2,7 @@
 
 use crate::config::EngineConfig;
 use crate::counters::Counters;
-use crate::cq::{Cq, Pushed};
+use crate::cq::{Cq, Pushed, Reclaim};
 use crate::event::AsyncEvent;
 use crate::mr::{KeyError, MrTable};
 use crate::slab::Slab;
@@ -30,23 +30,27 @@ pub(crate) struct Shared {
 
 impl Shared {
     /// Delivers a completion to `cq`, raising the notification or the CQ error the
-    /// push calls for.
-    pub fn complete(&mut self, cq: CqHandle, wc: WorkCompletion) {
+    /// push calls for; `reclaim` is what polling it frees. Returns false if the
+    /// completion was lost to a full CQ (IBA 11.4.2.1: CQ overrun), the CQ is in
+    /// error from then on.
+    pub fn complete(&mut self, cq: CqHandle, wc: WorkCompletion, reclaim: Option<Reclaim>) -> bool {
         let Some(queue) = self.cqs.get_mut(cq.0) else {
-            return;
+            return true;
         };
         let first_overrun = !queue.overrun;
-        match queue.push(wc) {
+        match queue.push(wc, reclaim) {
             Pushed::Stored { notify } => {
                 if notify {
                     self.notifications.push_back(cq);
                 }
+                true
             }
             Pushed::Overrun => {
                 self.counters.cq_overruns += 1;
                 if first_overrun {
                     self.events.push_back(AsyncEvent::CqError(cq));
                 }
+                false
             }
         }
     }

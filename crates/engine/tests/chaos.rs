@@ -418,6 +418,10 @@ impl Workload {
         let max_inline = case.cap.max_inline_data;
         for s in 0..2 {
             let p = 1 - s;
+            // Unsignaled WRs in a row: a send queue slot is free only once a later
+            // signaled completion was polled, so (as on hardware) a run of
+            // max_send_wr unsignaled WRs would never free its slots.
+            let mut unsignaled_run = 0;
             for i in 0..case.n[s] {
                 let kind = Kind::ALL[r.range(0, 6) as usize];
                 let len = match kind {
@@ -428,6 +432,14 @@ impl Workload {
                 let last = i + 1 == case.n[s];
                 if r.chance(0.5) || (!case.sq_sig_all && last) {
                     flags |= SendFlags::SIGNALED;
+                }
+                if !case.sq_sig_all && unsignaled_run + 1 >= case.cap.max_send_wr {
+                    flags |= SendFlags::SIGNALED;
+                }
+                if flags.contains(SendFlags::SIGNALED) {
+                    unsignaled_run = 0;
+                } else {
+                    unsignaled_run += 1;
                 }
                 if r.chance(0.15) {
                     flags |= SendFlags::FENCE;

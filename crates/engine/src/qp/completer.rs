@@ -130,8 +130,12 @@ impl Qp {
 
     fn on_rnr_nak(&mut self, shared: &mut Shared, now: Instant, psn: Psn, timer: u8) {
         shared.counters.rnr_nak_received += 1;
-        if psn.before(self.req.una) {
-            // Stale: that PSN has been acknowledged since (a delayed duplicate).
+        if self.nak_is_stale(shared, psn) {
+            return;
+        }
+        if self.req.rnr_deadline.is_some() && self.req.rewound_to == Some(self.resend_from(psn)) {
+            // A copy of the RNR NAK being waited out (the network duplicated it, or
+            // the responder refused a duplicated request twice): one refusal.
             shared.counters.drop_out_of_sequence += 1;
             return;
         }
@@ -140,8 +144,9 @@ impl Qp {
             return;
         }
         if self.req.rnr_retry_left == 0 {
-            let seq = self.wqe_with_psn(psn).unwrap_or(self.sq.head);
-            self.fail_wqe(shared, seq, WcStatus::RnrRetryExcErr);
+            if let Some(seq) = self.wqe_with_psn(psn) {
+                self.fail_wqe(shared, seq, WcStatus::RnrRetryExcErr);
+            }
             return;
         }
         if self.req.rnr_retry_left != RNR_RETRY_INFINITE {
@@ -154,13 +159,22 @@ impl Qp {
         self.req.retrans_deadline = None;
     }
 
+    /// Whether a NAK names a PSN acknowledged since (a delayed duplicate, or
+    /// spoofed) or one no unfinished WQE owns: such a NAK is counted and ignored
+    /// (IBA 9.7.5.2.5 - 9.7.5.2.8 apply a NAK to the request it names). Acting on
+    /// it would move the send cursor behind una, or fail work the NAK is not about.
+    fn nak_is_stale(&self, shared: &mut Shared, psn: Psn) -> bool {
+        let stale = psn.before(self.req.una) || self.wqe_with_psn(psn).is_none();
+        if stale {
+            shared.counters.drop_out_of_sequence += 1;
+        }
+        stale
+    }
+
     fn on_nak(&mut self, shared: &mut Shared, now: Instant, psn: Psn, code: NakCode) {
         if code == NakCode::PsnSequenceError {
             shared.counters.nak_seq_received += 1;
-            if psn.before(self.req.una) {
-                // Stale: that PSN has been acknowledged since; going back to it
-                // would leave the send cursor behind una.
-                shared.counters.drop_out_of_sequence += 1;
+            if self.nak_is_stale(shared, psn) {
                 return;
             }
             // Everything before the expected PSN arrived (IBA 9.7.5.2.5).
@@ -180,6 +194,9 @@ impl Qp {
             return;
         }
         shared.counters.nak_error_received += 1;
+        if self.nak_is_stale(shared, psn) {
+            return;
+        }
         self.ack_through(shared, now, psn.sub(1));
         if self.state() == QpState::Err {
             return;
@@ -191,8 +208,9 @@ impl Qp {
             NakCode::InvalidRdRequest => WcStatus::RemInvRdReqErr,
             NakCode::PsnSequenceError => unreachable!("handled above"),
         };
-        let seq = self.wqe_with_psn(psn).unwrap_or(self.sq.head);
-        self.fail_wqe(shared, seq, status);
+        if let Some(seq) = self.wqe_with_psn(psn) {
+            self.fail_wqe(shared, seq, status);
+        }
     }
 
     fn on_atomic_ack(&mut self, shared: &mut Shared, now: Instant, psn: Psn, orig: u64) {

@@ -9,6 +9,7 @@ pub(crate) mod requester;
 pub(crate) mod responder;
 pub mod state;
 
+use crate::cq::Reclaim;
 use crate::event::AsyncEvent;
 use crate::shared::Shared;
 use crate::time::Instant;
@@ -79,6 +80,9 @@ pub(crate) struct Qp {
     pub port_mtu: crate::types::Mtu,
     /// The shared receive queue this QP takes receive WQEs from, if any.
     pub srq: Option<crate::types::SrqHandle>,
+    /// A completion of this QP was lost to a full CQ: the QP goes to ERR once the
+    /// operation under way is over (see `Engine::after_activity`).
+    pub lost_completion: bool,
 }
 
 impl Qp {
@@ -105,6 +109,7 @@ impl Qp {
             req_window,
             port_mtu: crate::types::Mtu::Mtu4096,
             srq: None,
+            lost_completion: false,
         }
     }
 
@@ -284,6 +289,7 @@ impl Qp {
     /// Back to RESET: queues emptied without completions (IBA 10.3.1).
     fn reset(&mut self) {
         self.sq.head = self.sq.tail;
+        self.sq.reclaimed = self.sq.tail;
         self.rq.head = self.rq.tail;
         let cap = self.attr.cap;
         self.attr = QpAttr {
@@ -323,7 +329,7 @@ impl Qp {
                 qp_num: self.qpn,
                 ..WorkCompletion::default()
             };
-            shared.complete(self.init.recv_cq, wc);
+            self.complete(shared, self.init.recv_cq, wc, None);
         }
         self.resp.abort_message();
         // A QP on an SRQ takes no more WQEs from it (IBA 11.6.3.2).
@@ -334,32 +340,44 @@ impl Qp {
         }
     }
 
-    /// The receive WQE at the head of this QP's receive queue or its SRQ, with
-    /// its SGEs.
-    pub fn recv_head<'a>(
-        &'a self,
-        shared: &'a Shared,
-    ) -> Option<(&'a queues::RecvWqe, &'a [crate::wr::Sge])> {
-        match self.srq {
-            None => self.rq.front(),
-            Some(h) => shared.srqs.get(h.0)?.rq.front(),
-        }
+    /// The receive WQE the message arriving now uses, with its SGEs: the head of
+    /// this QP's receive queue, or for a QP on an SRQ the WQE it claimed (see
+    /// [`Qp::recv_claim`]).
+    pub fn recv_head(&self) -> Option<(&queues::RecvWqe, &[crate::wr::Sge])> {
+        self.rq.front()
     }
 
-    /// Takes the receive WQE at the head; from an SRQ, raises SRQ_LIMIT_REACHED
-    /// when that crosses its armed limit.
-    pub fn recv_take(&mut self, shared: &mut Shared) -> Option<queues::RecvWqe> {
-        match self.srq {
-            None => self.rq.pop(),
-            Some(h) => {
-                let srq = shared.srqs.get_mut(h.0)?;
-                let wqe = srq.rq.pop();
-                if wqe.is_some() && srq.crossed_limit() {
-                    shared.events.push_back(AsyncEvent::SrqLimitReached(h));
-                }
-                wqe
-            }
+    /// Makes sure a receive WQE is there for the message that starts now; false if
+    /// none is (receiver not ready). A QP on an SRQ takes the SRQ's head WQE, with
+    /// its SGEs, into its own one-entry receive queue when a message starts and
+    /// keeps it until the message completes (IBA 10.2.9.5), so QPs receiving at
+    /// once never share a buffer; taking it may raise SRQ_LIMIT_REACHED.
+    pub fn recv_claim(&mut self, shared: &mut Shared) -> bool {
+        if self.rq.front().is_some() {
+            return true;
         }
+        let Some(h) = self.srq else {
+            return false;
+        };
+        let Some(srq) = shared.srqs.get_mut(h.0) else {
+            return false;
+        };
+        let Some((wqe, sges)) = srq.rq.front() else {
+            return false;
+        };
+        if self.rq.post(wqe.wr_id, sges).is_err() {
+            return false; // cannot happen: sized for the SRQ's max_sge
+        }
+        srq.rq.pop();
+        if srq.crossed_limit() {
+            shared.events.push_back(AsyncEvent::SrqLimitReached(h));
+        }
+        true
+    }
+
+    /// Takes the receive WQE the current message used (see [`Qp::recv_claim`]).
+    pub fn recv_take(&mut self) -> Option<queues::RecvWqe> {
+        self.rq.pop()
     }
 
     /// Reports a send WQE's completion if it is an error or signaled.
@@ -389,7 +407,38 @@ impl Qp {
             qp_num: self.qpn,
             ..WorkCompletion::default()
         };
-        shared.complete(self.init.send_cq, wc);
+        // Polling it frees this WQE's slot and those of the unsignaled ones before.
+        let reclaim = Reclaim {
+            qp: self.handle,
+            upto: seq + 1,
+        };
+        self.complete(shared, self.init.send_cq, wc, Some(reclaim));
+    }
+
+    /// After an operation that lost a completion to a full CQ (the CQ error event is
+    /// raised): the QP goes to ERR rather than go on losing them unnoticed.
+    pub fn stop_if_completion_lost(&mut self, shared: &mut Shared) {
+        if self.lost_completion {
+            if self.state() != QpState::Err {
+                self.enter_error(shared);
+            }
+            self.lost_completion = false;
+        }
+    }
+
+    /// Delivers a completion of this QP. One lost to a full CQ moves the QP to ERR
+    /// when the current operation is over: the completions that follow must not
+    /// vanish unnoticed (IBA 11.4.2.1; the CQ error event is raised too).
+    pub fn complete(
+        &mut self,
+        shared: &mut Shared,
+        cq: crate::types::CqHandle,
+        wc: WorkCompletion,
+        reclaim: Option<Reclaim>,
+    ) {
+        if !shared.complete(cq, wc, reclaim) {
+            self.lost_completion = true;
+        }
     }
 
     /// In SQD with nothing outstanding: raise SQ_DRAINED once if asked to.

@@ -187,15 +187,21 @@ impl Qp {
         if wqe.op.is_read_or_atomic() && self.attr.max_rd_atomic == 0 {
             return Err(WcStatus::LocQpOpErr);
         }
+        let npsn = match wqe.op {
+            SendOp::AtomicCmpSwap { .. } | SendOp::AtomicFetchAdd { .. } => 1,
+            _ => packets_for(wqe.length, mtu),
+        };
+        // A READ's responses are all in flight at once: they must take less than
+        // half the PSN space (at MTU 256, 2 GiB would take exactly half), or PSN
+        // order between its request and its last response is undefined (IBA 9.7.1).
+        if matches!(wqe.op, SendOp::RdmaRead { .. }) && npsn >= Psn::HALF_SPACE {
+            return Err(WcStatus::LocLenErr);
+        }
         if !wqe.flags.contains(SendFlags::INLINE) {
             shared
                 .check_sges(pd, self.sq.sges(seq), local_access)
                 .map_err(|_| WcStatus::LocProtErr)?;
         }
-        let npsn = match wqe.op {
-            SendOp::AtomicCmpSwap { .. } | SendOp::AtomicFetchAdd { .. } => 1,
-            _ => packets_for(wqe.length, mtu),
-        };
         let first_psn = self.req.next_psn;
         let w = self.sq.get_mut(seq);
         w.first_psn = first_psn;

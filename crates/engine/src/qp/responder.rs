@@ -122,6 +122,8 @@ pub(crate) struct Executed {
     npsn: u32,
     /// The original value an atomic returned; `None` for READs.
     atomic_orig: Option<u64>,
+    /// A READ's address, R_Key and length, which a duplicate must repeat.
+    read: Option<(u64, Rkey, u32)>,
 }
 
 /// Responder state of one QP.
@@ -215,6 +217,26 @@ impl Responder {
             !self.out.is_empty()
         }
     }
+}
+
+/// Whether a duplicate READ request at `psn` for `dma_len` bytes at `va` through
+/// `rkey` asks for the rest of `original` from `psn` on: the same key, the address
+/// advanced by the packets before `psn`, and the rest of the length.
+fn repeats_read(
+    original: &Executed,
+    psn: Psn,
+    mtu: u32,
+    va: u64,
+    rkey: Rkey,
+    dma_len: u32,
+) -> bool {
+    let Some((orig_va, orig_rkey, orig_len)) = original.read else {
+        return false;
+    };
+    let skipped = u64::from(original.first_psn.distance_to(psn)) * u64::from(mtu);
+    rkey == orig_rkey
+        && u64::from(dma_len) + skipped == u64::from(orig_len).max(skipped)
+        && va == orig_va.wrapping_add(skipped)
 }
 
 fn key_error_nak(_: KeyError) -> Refusal {
@@ -319,7 +341,8 @@ impl Qp {
         let dst = shared.rx_dst.unwrap_or(shared.config.local_addr);
         let grh = grh_for(src, dst, pkt.as_bytes().len());
         let pd = self.init.pd;
-        let placed = match self.recv_head(shared) {
+        let claimed = self.recv_claim(shared);
+        let placed = match self.recv_head().filter(|_| claimed) {
             None => {
                 shared.counters.ud_messages_dropped += 1;
                 return;
@@ -342,7 +365,7 @@ impl Qp {
             self.fail_recv(shared, status);
             return;
         }
-        let Some(wqe) = self.recv_take(shared) else {
+        let Some(wqe) = self.recv_take() else {
             return;
         };
         let wc = WorkCompletion {
@@ -358,7 +381,7 @@ impl Qp {
             grh: true,
             ..WorkCompletion::default()
         };
-        shared.complete(self.init.recv_cq, wc);
+        self.complete(shared, self.init.recv_cq, wc, None);
     }
 
     /// A UC request (IBA 9.8.3): no ACK or NAK ever. A packet whose PSN is not the
@@ -429,7 +452,7 @@ impl Qp {
                 OpKind::Send => pos.starts_message(),
                 _ => pos.ends_message(),
             };
-        if consumes_wqe_now && self.recv_head(shared).is_none() {
+        if consumes_wqe_now && !self.recv_claim(shared) {
             return Err(Refusal::Rnr);
         }
         if matches!(
@@ -456,7 +479,7 @@ impl Qp {
                     Some(InMessage::Send { received }) => received,
                     _ => 0,
                 };
-                let capacity = self.recv_head(shared).map_or(0, |(w, _)| w.length);
+                let capacity = self.recv_head().map_or(0, |(w, _)| w.length);
                 if received.saturating_add(len) > capacity {
                     return Err(self.refuse_length(shared, kind));
                 }
@@ -485,6 +508,11 @@ impl Qp {
             OpKind::RdmaReadRequest => {
                 let dma_len = pkt.reth().map_or(0, |r| r.dma_len());
                 if dma_len > shared.config.max_msg_size {
+                    return Err(Refusal::Nak(NakCode::InvalidRequest));
+                }
+                // Its responses must take less than half the PSN space, or its own
+                // PSN would stop looking like a duplicate (IBA 9.7.1).
+                if super::requester::packets_for(dma_len, mtu) >= Psn::HALF_SPACE {
                     return Err(Refusal::Nak(NakCode::InvalidRequest));
                 }
             }
@@ -570,7 +598,7 @@ impl Qp {
                     Some(InMessage::Send { received }) => received,
                     _ => 0,
                 };
-                let (_, sges) = self.recv_head(shared).ok_or(Refusal::Rnr)?;
+                let (_, sges) = self.recv_head().ok_or(Refusal::Rnr)?;
                 if shared.scatter(pd, sges, received, payload).is_err() {
                     // The receive buffer is not writable: a responder-side error
                     // (IBA 9.7.5.1.7, NAK Remote Operational Error).
@@ -613,6 +641,7 @@ impl Qp {
                     first_psn: psn,
                     npsn,
                     atomic_orig: None,
+                    read: Some((va, rkey, dma_len)),
                 });
                 self.message_done_with(npsn);
                 self.resp.queue_read(psn, va, rkey, dma_len);
@@ -643,6 +672,7 @@ impl Qp {
                     first_psn: psn,
                     npsn: 1,
                     atomic_orig: Some(orig),
+                    read: None,
                 });
                 self.message_done_with(1);
                 let msn = self.resp.msn;
@@ -668,7 +698,7 @@ impl Qp {
     }
 
     fn fail_recv(&mut self, shared: &mut Shared, status: WcStatus) {
-        if let Some(wqe) = self.recv_take(shared) {
+        if let Some(wqe) = self.recv_take() {
             let wc = WorkCompletion {
                 wr_id: wqe.wr_id,
                 status,
@@ -676,7 +706,7 @@ impl Qp {
                 qp_num: self.qpn,
                 ..WorkCompletion::default()
             };
-            shared.complete(self.init.recv_cq, wc);
+            self.complete(shared, self.init.recv_cq, wc, None);
         }
         self.resp.msg = None;
     }
@@ -690,7 +720,7 @@ impl Qp {
         invalidated_rkey: Option<Rkey>,
         pkt: &RocePacket<&[u8]>,
     ) {
-        let Some(wqe) = self.recv_take(shared) else {
+        let Some(wqe) = self.recv_take() else {
             return;
         };
         let wc = WorkCompletion {
@@ -708,7 +738,7 @@ impl Qp {
             src_addr: None,
             grh: false,
         };
-        shared.complete(self.init.recv_cq, wc);
+        self.complete(shared, self.init.recv_cq, wc, None);
     }
 
     fn message_done(&mut self) {
@@ -728,15 +758,23 @@ impl Qp {
         match pkt.info().kind {
             OpKind::RdmaReadRequest => {
                 let Some(reth) = pkt.reth() else { return };
-                let known = self
+                let Some(original) = self
                     .resp
                     .executed
                     .iter()
-                    .any(|e| e.atomic_orig.is_none() && psn.in_window(e.first_psn, e.npsn));
-                if !known {
+                    .find(|e| e.read.is_some() && psn.in_window(e.first_psn, e.npsn))
+                    .copied()
+                else {
                     return; // too old to answer: the requester will time out
-                }
+                };
                 let (va, rkey, dma_len) = (reth.va(), reth.rkey(), reth.dma_len());
+                // It must ask again for what the original asked, from its PSN on
+                // (IBA 9.7.5.1.1): anything else would answer past the original's
+                // PSN span.
+                if !repeats_read(&original, psn, self.mtu(), va, rkey, dma_len) {
+                    shared.counters.drop_duplicate_mismatch += 1;
+                    return;
+                }
                 if dma_len > 0
                     && shared
                         .mrs
