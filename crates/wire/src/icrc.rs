@@ -13,16 +13,10 @@
 //! field is *not* masked: see DESIGN.md for why softverbs sends with DF set on an
 //! unconnected socket (ID 0) and passes the ID in.
 
+use crate::ip::{self, Family, IpHeader, IPV4_HEADER_LEN, IPV6_HEADER_LEN, UDP_HEADER_LEN};
 use crate::packet::{BTH_LEN, ICRC_LEN};
 use crate::{Error, Result};
-use std::net::{IpAddr, SocketAddr};
-
-const UDP_HEADER_LEN: usize = 8;
-const IPV4_HEADER_LEN: usize = 20;
-const IPV6_HEADER_LEN: usize = 40;
-const IPPROTO_UDP: u8 = 17;
-/// IPv4 flags and fragment offset of every softverbs datagram: DF set, offset 0.
-const IPV4_DONT_FRAGMENT: u16 = 0x4000;
+use std::net::SocketAddr;
 
 /// The IP and UDP context the ICRC covers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,74 +40,34 @@ impl IcrcContext {
     }
 }
 
-/// Both addresses as IPv4 when both are IPv4 (or IPv4-mapped IPv6), else as IPv6.
-pub(crate) enum Family {
-    V4([u8; 4], [u8; 4]),
-    V6([u8; 16], [u8; 16]),
-}
-
-pub(crate) fn family(src: IpAddr, dst: IpAddr) -> Family {
-    let v4 = |ip: IpAddr| match ip {
-        IpAddr::V4(a) => Some(a),
-        IpAddr::V6(a) => a.to_ipv4_mapped(),
-    };
-    match (v4(src), v4(dst)) {
-        (Some(s), Some(d)) => Family::V4(s.octets(), d.octets()),
-        _ => {
-            let v6 = |ip: IpAddr| match ip {
-                IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
-                IpAddr::V6(a) => a.octets(),
-            };
-            Family::V6(v6(src), v6(dst))
-        }
-    }
-}
-
 /// Computes the ICRC of `packet` (a whole RoCEv2 packet, ICRC slot included).
 pub fn compute(ctx: &IcrcContext, packet: &[u8]) -> Result<u32> {
     if packet.len() < BTH_LEN + ICRC_LEN {
         return Err(Error::Truncated);
     }
-    let udp_len =
-        u16::try_from(UDP_HEADER_LEN + packet.len()).map_err(|_| Error::BufferTooSmall)?;
     let mut pseudo = [0u8; 8 + IPV6_HEADER_LEN + UDP_HEADER_LEN + BTH_LEN];
     pseudo[..8].fill(0xff); // masked LRH
     let mut at = 8;
-    match family(ctx.src.ip(), ctx.dst.ip()) {
-        Family::V4(src, dst) => {
-            let total = udp_len
-                .checked_add(IPV4_HEADER_LEN as u16)
-                .ok_or(Error::BufferTooSmall)?;
-            let ip = &mut pseudo[at..at + IPV4_HEADER_LEN];
-            ip[0] = 0x45; // version 4, IHL 5
-            ip[1] = 0xff; // TOS (DSCP, ECN): variant
-            ip[2..4].copy_from_slice(&total.to_be_bytes());
-            ip[4..6].copy_from_slice(&ctx.ipv4_id.to_be_bytes());
-            ip[6..8].copy_from_slice(&IPV4_DONT_FRAGMENT.to_be_bytes());
-            ip[8] = 0xff; // TTL: variant
-            ip[9] = IPPROTO_UDP;
-            ip[10..12].fill(0xff); // header checksum: variant
-            ip[12..16].copy_from_slice(&src);
-            ip[16..20].copy_from_slice(&dst);
+    let udp_len = UDP_HEADER_LEN + packet.len();
+    match ip::ip_header(ctx.src.ip(), ctx.dst.ip(), udp_len, ctx.ipv4_id)? {
+        IpHeader::V4(mut h) => {
+            h[1] = 0xff; // TOS (DSCP, ECN): variant
+            h[8] = 0xff; // TTL: variant
+            h[10..12].fill(0xff); // header checksum: variant
+            pseudo[at..at + IPV4_HEADER_LEN].copy_from_slice(&h);
             at += IPV4_HEADER_LEN;
         }
-        Family::V6(src, dst) => {
-            let ip = &mut pseudo[at..at + IPV6_HEADER_LEN];
+        IpHeader::V6(mut h) => {
             // Version 6; traffic class and flow label: variant.
-            ip[0..4].copy_from_slice(&[0x6f, 0xff, 0xff, 0xff]);
-            ip[4..6].copy_from_slice(&udp_len.to_be_bytes());
-            ip[6] = IPPROTO_UDP;
-            ip[7] = 0xff; // hop limit: variant
-            ip[8..24].copy_from_slice(&src);
-            ip[24..40].copy_from_slice(&dst);
+            h[0..4].copy_from_slice(&[0x6f, 0xff, 0xff, 0xff]);
+            h[7] = 0xff; // hop limit: variant
+            pseudo[at..at + IPV6_HEADER_LEN].copy_from_slice(&h);
             at += IPV6_HEADER_LEN;
         }
     }
-    let udp = &mut pseudo[at..at + UDP_HEADER_LEN];
-    udp[0..2].copy_from_slice(&ctx.src.port().to_be_bytes());
-    udp[2..4].copy_from_slice(&ctx.dst.port().to_be_bytes());
-    udp[4..6].copy_from_slice(&udp_len.to_be_bytes());
+    let mut udp = ip::udp_header(ctx.src, ctx.dst, packet.len())?;
     udp[6..8].fill(0xff); // UDP checksum: variant
+    pseudo[at..at + UDP_HEADER_LEN].copy_from_slice(&udp);
     at += UDP_HEADER_LEN;
     pseudo[at..at + BTH_LEN].copy_from_slice(&packet[..BTH_LEN]);
     pseudo[at + 4] = 0xff; // BTH FECN, BECN, resv6: variant
@@ -171,7 +125,7 @@ pub fn sealed_ipv4_id(ctx: &IcrcContext, packet: &[u8]) -> Option<u16> {
     if diff == 0 {
         return Some(ctx.ipv4_id);
     }
-    if !matches!(family(ctx.src.ip(), ctx.dst.ip()), Family::V4(..)) {
+    if !matches!(ip::family(ctx.src.ip(), ctx.dst.ip()), Family::V4(..)) {
         return None;
     }
     // The CRC covers the masked LRH (8), the IPv4 header up to and including the

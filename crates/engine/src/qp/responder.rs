@@ -17,61 +17,13 @@ use crate::mr::KeyError;
 use crate::shared::Shared;
 use crate::types::{AccessFlags, QpState};
 use crate::wc::{WcOpcode, WcStatus, WorkCompletion};
+use softverbs_wire::ip::GRH_LEN;
 use softverbs_wire::{
     AethRepr, AethSyndrome, AtomicAckEthRepr, BthRepr, HeaderSet, NakCode, OpKind, Opcode,
     PacketRepr, Position, Psn, Qpn, Rkey, RocePacket, Transport,
 };
 use std::collections::VecDeque;
-use std::net::{IpAddr, SocketAddr};
-
-/// Bytes of GRH area at the start of every UD receive buffer.
-pub(crate) const GRH_LEN: usize = 40;
-
-/// The GRH area for a UD message that arrived from `src` at `dst` in a UDP
-/// datagram of `udp_payload` bytes: for IPv4 the IPv4 header fills the last 20
-/// bytes (the first 20 are zero), for IPv6 the IPv6 header fills all 40 — what a
-/// RoCEv2 device reports.
-pub(crate) fn grh_for(src: SocketAddr, dst: SocketAddr, udp_payload: usize) -> [u8; GRH_LEN] {
-    let mut g = [0u8; GRH_LEN];
-    let v4 = |ip: IpAddr| match ip {
-        IpAddr::V4(a) => Some(a),
-        IpAddr::V6(a) => a.to_ipv4_mapped(),
-    };
-    match (v4(src.ip()), v4(dst.ip())) {
-        (Some(s), Some(d)) => {
-            let h = &mut g[20..];
-            let total = (20 + 8 + udp_payload) as u16;
-            h[0] = 0x45;
-            h[2..4].copy_from_slice(&total.to_be_bytes());
-            h[6] = 0x40; // DF
-            h[8] = 64; // TTL
-            h[9] = 17; // UDP
-            h[12..16].copy_from_slice(&s.octets());
-            h[16..20].copy_from_slice(&d.octets());
-            let mut sum = 0u32;
-            for pair in h.chunks(2) {
-                sum += u32::from(u16::from_be_bytes([pair[0], pair[1]]));
-            }
-            while sum > 0xffff {
-                sum = (sum & 0xffff) + (sum >> 16);
-            }
-            h[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
-        }
-        _ => {
-            let v6 = |ip: IpAddr| match ip {
-                IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
-                IpAddr::V6(a) => a.octets(),
-            };
-            g[0] = 0x60;
-            g[4..6].copy_from_slice(&((8 + udp_payload) as u16).to_be_bytes());
-            g[6] = 17;
-            g[7] = 64;
-            g[8..24].copy_from_slice(&v6(src.ip()));
-            g[24..40].copy_from_slice(&v6(dst.ip()));
-        }
-    }
-    g
-}
+use std::net::SocketAddr;
 
 /// A multi-packet message being received.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -339,7 +291,7 @@ impl Qp {
         let payload = pkt.payload();
         let total = GRH_LEN + payload.len();
         let dst = shared.rx_dst.unwrap_or(shared.config.local_addr);
-        let grh = grh_for(src, dst, pkt.as_bytes().len());
+        let grh = softverbs_wire::ip::grh(src, dst, pkt.as_bytes().len());
         let pd = self.init.pd;
         let claimed = self.recv_claim(shared);
         let placed = match self.recv_head().filter(|_| claimed) {
