@@ -20,12 +20,6 @@ pub(crate) struct Shared {
     pub counters: Counters,
     /// Shared receive queues (QPs take receive WQEs from them).
     pub srqs: Slab<crate::srq::Srq>,
-    /// IPv4 Identification the ICRC of the packet being built is computed with
-    /// (segment k of a UDP GSO batch goes out with ID k; see DESIGN.md).
-    pub tx_ipv4_id: u16,
-    /// The IP destination of the datagram being received when it is not this
-    /// device's address (a multicast group); UD receives report it in the GRH.
-    pub rx_dst: Option<std::net::SocketAddr>,
 }
 
 impl Shared {

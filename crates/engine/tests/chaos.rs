@@ -991,7 +991,7 @@ impl Node for Probe {
         self.e.handle_timeout(now)
     }
     fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
-        let t = self.e.poll_transmit(now, buf)?;
+        let t = Node::poll_transmit(&mut self.e, now, buf)?;
         self.note(now, "->", &buf[..t.len]);
         Some(t)
     }

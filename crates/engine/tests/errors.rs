@@ -98,6 +98,7 @@ fn drain(p: &mut Pair, end: End) -> Vec<Vec<u8>> {
     let mut buf = vec![0u8; MAX_DATAGRAM];
     let mut out = Vec::new();
     while let Some(t) = p.engine(end).poll_transmit(now, &mut buf) {
+        t.seal(&mut buf, 0); // as a driver sending it alone would
         out.push(buf[..t.len].to_vec());
     }
     out
@@ -1880,6 +1881,7 @@ fn take(p: &mut Pair, end: End, n: usize) -> Vec<Vec<u8>> {
         let Some(t) = p.engine(end).poll_transmit(now, &mut buf) else {
             break;
         };
+        t.seal(&mut buf, 0);
         out.push(buf[..t.len].to_vec());
     }
     out

@@ -33,20 +33,13 @@ impl Node for GsoNoGro {
         self.e.handle_timeout(now);
     }
     fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
-        let (at, dst, id) = self.batch.unwrap_or((now, self.local_addr(), 0));
-        // The ID this datagram gets if it joins the open batch (checked below).
-        let next = if at == now { (id + 1) % 64 } else { 0 };
-        let t = self.e.poll_transmit_with_ipv4_id(now, buf, next)?;
-        let id = if at == now && t.dst == dst && self.batch.is_some() {
-            next
-        } else if next == 0 {
-            0
-        } else {
-            // It starts a new batch: reseal for ID 0.
-            let ctx = softverbs_wire::icrc::IcrcContext::new(self.local_addr(), t.dst);
-            softverbs_wire::icrc::fill(&ctx, &mut buf[..t.len]).unwrap();
-            0
+        let t = self.e.poll_transmit(now, buf)?;
+        // Segment k of the batch open at this instant to this destination.
+        let id = match self.batch {
+            Some((at, dst, id)) if at == now && dst == t.dst && usize::from(id) + 1 < 64 => id + 1,
+            _ => 0,
         };
+        t.seal(buf, id);
         self.batch = Some((now, t.dst, id));
         Some(t)
     }

@@ -1215,6 +1215,7 @@ fn pump(p: &mut Pair) -> Vec<Seen> {
             let mut batch = Vec::new();
             while let Some(t) = p.engine(from).poll_transmit(now, &mut buf) {
                 assert_eq!(t.dst, dst);
+                t.seal(&mut buf, 0); // as a driver sending it alone would
                 batch.push(buf[..t.len].to_vec());
             }
             for d in &batch {

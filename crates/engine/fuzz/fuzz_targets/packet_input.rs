@@ -187,10 +187,12 @@ fuzz_target!(|data: &[u8]| {
             for _ in 0..32 {
                 let mut moved = false;
                 if let Some(t) = a.engine.poll_transmit(now, &mut buf) {
+                    t.seal(&mut buf, 0);
                     b.engine.handle_datagram(now, addr_a, &buf[..t.len]);
                     moved = true;
                 }
                 if let Some(t) = b.engine.poll_transmit(now, &mut buf) {
+                    t.seal(&mut buf, 0);
                     a.engine.handle_datagram(now, addr_b, &buf[..t.len]);
                     moved = true;
                 }

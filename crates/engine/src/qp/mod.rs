@@ -18,7 +18,6 @@ use crate::wc::{WcOpcode, WcStatus, WorkCompletion};
 use crate::wr::SendOp;
 use attr::{QpAttr, QpAttrMask as M, QpInitAttr};
 use queues::{RecvQueue, SendQueue};
-use softverbs_wire::icrc::{self, IcrcContext};
 use softverbs_wire::{packet, Psn, Qpn};
 use std::net::SocketAddr;
 
@@ -486,21 +485,10 @@ impl Qp {
         self.flush_send_queue(shared);
     }
 
-    /// Pads, appends the ICRC placeholder and computes the ICRC for a packet with
-    /// `header_len` header and `payload_len` payload bytes already in `buf`.
-    pub fn seal(
-        shared: &Shared,
-        dst: SocketAddr,
-        buf: &mut [u8],
-        header_len: usize,
-        payload_len: usize,
-    ) -> Option<usize> {
-        let len = packet::finish(buf, header_len, payload_len).ok()?;
-        let ctx = IcrcContext {
-            ipv4_id: shared.tx_ipv4_id,
-            ..IcrcContext::new(shared.config.local_addr, dst)
-        };
-        icrc::fill(&ctx, &mut buf[..len]).ok()?;
-        Some(len)
+    /// Pads and appends the ICRC placeholder to a packet with `header_len` header
+    /// and `payload_len` payload bytes already in `buf`; returns its length. The
+    /// packet leaves unsealed: the driver seals it (see [`crate::Transmit::seal`]).
+    pub fn finish_packet(buf: &mut [u8], header_len: usize, payload_len: usize) -> Option<usize> {
+        packet::finish(buf, header_len, payload_len).ok()
     }
 }

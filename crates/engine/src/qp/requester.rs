@@ -456,7 +456,7 @@ impl Qp {
                 return None;
             }
         }
-        let len = Qp::seal(shared, dst, buf, header_len, payload_len as usize)?;
+        let len = Qp::finish_packet(buf, header_len, payload_len as usize)?;
         debug_assert!(len >= BTH_LEN);
 
         // Advance the cursor.

@@ -14,6 +14,7 @@
 use super::Qp;
 use crate::event::AsyncEvent;
 use crate::mr::KeyError;
+use crate::node::Route;
 use crate::shared::Shared;
 use crate::types::{AccessFlags, QpState};
 use crate::wc::{WcOpcode, WcStatus, WorkCompletion};
@@ -23,7 +24,6 @@ use softverbs_wire::{
     PacketRepr, Position, Psn, Qpn, Rkey, RocePacket, Transport,
 };
 use std::collections::VecDeque;
-use std::net::SocketAddr;
 
 /// A multi-packet message being received.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -199,15 +199,10 @@ fn key_error_nak(_: KeyError) -> Refusal {
 
 impl Qp {
     /// A request packet arrived for this QP's responder.
-    pub fn handle_request(
-        &mut self,
-        shared: &mut Shared,
-        pkt: &RocePacket<&[u8]>,
-        src: SocketAddr,
-    ) {
+    pub fn handle_request(&mut self, shared: &mut Shared, pkt: &RocePacket<&[u8]>, route: Route) {
         match self.transport() {
             Transport::Uc => return self.handle_uc_request(shared, pkt),
-            Transport::Ud => return self.handle_ud_request(shared, pkt, src),
+            Transport::Ud => return self.handle_ud_request(shared, pkt, route),
             _ => {}
         }
         if !matches!(self.state(), QpState::Rtr | QpState::Rts | QpState::Sqd) {
@@ -275,7 +270,7 @@ impl Qp {
     /// verbs leave room for the GRH; for RoCEv2 it holds the IP header the
     /// message came with). Anything that does not fit is dropped silently, as
     /// UD is.
-    fn handle_ud_request(&mut self, shared: &mut Shared, pkt: &RocePacket<&[u8]>, src: SocketAddr) {
+    fn handle_ud_request(&mut self, shared: &mut Shared, pkt: &RocePacket<&[u8]>, route: Route) {
         if !matches!(
             self.state(),
             QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
@@ -290,8 +285,7 @@ impl Qp {
         }
         let payload = pkt.payload();
         let total = GRH_LEN + payload.len();
-        let dst = shared.rx_dst.unwrap_or(shared.config.local_addr);
-        let grh = softverbs_wire::ip::grh(src, dst, pkt.as_bytes().len());
+        let grh = softverbs_wire::ip::grh(route.src, route.dst, pkt.as_bytes().len());
         let pd = self.init.pd;
         let claimed = self.recv_claim(shared);
         let placed = match self.recv_head().filter(|_| claimed) {
@@ -329,7 +323,7 @@ impl Qp {
             qp_num: self.qpn,
             src_qp: deth.src_qp(),
             solicited: pkt.bth().solicited(),
-            src_addr: Some(src),
+            src_addr: Some(route.src),
             grh: true,
             ..WorkCompletion::default()
         };
@@ -818,7 +812,7 @@ impl Qp {
                     });
                     repr.atomic_ack_eth = Some(AtomicAckEthRepr { orig });
                     let header_len = repr.emit_headers(0, buf).ok()?;
-                    return Qp::seal(shared, dst, buf, header_len, 0);
+                    return Qp::finish_packet(buf, header_len, 0);
                 }
                 Outgoing::Read {
                     psn,
@@ -902,7 +896,7 @@ impl Qp {
                         *r = remaining - n;
                         *f = false;
                     }
-                    return Qp::seal(shared, dst, buf, header_len, n as usize);
+                    return Qp::finish_packet(buf, header_len, n as usize);
                 }
             }
         }
@@ -911,8 +905,8 @@ impl Qp {
     #[allow(clippy::too_many_arguments)]
     fn emit_ack(
         &self,
-        shared: &Shared,
-        dst: std::net::SocketAddr,
+        _shared: &Shared,
+        _dst: std::net::SocketAddr,
         dest_qp: Qpn,
         psn: Psn,
         syndrome: AethSyndrome,
@@ -922,6 +916,6 @@ impl Qp {
         let mut repr = PacketRepr::new(BthRepr::new(Opcode::RcAcknowledge, dest_qp, psn), &[]);
         repr.aeth = Some(AethRepr { syndrome, msn });
         let header_len = repr.emit_headers(0, buf).ok()?;
-        Qp::seal(shared, dst, buf, header_len, 0)
+        Qp::finish_packet(buf, header_len, 0)
     }
 }
