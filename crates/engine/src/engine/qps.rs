@@ -206,10 +206,7 @@ impl Engine {
         if matches!(state, QpState::Err | QpState::Sqe) {
             // Posting to a QP in error (or a UC send queue in error) completes at
             // once with a flush error.
-            q.sq.head = seq;
-            q.retire_send(&mut self.shared, seq, WcStatus::WrFlushErr);
-            q.sq.head = seq + 1;
-            q.req.reset(q.req.next_psn, q.sq.head);
+            q.flush_posted(&mut self.shared, seq);
             q.stop_if_completion_lost(&mut self.shared);
             return Ok(());
         }
