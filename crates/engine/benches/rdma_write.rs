@@ -482,11 +482,25 @@ fn sim_run(bytes: u64, faults: Faults) -> SimRun {
 
 // ----- throughput -----
 
-/// Packets and bytes per second over about `secs` seconds.
-fn rates(icrc: IcrcPolicy, secs: f64) -> (f64, f64) {
+/// Nanoseconds the calling thread has run on a CPU (Linux schedstat), if known.
+/// On a machine shared with other work, throughput per CPU second is much steadier
+/// than per wall-clock second.
+fn thread_cpu_ns() -> Option<u64> {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Packets and bytes per second over about `secs` seconds, and bytes per second
+/// of CPU time if the system tells.
+fn rates(icrc: IcrcPolicy, secs: f64) -> (f64, f64, Option<f64>) {
     let mut l = Loop::new(icrc);
     l.run(4 * WINDOW as u64);
     let start = std::time::Instant::now();
+    let cpu_start = thread_cpu_ns();
     let mut packets = 0;
     let mut writes = 0;
     while start.elapsed().as_secs_f64() < secs {
@@ -494,7 +508,11 @@ fn rates(icrc: IcrcPolicy, secs: f64) -> (f64, f64) {
         writes += WINDOW as u64;
     }
     let t = start.elapsed().as_secs_f64();
-    (packets as f64 / t, (writes * u64::from(MSG)) as f64 / t)
+    let bytes = (writes * u64::from(MSG)) as f64;
+    let cpu = cpu_start
+        .zip(thread_cpu_ns())
+        .map(|(a, b)| bytes / ((b - a) as f64 / 1e9));
+    (packets as f64 / t, bytes / t, cpu)
 }
 
 fn bench_throughput(c: &mut Criterion) {
@@ -517,13 +535,31 @@ fn main() {
     // `cargo bench` passes --bench; `cargo test --benches` does not: then run
     // everything once, small.
     let full = std::env::args().any(|a| a == "--bench");
+    // A fixed workload only (no timing), for counting instructions:
+    // `RDMA_WRITE_FIXED=enforce|skip|both valgrind --tool=callgrind
+    // --toggle-collect='rdma_write::Loop::run' target/release/deps/rdma_write-*`.
+    if let Ok(which) = std::env::var("RDMA_WRITE_FIXED") {
+        let policies: &[IcrcPolicy] = match which.as_str() {
+            "enforce" => &[IcrcPolicy::Enforce],
+            "skip" => &[IcrcPolicy::Skip],
+            _ => &[IcrcPolicy::Enforce, IcrcPolicy::Skip],
+        };
+        for &icrc in policies {
+            let (a, p) = alloc_per_packet(icrc, 256);
+            println!("fixed workload, ICRC {icrc:?}: {a} allocations over {p} packets");
+        }
+        return;
+    }
     let scale = if full { 1 } else { 0 };
 
     println!("softverbs-engine rdma_write: 64 KiB RDMA WRITEs, MTU 4096, {WINDOW} outstanding");
     for (name, icrc) in [("enforce", IcrcPolicy::Enforce), ("skip", IcrcPolicy::Skip)] {
-        let (pps, bps) = rates(icrc, if full { 2.0 } else { 0.05 });
+        let (pps, bps, per_cpu) = rates(icrc, if full { 2.0 } else { 0.05 });
+        let per_cpu = per_cpu.map_or(String::new(), |b| {
+            format!(" ({:.2} GB per CPU second)", b / 1e9)
+        });
         println!(
-            "throughput (ICRC {name}): {:.2} GB/s, {:.0} packets/s",
+            "throughput (ICRC {name}): {:.2} GB/s, {:.0} packets/s{per_cpu}",
             bps / 1e9,
             pps
         );

@@ -13,7 +13,7 @@
 //! field is *not* masked: see DESIGN.md for why softverbs sends with DF set on an
 //! unconnected socket (ID 0) and passes the ID in.
 
-use crate::ip::{self, Family, IpHeader, IPV4_HEADER_LEN, IPV6_HEADER_LEN, UDP_HEADER_LEN};
+use crate::ip::{self, Family, IPV4_HEADER_LEN, IPV6_HEADER_LEN, UDP_HEADER_LEN};
 use crate::packet::{BTH_LEN, ICRC_LEN};
 use crate::{Error, Result};
 use std::net::SocketAddr;
@@ -49,25 +49,30 @@ pub fn compute(ctx: &IcrcContext, packet: &[u8]) -> Result<u32> {
     pseudo[..8].fill(0xff); // masked LRH
     let mut at = 8;
     let udp_len = UDP_HEADER_LEN + packet.len();
-    match ip::ip_header(ctx.src.ip(), ctx.dst.ip(), udp_len, ctx.ipv4_id)? {
-        IpHeader::V4(mut h) => {
-            h[1] = 0xff; // TOS (DSCP, ECN): variant
-            h[8] = 0xff; // TTL: variant
-            h[10..12].fill(0xff); // header checksum: variant
-            pseudo[at..at + IPV4_HEADER_LEN].copy_from_slice(&h);
-            at += IPV4_HEADER_LEN;
-        }
-        IpHeader::V6(mut h) => {
-            // Version 6; traffic class and flow label: variant.
-            h[0..4].copy_from_slice(&[0x6f, 0xff, 0xff, 0xff]);
-            h[7] = 0xff; // hop limit: variant
-            pseudo[at..at + IPV6_HEADER_LEN].copy_from_slice(&h);
-            at += IPV6_HEADER_LEN;
-        }
+    let ip_len = ip::write_ip_header_unchecked(
+        ctx.src.ip(),
+        ctx.dst.ip(),
+        udp_len,
+        ctx.ipv4_id,
+        &mut pseudo[at..],
+    )?;
+    let ip = &mut pseudo[at..at + ip_len];
+    if ip_len == IPV4_HEADER_LEN {
+        ip[1] = 0xff; // TOS (DSCP, ECN): variant
+        ip[8] = 0xff; // TTL: variant
+        ip[10..12].fill(0xff); // header checksum: variant
+    } else {
+        // Version 6; traffic class and flow label: variant.
+        ip[0..4].copy_from_slice(&[0x6f, 0xff, 0xff, 0xff]);
+        ip[7] = 0xff; // hop limit: variant
     }
-    let mut udp = ip::udp_header(ctx.src, ctx.dst, packet.len())?;
+    at += ip_len;
+    let udp_len = u16::try_from(udp_len).map_err(|_| Error::BufferTooSmall)?;
+    let udp = &mut pseudo[at..at + UDP_HEADER_LEN];
+    udp[0..2].copy_from_slice(&ctx.src.port().to_be_bytes());
+    udp[2..4].copy_from_slice(&ctx.dst.port().to_be_bytes());
+    udp[4..6].copy_from_slice(&udp_len.to_be_bytes());
     udp[6..8].fill(0xff); // UDP checksum: variant
-    pseudo[at..at + UDP_HEADER_LEN].copy_from_slice(&udp);
     at += UDP_HEADER_LEN;
     pseudo[at..at + BTH_LEN].copy_from_slice(&packet[..BTH_LEN]);
     pseudo[at + 4] = 0xff; // BTH FECN, BECN, resv6: variant

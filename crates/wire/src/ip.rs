@@ -76,33 +76,66 @@ impl IpHeader {
 /// The IP header of a softverbs datagram from `src` to `dst` carrying `udp_len` bytes
 /// of UDP (header included), with IPv4 Identification `ipv4_id` (unused for IPv6).
 pub fn ip_header(src: IpAddr, dst: IpAddr, udp_len: usize, ipv4_id: u16) -> Result<IpHeader> {
-    match family(src, dst) {
+    let mut h = [0u8; IPV6_HEADER_LEN];
+    match write_ip_header_unchecked(src, dst, udp_len, ipv4_id, &mut h)? {
+        IPV4_HEADER_LEN => {
+            let mut v4 = [0u8; IPV4_HEADER_LEN];
+            v4.copy_from_slice(&h[..IPV4_HEADER_LEN]);
+            let checksum = fold(ones_sum(0, &v4));
+            v4[10..12].copy_from_slice(&checksum.to_be_bytes());
+            Ok(IpHeader::V4(v4))
+        }
+        _ => Ok(IpHeader::V6(h)),
+    }
+}
+
+/// Writes the IP header of [`ip_header`] at the start of `out` with the IPv4 header
+/// checksum left 0, for the ICRC, which masks it and runs for every packet; returns
+/// the header's length (20 or 40).
+pub(crate) fn write_ip_header_unchecked(
+    src: IpAddr,
+    dst: IpAddr,
+    udp_len: usize,
+    ipv4_id: u16,
+    out: &mut [u8],
+) -> Result<usize> {
+    // Plain IPv4 at both ends, the common case, needs no mapping.
+    let family = match (src, dst) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => Family::V4(s.octets(), d.octets()),
+        _ => family(src, dst),
+    };
+    match family {
         Family::V4(s, d) => {
             let total =
                 u16::try_from(IPV4_HEADER_LEN + udp_len).map_err(|_| Error::BufferTooSmall)?;
-            let mut h = [0u8; IPV4_HEADER_LEN];
+            let h = out
+                .get_mut(..IPV4_HEADER_LEN)
+                .ok_or(Error::BufferTooSmall)?;
             h[0] = 0x45; // version 4, IHL 5
+            h[1] = 0;
             h[2..4].copy_from_slice(&total.to_be_bytes());
             h[4..6].copy_from_slice(&ipv4_id.to_be_bytes());
             h[6..8].copy_from_slice(&IPV4_DONT_FRAGMENT.to_be_bytes());
             h[8] = TTL;
             h[9] = IPPROTO_UDP;
+            h[10..12].fill(0);
             h[12..16].copy_from_slice(&s);
             h[16..20].copy_from_slice(&d);
-            let checksum = fold(ones_sum(0, &h));
-            h[10..12].copy_from_slice(&checksum.to_be_bytes());
-            Ok(IpHeader::V4(h))
+            Ok(IPV4_HEADER_LEN)
         }
         Family::V6(s, d) => {
             let payload = u16::try_from(udp_len).map_err(|_| Error::BufferTooSmall)?;
-            let mut h = [0u8; IPV6_HEADER_LEN];
+            let h = out
+                .get_mut(..IPV6_HEADER_LEN)
+                .ok_or(Error::BufferTooSmall)?;
             h[0] = 0x60; // version 6, traffic class and flow label 0
+            h[1..4].fill(0);
             h[4..6].copy_from_slice(&payload.to_be_bytes());
             h[6] = IPPROTO_UDP;
             h[7] = TTL;
             h[8..24].copy_from_slice(&s);
             h[24..40].copy_from_slice(&d);
-            Ok(IpHeader::V6(h))
+            Ok(IPV6_HEADER_LEN)
         }
     }
 }

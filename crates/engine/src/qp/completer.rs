@@ -96,6 +96,7 @@ impl Completer {
     /// How far past una the requester may send: `configured` PSNs, bounded by half
     /// the PSN space whatever the configuration, and by the loss-adaptive window
     /// while one is in force.
+    #[inline]
     pub fn window(&self, configured: u32) -> super::requester::Window {
         let configured = configured.min(Psn::HALF_SPACE);
         let size = match self.cwnd {

@@ -124,6 +124,7 @@ impl Qp {
 
     // ----- lending the machines what they work with -----
 
+    #[inline]
     fn send_ctx<'a>(&'a mut self, shared: &'a mut Shared) -> (&'a mut Requester, SendCtx<'a>) {
         let window = self.comp.window(self.req_window);
         let (state, transport, mtu) = (self.state(), self.transport(), self.mtu());
@@ -142,6 +143,7 @@ impl Qp {
         (&mut self.req, ctx)
     }
 
+    #[inline]
     fn complete_ctx<'a>(
         &'a mut self,
         shared: &'a mut Shared,
@@ -160,6 +162,7 @@ impl Qp {
         (&mut self.comp, ctx)
     }
 
+    #[inline]
     fn recv_ctx<'a>(&'a mut self, shared: &'a mut Shared) -> (&'a mut Responder, RecvCtx<'a>) {
         let mtu = self.mtu();
         let ctx = RecvCtx {
@@ -180,6 +183,7 @@ impl Qp {
     // ----- the requester -----
 
     /// Whether the requester has a packet it may send now.
+    #[inline]
     pub fn requester_ready(&self) -> bool {
         let window = self.comp.window(self.req_window);
         self.req
@@ -190,8 +194,11 @@ impl Qp {
     /// the send cursor if the requester may start them now: they take effect as soon
     /// as the send queue reaches them, not at the next transmit.
     pub fn run_local_ops_now(&mut self, shared: &mut Shared) {
+        if !self.req.on_local_op(&self.sq) {
+            return;
+        }
         let (req, mut ctx) = self.send_ctx(shared);
-        if req.local_op_ready(&ctx) {
+        if req.ready(&ctx) {
             let sent = req.run_local_ops(&mut ctx);
             self.apply_sent(shared, sent);
         }
@@ -205,19 +212,21 @@ impl Qp {
         now: Instant,
         buf: &mut [u8],
     ) -> Option<(usize, SocketAddr)> {
-        if !self.requester_ready() {
+        let (req, mut ctx) = self.send_ctx(shared);
+        if !req.ready(&ctx) {
             return None;
         }
-        if self.req.on_local_op(&self.sq) {
+        let sent = if req.on_local_op(ctx.sq) {
             // Carry out local operations in the way, then go on to a packet.
-            let (req, mut ctx) = self.send_ctx(shared);
             let sent = req.run_local_ops(&mut ctx);
             if !self.apply_sent(shared, sent) || !self.requester_ready() {
                 return None;
             }
-        }
-        let (req, mut ctx) = self.send_ctx(shared);
-        let sent = req.poll(&mut ctx, buf);
+            let (req, mut ctx) = self.send_ctx(shared);
+            req.poll_ready(&mut ctx, buf)
+        } else {
+            req.poll_ready(&mut ctx, buf)
+        };
         match sent {
             Sent::Packet {
                 len,

@@ -22,12 +22,10 @@ fn position(index: u32, count: u32) -> Position {
 }
 
 impl Requester {
-    /// Builds the next request packet into `buf` (unsealed), if the requester may
-    /// send one now.
-    pub fn poll(&mut self, ctx: &mut SendCtx<'_>, buf: &mut [u8]) -> Sent {
-        if !self.ready(ctx) {
-            return Sent::Nothing;
-        }
+    /// Builds the next request packet into `buf` (unsealed). The caller checked
+    /// that the requester may send one now ([`Requester::ready`]).
+    pub fn poll_ready(&mut self, ctx: &mut SendCtx<'_>, buf: &mut [u8]) -> Sent {
+        debug_assert!(self.ready(ctx));
         if self.cursor == self.started {
             if let Err(status) = self.start_wqe(ctx) {
                 return Sent::Failed {

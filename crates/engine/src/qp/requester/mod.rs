@@ -168,10 +168,12 @@ impl Requester {
     }
 
     /// Whether the requester has a packet it may send now.
+    #[inline]
     pub fn ready(&self, ctx: &SendCtx<'_>) -> bool {
         self.ready_with(ctx.state, ctx.sq, ctx.attr, ctx.window)
     }
 
+    #[inline]
     pub fn ready_with(&self, state: QpState, sq: &SendQueue, attr: &QpAttr, w: Window) -> bool {
         if !matches!(state, QpState::Rts | QpState::Sqd) {
             return false;
@@ -202,6 +204,7 @@ impl Requester {
     }
 
     /// PSN of the packet at the cursor.
+    #[inline]
     fn cursor_psn(&self, sq: &SendQueue) -> Psn {
         if self.cursor < self.started {
             sq.get(self.cursor).first_psn.add(self.cursor_pkt)
@@ -211,13 +214,9 @@ impl Requester {
     }
 
     /// Whether the cursor is on a local operation (the send queue holds one there).
+    #[inline]
     pub fn on_local_op(&self, sq: &SendQueue) -> bool {
         self.cursor < sq.tail && sq.get(self.cursor).op.is_local()
-    }
-
-    /// Whether the cursor is on a local operation the requester may carry out now.
-    pub fn local_op_ready(&self, ctx: &SendCtx<'_>) -> bool {
-        self.ready(ctx) && ctx.sq.get(self.cursor).op.is_local()
     }
 
     /// Validates a WQE the first time the cursor reaches it and assigns its PSNs.

@@ -6,11 +6,11 @@
 //! `mod.rs`; the R_Key, access and bounds checks (6 to 8) run where the memory is
 //! reached, in `execute.rs`, and refuse with [`Refusal::RemoteKey`].
 
-use super::{InMessage, RecvCtx, Responder};
+use super::{InMessage, RecvCtx, Request, Responder};
 use crate::mr::KeyError;
 use crate::types::AccessFlags;
 use crate::wc::WcStatus;
-use softverbs_wire::{NakCode, OpKind, OpcodeInfo, Position, Psn, RocePacket};
+use softverbs_wire::{NakCode, OpKind, OpcodeInfo, Position, Psn};
 
 /// Why the responder refused a new request. Each variant says what went wrong;
 /// [`Refusal::verdict`] maps it to the answer IBA prescribes.
@@ -124,6 +124,7 @@ impl Refusal {
 impl Responder {
     /// Check 2, opcode sequence (IBA 9.7.5.1.2): a message's packets arrive First,
     /// Middle..., Last; nothing else may interleave.
+    #[inline]
     pub(super) fn check_opcode_sequence(&self, kind: OpKind, pos: Position) -> Result<(), Refusal> {
         let continues = matches!(pos, Position::Middle | Position::Last);
         match (self.msg, continues) {
@@ -136,6 +137,7 @@ impl Responder {
 }
 
 /// Check 3, the QP allows the operation (IBA 10.2.4.2, qp_access_flags).
+#[inline]
 pub(super) fn check_operation_enabled(ctx: &RecvCtx<'_>, kind: OpKind) -> Result<(), Refusal> {
     let needed = match kind {
         OpKind::RdmaWrite => AccessFlags::REMOTE_WRITE,
@@ -153,6 +155,7 @@ pub(super) fn check_operation_enabled(ctx: &RecvCtx<'_>, kind: OpKind) -> Result
 /// Check 4, resources (IBA 9.7.5.1.4): a receive WQE for a message that consumes
 /// one, claimed now (a SEND's first packet, an RDMA WRITE with immediate's last);
 /// responder resources for READs and atomics.
+#[inline]
 pub(super) fn check_resources(ctx: &mut RecvCtx<'_>, info: &OpcodeInfo) -> Result<(), Refusal> {
     let consumes_wqe_now = info.needs_recv_wqe
         && match info.kind {
@@ -175,15 +178,12 @@ pub(super) fn check_resources(ctx: &mut RecvCtx<'_>, info: &OpcodeInfo) -> Resul
 impl Responder {
     /// Check 5, length (IBA 9.7.5.1.5): First and Middle packets carry exactly one
     /// MTU, Last 1..=MTU, Only 0..=MTU; a message fits its target.
-    pub(super) fn check_length(
-        &self,
-        ctx: &RecvCtx<'_>,
-        pkt: &RocePacket<&[u8]>,
-    ) -> Result<(), Refusal> {
-        let info = pkt.info();
+    #[inline]
+    pub(super) fn check_length(&self, ctx: &RecvCtx<'_>, req: &Request<'_>) -> Result<(), Refusal> {
+        let (pkt, info) = (req.pkt, req.info);
         let (kind, pos) = (info.kind, info.position);
         let mtu = ctx.mtu;
-        let len = pkt.payload().len() as u32;
+        let len = req.payload.len() as u32;
         let len_ok = match pos {
             Position::First | Position::Middle => len == mtu,
             Position::Last => (1..=mtu).contains(&len),

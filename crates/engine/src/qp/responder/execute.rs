@@ -6,7 +6,7 @@
 use super::answers::Outgoing;
 use super::checks::Refusal;
 use super::duplicates::Executed;
-use super::{InMessage, RecvCtx, Responder};
+use super::{InMessage, RecvCtx, Request, Responder};
 use crate::qp::queues::RecvWqe;
 use crate::types::AccessFlags;
 use crate::wc::{WcOpcode, WcStatus, WorkCompletion};
@@ -97,15 +97,16 @@ pub(super) struct Received {
 
 impl Responder {
     /// Executes the packet with the expected PSN that passed checks 2 to 5.
+    #[inline]
     pub(super) fn execute(
         &mut self,
         ctx: &mut RecvCtx<'_>,
-        pkt: &RocePacket<&[u8]>,
+        req: &Request<'_>,
     ) -> Result<(), Refusal> {
-        let psn = pkt.bth().psn();
-        match pkt.info().kind {
-            OpKind::RdmaWrite => self.execute_write(ctx, pkt)?,
-            OpKind::Send => self.execute_send(ctx, pkt)?,
+        let (pkt, psn) = (req.pkt, req.psn);
+        match req.info.kind {
+            OpKind::RdmaWrite => self.execute_write(ctx, req)?,
+            OpKind::Send => self.execute_send(ctx, req)?,
             // A READ or an atomic takes its PSNs and is answered from the answer
             // queue; no ACK of its own.
             OpKind::RdmaReadRequest => return self.execute_read(ctx, pkt),
@@ -121,13 +122,9 @@ impl Responder {
 
     /// An RDMA WRITE packet: its payload goes where the message's RETH said, past
     /// what earlier packets placed.
-    fn execute_write(
-        &mut self,
-        ctx: &mut RecvCtx<'_>,
-        pkt: &RocePacket<&[u8]>,
-    ) -> Result<(), Refusal> {
-        let pos = pkt.info().position;
-        let payload = pkt.payload();
+    #[inline]
+    fn execute_write(&mut self, ctx: &mut RecvCtx<'_>, req: &Request<'_>) -> Result<(), Refusal> {
+        let (pkt, pos, payload) = (req.pkt, req.info.position, req.payload);
         let len = payload.len() as u32;
         let (va, rkey, dma_len, received) = match (self.msg, pkt.reth()) {
             (
@@ -187,13 +184,8 @@ impl Responder {
 
     /// A SEND packet: its payload goes into the receive WQE's SGEs, past what earlier
     /// packets placed.
-    fn execute_send(
-        &mut self,
-        ctx: &mut RecvCtx<'_>,
-        pkt: &RocePacket<&[u8]>,
-    ) -> Result<(), Refusal> {
-        let pos = pkt.info().position;
-        let payload = pkt.payload();
+    fn execute_send(&mut self, ctx: &mut RecvCtx<'_>, req: &Request<'_>) -> Result<(), Refusal> {
+        let (pkt, pos, payload) = (req.pkt, req.info.position, req.payload);
         let inv = pkt.ieth().map(|h| h.rkey());
         if let Some(rkey) = inv {
             // The key must name memory this PD allows peers to invalidate (or a type

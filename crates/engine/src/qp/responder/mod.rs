@@ -31,7 +31,7 @@ use answers::{Answers, Outgoing};
 use checks::{Answer, Refusal};
 use duplicates::ExecutedCache;
 use softverbs_wire::ip::GRH_LEN;
-use softverbs_wire::{AethSyndrome, NakCode, Psn, Qpn, Rkey, RocePacket};
+use softverbs_wire::{AethSyndrome, NakCode, OpcodeInfo, Psn, Qpn, Rkey, RocePacket};
 
 /// A multi-packet message being received.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,6 +45,25 @@ pub(crate) enum InMessage {
         dma_len: u32,
         received: u32,
     },
+}
+
+/// A request packet as the responder reads it, its fields taken once.
+pub(super) struct Request<'a> {
+    pub pkt: &'a RocePacket<&'a [u8]>,
+    pub info: &'static OpcodeInfo,
+    pub psn: Psn,
+    pub payload: &'a [u8],
+}
+
+impl<'a> Request<'a> {
+    fn new(pkt: &'a RocePacket<&'a [u8]>) -> Self {
+        Request {
+            pkt,
+            info: pkt.info(),
+            psn: pkt.bth().psn(),
+            payload: pkt.payload(),
+        }
+    }
 }
 
 /// Responder state of one QP.
@@ -134,6 +153,7 @@ impl Responder {
     }
 
     /// A request packet of an RC QP in `state` (IBA 9.7.5.1).
+    #[inline]
     pub fn handle_rc(
         &mut self,
         ctx: &mut RecvCtx<'_>,
@@ -163,7 +183,7 @@ impl Responder {
             }
             return Verdict::Done;
         }
-        let refusal = match self.check_and_execute(ctx, pkt) {
+        let refusal = match self.check_and_execute(ctx, &Request::new(pkt)) {
             Ok(()) => {
                 self.nak_outstanding = false;
                 return Verdict::Done;
@@ -233,7 +253,7 @@ impl Responder {
             }
             self.epsn = psn;
         }
-        if let Err(refusal) = self.check_and_execute(ctx, pkt) {
+        if let Err(refusal) = self.check_and_execute(ctx, &Request::new(pkt)) {
             if let Some(status) = refusal.verdict().recv_status {
                 ctx.fail_recv(status);
             }
@@ -321,16 +341,17 @@ impl Responder {
     }
 
     /// Checks 2 to 8 and execution, for the packet with the expected PSN.
+    #[inline]
     fn check_and_execute(
         &mut self,
         ctx: &mut RecvCtx<'_>,
-        pkt: &RocePacket<&[u8]>,
+        req: &Request<'_>,
     ) -> Result<(), Refusal> {
-        let info = pkt.info();
+        let info = req.info;
         self.check_opcode_sequence(info.kind, info.position)?;
         checks::check_operation_enabled(ctx, info.kind)?;
         checks::check_resources(ctx, info)?;
-        self.check_length(ctx, pkt)?;
-        self.execute(ctx, pkt)
+        self.check_length(ctx, req)?;
+        self.execute(ctx, req)
     }
 }
