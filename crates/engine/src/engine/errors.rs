@@ -33,7 +33,9 @@ pub enum PostError {
     /// The QP's state does not accept this queue's work requests.
     #[error("QP in state {0:?} does not accept this work request")]
     InvalidState(QpState),
-    /// The queue is full.
+    /// The queue is full. A send queue slot is free again only once its WR's
+    /// completion was polled (an unsignaled WR's: once a later signaled completion
+    /// of the queue was), as on hardware.
     #[error("queue full")]
     QueueFull,
     /// More SGEs than the QP was created with.

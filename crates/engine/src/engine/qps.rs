@@ -168,7 +168,9 @@ impl Engine {
         self.qps.get(qp.0).map(|q| (q.attr, q.init))
     }
 
-    /// Queues a send work request.
+    /// Queues a send work request. It takes a send queue slot until its completion
+    /// (or, unsignaled, a later signaled completion of the queue) is polled; with
+    /// max_send_wr slots taken it fails with [`PostError::QueueFull`].
     pub fn post_send(&mut self, qp: QpHandle, wr: &SendWr<'_>) -> Result<(), PostError> {
         // Type 1 windows are bound only with bind_mw (IBA 10.6.7.2.1).
         if let crate::wr::SendOp::BindMw { mw, .. } = wr.op {
