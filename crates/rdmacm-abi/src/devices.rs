@@ -24,7 +24,10 @@ unsafe impl<T> Send for Ptr<T> {}
 
 /// What librdmacm holds of libibverbs' devices.
 struct Devices {
-    /// The device list, kept (never freed) so the entries stay valid.
+    /// The list `ibv_get_device_list` returned, kept (never freed, as rdma-core's librdmacm
+    /// keeps it) so its entries stay valid.
+    _kept: Ptr<*mut ibv_device>,
+    /// Its entries.
     list: Vec<Ptr<ibv_device>>,
     /// One context per device that opened, in list order; opened on first use.
     contexts: Option<Vec<Ptr<ibv_context>>>,
@@ -64,6 +67,7 @@ fn list_devices() -> Result<(), Errno> {
         .map(|i| Ptr(unsafe { *list.add(i) }))
         .collect();
     *guard = Some(Devices {
+        _kept: Ptr(list),
         list: entries,
         contexts: None,
     });

@@ -110,8 +110,28 @@ pub struct Output {
 
 /// Runs `exe` with `dir` first on `LD_LIBRARY_PATH`, killing it after 60 s.
 pub fn run_on(exe: &Path, dir: &Path) -> Output {
-    let mut child = Command::new(exe)
-        .env("LD_LIBRARY_PATH", dir)
+    run_bounded(Command::new(exe).env("LD_LIBRARY_PATH", dir), exe)
+}
+
+/// Runs `exe` as [`run_on`] does, under valgrind's memcheck: fails on any memory error or
+/// definite leak (`--error-exitcode`), whoever's.
+pub fn run_on_under_memcheck(exe: &Path, dir: &Path) -> Output {
+    run_bounded(
+        Command::new("valgrind")
+            .args([
+                "-q",
+                "--error-exitcode=99",
+                "--leak-check=full",
+                "--errors-for-leak-kinds=definite",
+            ])
+            .arg(exe)
+            .env("LD_LIBRARY_PATH", dir),
+        exe,
+    )
+}
+
+fn run_bounded(cmd: &mut Command, exe: &Path) -> Output {
+    let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
