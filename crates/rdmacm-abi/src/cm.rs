@@ -57,7 +57,7 @@ pub fn forget(id: &Arc<Id>) {
     id.set_cm(0);
 }
 
-/// Whether events of the id at `c` carry UD parameters (rdma-core's `ucma_is_ud_qp`).
+/// Whether the id's events carry UD parameters (rdma-core's `ucma_is_ud_qp`).
 fn is_ud(id: &Id) -> bool {
     // SAFETY: plain read of a field of the id's C struct.
     unsafe { (*id.c()).qp_type == IBV_QPT_UD }

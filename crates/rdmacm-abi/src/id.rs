@@ -44,9 +44,9 @@ pub struct Id {
     acked_changed: Condvar,
 }
 
-// SAFETY: the C struct is shared with C code by design (rdma-core's id is too); librdmacm
-// writes its own fields of it only where rdma-core does, and reads fields C may write with
-// volatile-free plain reads of plain data. Everything else is behind locks or atomics.
+// SAFETY: the C struct is shared with C code by design (rdma-core's id is too): librdmacm
+// writes its fields only where rdma-core does and reads them as plain data, through the
+// `UnsafeCell`. Everything else is behind locks or atomics.
 unsafe impl Sync for Id {}
 // SAFETY: as above; nothing in it is tied to a thread.
 unsafe impl Send for Id {}
