@@ -493,3 +493,48 @@ pub unsafe extern "C" fn rdma_create_ep(
         Err(libc::ENOSYS)
     })())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use softverbs_stub_support::Zeroed;
+
+    /// An id whose route addresses are `src` and `dst` (as the connection manager will set
+    /// them), and its ports as `rdma_get_src_port` / `rdma_get_dst_port` report them.
+    fn ports(src: rdma_sockaddr, dst: rdma_sockaddr) -> (u16, u16) {
+        let channel = Channel::new(false).unwrap();
+        let id = Id::create(Some(channel), ptr::null_mut(), RDMA_PS_TCP, IBV_QPT_RC).unwrap();
+        // SAFETY: plain writes to the live id's C struct, as the library's own code does.
+        unsafe {
+            (*id.c()).route.addr.src = src;
+            (*id.c()).route.addr.dst = dst;
+        }
+        // SAFETY: a live id.
+        let got = unsafe { (rdma_get_src_port(id.c_ptr()), rdma_get_dst_port(id.c_ptr())) };
+        id.destroy();
+        (u16::from_be(got.0), u16::from_be(got.1))
+    }
+
+    #[test]
+    fn ports_of_ipv4_ipv6_and_af_ib_addresses() {
+        let mut v4 = rdma_sockaddr::zeroed();
+        v4.sin.sin_family = libc::AF_INET as u16;
+        v4.sin.sin_port = 7471u16.to_be();
+        let mut v6 = rdma_sockaddr::zeroed();
+        v6.sin6.sin6_family = libc::AF_INET6 as u16;
+        v6.sin6.sin6_port = 18515u16.to_be();
+        assert_eq!(ports(v4, v6), (7471, 18515));
+        let mut ib = rdma_sockaddr::zeroed();
+        let mut sib = sockaddr_ib::zeroed();
+        sib.sib_family = AF_IB as u16;
+        // The port is the low 16 bits of the service ID (here PS_TCP's, port 7174).
+        sib.sib_sid = (RDMA_IB_IP_PS_TCP + 7174).to_be();
+        // SAFETY: a `sockaddr_ib` fits in the `sockaddr_storage` member.
+        unsafe { ptr::write_unaligned((&raw mut ib.storage).cast::<sockaddr_ib>(), sib) };
+        let none = rdma_sockaddr::zeroed();
+        assert_eq!(ports(ib, none), (7174, 0));
+        // An unknown id has no port.
+        // SAFETY: the pointer is looked up, never dereferenced.
+        assert_eq!(unsafe { rdma_get_src_port(ptr::null_mut()) }, 0);
+    }
+}
