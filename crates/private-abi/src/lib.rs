@@ -95,7 +95,8 @@ pub struct ConnParam {
     pub rnr_retry_count: u8,
     /// Nonzero when the QP uses a shared receive queue.
     pub srq: u8,
-    /// The QP number (down: the local QP; up: the peer's).
+    /// The QP number. Down: the QP to connect when the id has none tied to it (an
+    /// application's own QP, `conn_param->qp_num`); up: the peer's.
     pub qp_num: u32,
 }
 
@@ -205,6 +206,14 @@ pub struct CmOps {
     /// to `paths` and stores how many the id has in `*num_paths`.
     pub query_route:
         unsafe extern "C" fn(id: CmHandle, paths: *mut c_void, num_paths: *mut c_int) -> c_int,
+    /// Ties QP `qp_num` to the id (`rdma_create_qp`, after librdmacm created the QP through
+    /// the public verbs). With `managed` nonzero the connection manager drives the QP's
+    /// state as librdmacm does (INIT now, and for UD RTR and RTS; RTR and RTS on connect
+    /// and accept; ERR on disconnect and reject), its driver applying each transition to
+    /// the QP inside libibverbs. `srq` is nonzero when the QP receives from an SRQ.
+    pub set_qp: unsafe extern "C" fn(id: CmHandle, qp_num: u32, srq: u8, managed: u8) -> c_int,
+    /// Unties the id's QP (`rdma_destroy_qp`, before librdmacm destroys it).
+    pub clear_qp: unsafe extern "C" fn(id: CmHandle) -> c_int,
     /// `rdma_listen`.
     pub listen: unsafe extern "C" fn(id: CmHandle, backlog: c_int) -> c_int,
     /// `rdma_connect` (REQ, or SIDR_REQ for UD ids).

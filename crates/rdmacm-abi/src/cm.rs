@@ -419,6 +419,9 @@ mod tests {
         unsafe extern "C" fn no_route(_: CmHandle, _: *mut c_void, _: *mut i32) -> i32 {
             -libc::ENOSYS
         }
+        unsafe extern "C" fn no_set_qp(_: CmHandle, _: u32, _: u8, _: u8) -> i32 {
+            -libc::ENOSYS
+        }
         unsafe extern "C" fn no_conn(_: CmHandle, _: *const ConnParam) -> i32 {
             -libc::ENOSYS
         }
@@ -460,6 +463,8 @@ mod tests {
             resolve_route: no_int,
             query_addr: no_query,
             query_route: no_route,
+            set_qp: no_set_qp,
+            clear_qp: no_args,
             listen: no_int,
             connect: no_conn,
             accept: no_conn,
