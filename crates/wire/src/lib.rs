@@ -6,11 +6,14 @@
 //! struct parses from a view and emits into a buffer.
 //!
 //! Spec references are to the InfiniBand Architecture Specification Volume 1,
-//! release 1.4 ("IBA"), chapter 9 (transport layer) and Annex A17 (RoCEv2).
+//! release 1.4 ("IBA"), chapter 9 (transport layer), chapters 12-13 (communication
+//! management, MADs) and Annex A17 (RoCEv2).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod cm;
 pub mod field;
+pub mod gid;
 pub mod headers;
 pub mod icrc;
 pub mod ip;
@@ -21,6 +24,7 @@ pub mod pcap;
 pub mod testing;
 pub mod types;
 
+pub use gid::Gid;
 pub use headers::{
     aeth::{Aeth, AethRepr, AethSyndrome, NakCode},
     atomic_ack_eth::{AtomicAckEth, AtomicAckEthRepr},
@@ -62,6 +66,32 @@ pub enum Error {
     /// The buffer given to an emitter is too small.
     #[error("buffer too small to emit the packet")]
     BufferTooSmall,
+    /// A buffer that must have one exact length has another (a MAD is 256 bytes).
+    #[error("expected {expected} bytes, got {got}")]
+    BadLength {
+        /// The length required.
+        expected: usize,
+        /// The length given.
+        got: usize,
+    },
+    /// A field holds a value this implementation refuses (reserved, or not one of
+    /// the values it speaks); the text names the field.
+    #[error("invalid {0}")]
+    InvalidField(&'static str),
+    /// A CM MAD of an attribute (message type) that is not supported.
+    #[error("unsupported CM attribute {0:#06x}")]
+    UnknownAttribute(u16),
+    /// More private data than the message's field holds.
+    #[error("{len} bytes of private data, the field holds {max}")]
+    PrivateDataTooLong {
+        /// The field's size.
+        max: usize,
+        /// The bytes given.
+        len: usize,
+    },
+    /// A datagram to QP1 that is not a GSI datagram; the text says why.
+    #[error("not a QP1 (GSI) datagram: {0}")]
+    NotGsi(&'static str),
 }
 
 /// Shorthand for results of this crate.

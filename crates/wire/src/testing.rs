@@ -65,3 +65,47 @@ pub fn exercise_accessors(packet: &RocePacket<&[u8]>) {
         packet.as_bytes().len()
     );
 }
+
+/// Calls every accessor of the CM message view that a MAD's attribute ID selects (any
+/// 232-byte body fits every view), and of the datagram and rdma_cm header views when
+/// the bytes allow them. Panics only on a broken invariant.
+pub fn exercise_cm_accessors(mad: &crate::cm::mad::Mad<&[u8]>) {
+    use crate::cm::*;
+    let _ = (
+        mad.base_version(),
+        mad.mgmt_class(),
+        mad.class_version(),
+        mad.method(),
+        mad.status(),
+        mad.class_specific(),
+        mad.transaction_id(),
+        mad.attribute_id(),
+        mad.reserved(),
+        mad.attribute_modifier(),
+    );
+    let body = mad.message();
+    assert_eq!(body.len(), mad::CM_MESSAGE_LEN);
+    let req = Req::new_checked(body).expect("a MAD body holds a REQ");
+    let _ = ReqRepr::parse(&req);
+    let rep = Rep::new_checked(body).expect("a MAD body holds a REP");
+    let _ = RepRepr::parse(&rep);
+    let _ = MraRepr::parse(&Mra::new_checked(body).expect("MRA"));
+    let _ = RejRepr::parse(&Rej::new_checked(body).expect("REJ"));
+    let _ = RtuRepr::parse(&Rtu::new_checked(body).expect("RTU"));
+    let _ = DreqRepr::parse(&Dreq::new_checked(body).expect("DREQ"));
+    let _ = DrepRepr::parse(&Drep::new_checked(body).expect("DREP"));
+    let sidr_req = SidrReq::new_checked(body).expect("SIDR_REQ");
+    let _ = SidrReqRepr::parse(&sidr_req);
+    let _ = SidrRepRepr::parse(&SidrRep::new_checked(body).expect("SIDR_REP"));
+    for private in [req.private_data(), sidr_req.private_data()] {
+        let h = CmaHeader::new_checked(private).expect("REQ private data holds the header");
+        let _ = (
+            h.version(),
+            h.ip_version(),
+            h.src_port(),
+            h.src_field(),
+            h.dst_field(),
+        );
+        let _ = CmaHeaderRepr::parse(&h);
+    }
+}

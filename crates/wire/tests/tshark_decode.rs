@@ -14,7 +14,7 @@
 
 mod common;
 
-use common::{assert_coverage, cases, hex, skip, Case};
+use common::{assert_coverage, cases, hex, skip, tshark, tshark_version, Case};
 use softverbs_wire::pcap::PcapWriter;
 use softverbs_wire::{AethSyndrome, NakCode, Opcode, Transport};
 use std::collections::HashMap;
@@ -79,22 +79,6 @@ const FIELDS: &[&str] = &[
     "infiniband.invariant.crc",
     "data.data",
 ];
-
-fn tshark() -> String {
-    std::env::var("SOFTVERBS_TSHARK").unwrap_or_else(|_| "tshark".to_owned())
-}
-
-fn tshark_version(tshark: &str) -> Result<String, String> {
-    match Command::new(tshark).arg("--version").output() {
-        Ok(out) if out.status.success() => Ok(String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .next()
-            .unwrap_or("")
-            .to_owned()),
-        Ok(out) => Err(format!("{tshark} --version failed: {}", out.status)),
-        Err(e) => Err(format!("cannot run {tshark}: {e}")),
-    }
-}
 
 /// One decoded frame: field name to its values (all occurrences).
 struct Frame(HashMap<&'static str, Vec<String>>);

@@ -430,3 +430,21 @@ pub fn assert_coverage(cases: &[Case]) {
         .iter()
         .any(|c| c.ctx.src.is_ipv6() && c.src_ip.is_ipv4()));
 }
+
+/// The tshark binary to run (`SOFTVERBS_TSHARK` names another).
+pub fn tshark() -> String {
+    std::env::var("SOFTVERBS_TSHARK").unwrap_or_else(|_| "tshark".to_owned())
+}
+
+/// The first line of `tshark --version`, or why tshark cannot run.
+pub fn tshark_version(tshark: &str) -> Result<String, String> {
+    match std::process::Command::new(tshark).arg("--version").output() {
+        Ok(out) if out.status.success() => Ok(String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .next()
+            .unwrap_or("")
+            .to_owned()),
+        Ok(out) => Err(format!("{tshark} --version failed: {}", out.status)),
+        Err(e) => Err(format!("cannot run {tshark}: {e}")),
+    }
+}
