@@ -1,8 +1,8 @@
 //! Queue pairs: state, attributes, queues, and the three state machines of the
 //! transport, as rxe splits them —
-//! [`requester`] (builds request packets; normal, retransmit or RNR-wait mode),
-//! [`completer`] (processes answers, runs the ACK timer, counts retries) and
-//! [`responder`] (checks, executes and answers requests).
+//! `requester` (builds request packets; normal, retransmit or RNR-wait mode),
+//! `completer` (processes answers, runs the ACK timer, counts retries) and
+//! `responder` (checks, executes and answers requests).
 //!
 //! Each machine owns its state. What it works with besides — the send or receive
 //! queue, the attributes, the device's memory and CQs — is lent to each call, and
