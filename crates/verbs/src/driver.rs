@@ -31,7 +31,9 @@ use crate::config::Config;
 use crate::events::{EventQueue, Source};
 use crate::faults::{Fate, FaultInjector};
 use crate::sys::{self, EventFd, Flushed, RecvBatch, SendBatch};
-use softverbs_engine::{AsyncEvent, CqHandle, Engine, EngineConfig, Instant, Mtu, MAX_DATAGRAM};
+use softverbs_engine::{
+    AsyncEvent, CqHandle, Engine, EngineConfig, Instant, Mtu, Transmit, MAX_DATAGRAM,
+};
 use softverbs_wire::pcap::PcapWriter;
 use std::collections::{HashMap, VecDeque};
 use std::fs::File;
@@ -112,7 +114,7 @@ struct Outbox {
 struct Sender {
     faults: Option<FaultInjector>,
     /// A datagram held back by fault injection (reordering).
-    held: Option<(SocketAddr, Vec<u8>)>,
+    held: Option<(Transmit, Vec<u8>)>,
 }
 
 pub(crate) struct Driver {
@@ -262,7 +264,9 @@ impl Driver {
             }
             None => None,
         };
-        let gso = config.gso && config.faults.is_none();
+        // Fault injection acts on the datagrams of a batch before it is grouped for GSO,
+        // so GSO stays on with faults (the default path is the one tested).
+        let gso = config.gso;
         let mut ecfg = EngineConfig::new(local);
         ecfg.icrc = config.icrc;
         ecfg.port_mtu = active_mtu;
@@ -369,19 +373,8 @@ impl Driver {
     }
 
     fn transmit(&self, st: &mut State, now: Instant) {
-        loop {
-            let id = st.tx.next_ipv4_id();
-            let Some(t) = st
-                .engine
-                .poll_transmit_with_ipv4_id(now, st.tx.next_buf(), id)
-            else {
-                break;
-            };
-            if st.tx.commit(t.dst, t.len) != id {
-                // It could not join the GSO group it was built for: it goes out
-                // first in a new one, with IPv4 ID 0.
-                st.tx.refill_icrc_last(self.local);
-            }
+        while let Some(t) = st.engine.poll_transmit(now, st.tx.next_buf()) {
+            st.tx.commit(t);
             if st.tx.is_full() {
                 self.enqueue(st);
             }
@@ -447,14 +440,23 @@ impl Driver {
         }
     }
 
-    /// Sends one batch (fault injection and capture first, on its first attempt); `Err`
-    /// when the socket pushed back and datagrams are left in it.
+    /// Sends one batch; `Err` when the socket pushed back and datagrams are left in it.
+    /// On its first attempt, fault injection decides each datagram's fate (so faults act
+    /// on the GSO segments the batch then forms), the batch seals each datagram for its
+    /// place (see [`SendBatch::seal`]), corruption flips a bit of a sealed one, the
+    /// capture records the batch, and what fault injection duplicated or held back goes
+    /// out after it, alone (IPv4 ID 0).
     fn send_batch(&self, sender: &mut Sender, batch: &mut SendBatch) -> Result<(), Blocked> {
+        let mut extra = Vec::new();
         if !batch.started() {
-            self.inject_faults(sender, batch);
-            self.capture_tx(batch);
+            extra = self.inject_faults(sender, batch);
+            self.capture_tx(batch, &extra);
         }
         let flushed = batch.flush(&self.socket);
+        for (t, data) in extra {
+            note_syscall();
+            let _ = self.socket.send_to(&data, t.dst);
+        }
         let (sent, errors, calls) = flushed.counts();
         let c = &self.counters;
         c.tx_datagrams.fetch_add(sent as u64, Ordering::Relaxed);
@@ -478,50 +480,75 @@ impl Driver {
         }
     }
 
-    fn inject_faults(&self, sender: &mut Sender, batch: &mut SendBatch) {
-        let Some(faults) = sender.faults.as_mut() else {
-            return;
-        };
-        let mut extra: Vec<(SocketAddr, Vec<u8>)> = Vec::new();
-        for (dst, buf, len, _) in batch.iter_mut() {
-            match faults.decide() {
-                Fate::Send => {}
-                Fate::Drop => {
-                    *len = 0;
-                    self.counters.injected_drops.fetch_add(1, Ordering::Relaxed);
-                }
-                Fate::Duplicate => extra.push((dst, buf[..*len].to_vec())),
-                Fate::Corrupt { byte, bit } => {
-                    let i = byte % (*len).max(1);
-                    buf[i] ^= 1 << bit;
-                }
-                Fate::Reorder => {
-                    if let Some(prev) = sender.held.replace((dst, buf[..*len].to_vec())) {
-                        extra.push(prev);
+    /// Decides the fate of each datagram of a batch not sent yet, seals the batch and
+    /// corrupts what must be corrupted; returns the sealed datagrams to send after it.
+    fn inject_faults(
+        &self,
+        sender: &mut Sender,
+        batch: &mut SendBatch,
+    ) -> Vec<(Transmit, Vec<u8>)> {
+        let mut extra: Vec<(Transmit, Vec<u8>)> = Vec::new();
+        let mut corrupt: Vec<(usize, usize, u8)> = Vec::new();
+        if let Some(faults) = sender.faults.as_mut() {
+            // Index each kept datagram will have once the dropped ones are gone.
+            let mut kept = 0;
+            for (t, buf, len, _) in batch.iter_mut() {
+                match faults.decide() {
+                    Fate::Send => kept += 1,
+                    Fate::Drop => {
+                        *len = 0;
+                        self.counters.injected_drops.fetch_add(1, Ordering::Relaxed);
                     }
-                    *len = 0;
+                    Fate::Duplicate => {
+                        extra.push((t, buf[..*len].to_vec()));
+                        kept += 1;
+                    }
+                    Fate::Corrupt { byte, bit } => {
+                        corrupt.push((kept, byte, bit));
+                        kept += 1;
+                    }
+                    Fate::Reorder => {
+                        if let Some(prev) = sender.held.replace((t, buf[..*len].to_vec())) {
+                            extra.push(prev);
+                        }
+                        *len = 0;
+                    }
+                }
+            }
+            // Held datagrams go out after this batch.
+            if let Some(h) = sender.held.take() {
+                extra.push(h);
+            }
+        }
+        batch.seal();
+        if !corrupt.is_empty() {
+            let mut datagrams: Vec<(&mut Vec<u8>, usize)> = batch
+                .iter_mut()
+                .map(|(_, buf, len, _)| (buf, *len))
+                .collect();
+            for (i, byte, bit) in corrupt {
+                if let Some((buf, len)) = datagrams.get_mut(i) {
+                    buf[byte % (*len).max(1)] ^= 1 << bit;
                 }
             }
         }
-        // Held datagrams go out after this batch.
-        if let Some(h) = sender.held.take() {
-            extra.push(h);
+        for (t, data) in &mut extra {
+            t.seal(data, 0);
         }
-        for (dst, data) in extra {
-            note_syscall();
-            let _ = self.socket.send_to(&data, dst);
-        }
+        extra
     }
 
-    fn capture_tx(&self, batch: &mut SendBatch) {
+    /// Records a sealed batch and the datagrams sent after it in the capture file.
+    fn capture_tx(&self, batch: &mut SendBatch, extra: &[(Transmit, Vec<u8>)]) {
         let mut pcap = lock(&self.pcap);
         if pcap.is_none() {
             return;
         }
-        for (dst, buf, len, id) in batch.iter_mut() {
-            if *len > 0 {
-                write_capture(&mut pcap, self.local, dst, id, &buf[..*len]);
-            }
+        for (t, buf, len, id) in batch.iter_mut() {
+            write_capture(&mut pcap, t.src, t.dst, id, &buf[..*len]);
+        }
+        for (t, data) in extra {
+            write_capture(&mut pcap, t.src, t.dst, 0, data);
         }
     }
 
