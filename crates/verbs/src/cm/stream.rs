@@ -27,7 +27,7 @@ impl EventChannel {
     pub fn stream(&self) -> std::io::Result<CmEventStream> {
         // SAFETY: the fd belongs to the channel, which the stream holds (and drops only
         // after the AsyncFd, by field order), so it stays open and the same.
-        let fd = AsyncFd::new(ChannelFd(self.fd()))?;
+        let fd = unsafe { AsyncFd::register(ChannelFd(self.fd())) }?;
         Ok(CmEventStream {
             fd,
             channel: self.clone(),
