@@ -37,7 +37,7 @@ pub(crate) mod sys;
 
 pub use channel::{Event, EventChannel};
 pub use id::CmId;
-pub use rc::{connect_rc, RcConnection, RcListener, RcOptions};
+pub use rc::{accept_request, connect_rc, RcConnection, RcListener, RcOptions};
 pub use softverbs_cm::{
     AhAttr, CmEvent, CmEventKind, CmIdHandle, ConnEventParam, ConnParam, EventParam, EventStatus,
     IdOptions, IdState, PathRecord, PortSpace, QpAttrs, QpBinding, RejReason, SidrStatus,

@@ -208,8 +208,9 @@ impl RcListener {
     }
 }
 
-/// Accepts a request id (from [`RcListener::get_request`]) with a new QP.
-pub(crate) fn accept_request(
+/// Accepts a request id (from [`RcListener::get_request`], with the private data it
+/// came with) with a new QP on `pd` and `cq`, and waits for the peer's RTU.
+pub fn accept_request(
     id: CmId,
     private_data: Vec<u8>,
     pd: &Pd,
