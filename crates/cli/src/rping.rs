@@ -190,9 +190,8 @@ fn server(a: &RpingArgs) -> Result<()> {
     loop {
         post_ctrl_recv(&conn, &b)?;
         // The client's source buffer, or the end.
-        match wait_recv_or_disconnect(&conn, &cq)? {
-            false => break,
-            true => {}
+        if !wait_recv_or_disconnect(&conn, &cq)? {
+            break;
         }
         let (addr, rkey, len) = read_ctrl(&b);
         let len = len.min(b.size as u32);
