@@ -5,6 +5,7 @@
 //! connection data over TCP as the classic tools do; the data path is softverbs
 //! RoCEv2-in-UDP.
 
+mod cmpingpong;
 mod conn;
 mod devinfo;
 mod json;
@@ -173,6 +174,10 @@ pub struct PingpongArgs {
     /// most one MTU, received after a 40-byte GRH area; needs a lossless path.
     #[arg(long)]
     ud: bool,
+    /// Connect the RC QPs through the connection manager (as perftest's -R): --port is
+    /// the rdma_cm port (TCP port space) and no TCP connection is used.
+    #[arg(long, conflicts_with_all = ["ud", "uc", "srq"])]
+    cm: bool,
 }
 
 /// The operation a benchmark measures.

@@ -119,3 +119,42 @@ fn a_second_server_on_the_port_fails_and_a_closed_port_is_refused() {
     ));
     assert!(!ok && out.contains("Rejected"), "{out}");
 }
+
+#[test]
+fn pingpong_connects_through_the_cm() {
+    let port = free_port("127.0.0.1");
+    let srv = spawn(
+        &[
+            "pingpong",
+            "--cm",
+            "--server",
+            "-p",
+            &port,
+            "-s",
+            "3000",
+            "-n",
+            "100",
+            "--validate",
+        ],
+        &[],
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let (cok, cout) = finish(spawn(
+        &[
+            "pingpong",
+            "--cm",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-s",
+            "3000",
+            "-n",
+            "100",
+            "--validate",
+        ],
+        &[],
+    ));
+    let (sok, sout) = finish(srv);
+    assert!(cok && sok, "{cout}\n{sout}");
+    assert!(cout.contains("100 iters in"), "{cout}");
+}

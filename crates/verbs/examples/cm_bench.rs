@@ -78,9 +78,13 @@ fn main() {
     let c: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(100);
 
     let stop = Arc::new(AtomicBool::new(false));
-    let server = Device::with_config("bench-s", Config::default()).open().unwrap();
+    let server = Device::with_config("bench-s", Config::default())
+        .open()
+        .unwrap();
     let (at, h) = serve(server, Arc::clone(&stop));
-    let client = Device::with_config("bench-c", Config::default()).open().unwrap();
+    let client = Device::with_config("bench-c", Config::default())
+        .open()
+        .unwrap();
     let pd = client.alloc_pd().unwrap();
     let cq = client.create_cq(4096, None).unwrap();
     let opts = RcOptions {
