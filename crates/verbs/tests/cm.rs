@@ -258,3 +258,49 @@ fn multicast_join_reaches_three_receivers() {
         assert_eq!(wc.byte_len, 16 + 40, "payload and GRH");
     }
 }
+
+/// IBA 11.6.3: a connected QP in RTR reports its first packet as Communication
+/// Established (once), which the connection manager takes in place of a lost RTU.
+#[test]
+fn a_qp_in_rtr_reports_comm_established_once() {
+    let a = side();
+    let b = side();
+    let qa = QpBuilder::new(&a.pd, &a.cq).build().unwrap();
+    let qb = QpBuilder::new(&b.pd, &b.cq).build().unwrap();
+    let access = InitAttr {
+        access: AccessFlags::LOCAL_WRITE,
+    };
+    qa.to_init(access).unwrap();
+    qb.to_init(access).unwrap();
+    let rtr = |peer: &Context, qpn, psn| RtrAttr {
+        remote: RemoteQp::from_gid(peer.gid(), qpn, psn),
+        mtu: Mtu::Mtu1024,
+        max_dest_rd_atomic: 1,
+        min_rnr_timer: 1,
+    };
+    qa.to_rtr(rtr(&b.ctx, qb.qpn(), 7)).unwrap();
+    qa.to_rts(RtsAttr {
+        sq_psn: 5,
+        ..RtsAttr::default()
+    })
+    .unwrap();
+    qb.to_rtr(rtr(&a.ctx, qa.qpn(), 5)).unwrap();
+    for i in 0..2 {
+        qb.post_recv(i, &[b.mr.sge(0, 64)]).unwrap();
+    }
+    let sge = [a.mr.sge(0, 8)];
+    for i in 0..2 {
+        qa.post_send(&SendWr::new(i, SendOp::Send, &sge)).unwrap();
+        assert_eq!(wait_wc(&b.cq).status, WcStatus::Success);
+    }
+    let mut seen = Vec::new();
+    while let Some(ev) = b.ctx.poll_async_event() {
+        b.ctx.ack_async_event(&ev);
+        seen.push(ev);
+    }
+    let est: Vec<_> = seen
+        .iter()
+        .filter(|e| matches!(e, AsyncEvent::CommEstablished(_)))
+        .collect();
+    assert_eq!(est, [&AsyncEvent::CommEstablished(qb.handle())], "{seen:?}");
+}
