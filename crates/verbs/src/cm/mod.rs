@@ -40,9 +40,12 @@ pub use id::CmId;
 pub use rc::{accept_request, connect_rc, RcConnection, RcListener, RcOptions};
 pub use softverbs_cm::{
     AhAttr, CmEvent, CmEventKind, CmIdHandle, ConnEventParam, ConnParam, EventParam, EventStatus,
-    IdOptions, IdState, PathRecord, PortSpace, QpAttrs, QpBinding, RejReason, SidrStatus,
-    UdEventParam, RDMA_UDP_QKEY,
+    IbMtu, IdOptions, IdState, PathRecord, PortSpace, QpAttrMask as CmQpAttrMask, QpAttrs,
+    QpBinding, RejReason, ResolveError, SidrStatus, UdEventParam, RDMA_UDP_QKEY,
 };
+
+/// The QP states the connection manager hands out attributes for (`rdma_init_qp_attr`).
+pub use softverbs_cm::QpState as CmQpState;
 #[cfg(feature = "tokio")]
 pub use stream::CmEventStream;
 
@@ -299,6 +302,17 @@ impl ConnectionManager {
     /// Rejects a connection request (`rdma_reject`) with private data.
     pub fn reject(&self, id: CmIdHandle, private_data: &[u8]) -> Result<(), CmError> {
         self.call(|cm, now| cm.reject(now, id, private_data))
+    }
+
+    /// Rejects a connection request with an IB CM reason of the caller's choosing
+    /// (`rdma_reject_ece`: 35, "vendor option not supported").
+    pub fn reject_with_reason(
+        &self,
+        id: CmIdHandle,
+        private_data: &[u8],
+        reason: RejReason,
+    ) -> Result<(), CmError> {
+        self.call(|cm, now| cm.reject_with_reason(now, id, private_data, reason))
     }
 
     /// Sends the RTU after CONNECT_RESPONSE (`rdma_establish`).
