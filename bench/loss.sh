@@ -21,7 +21,8 @@
 #          into wire packets before the peer's rules see them, as on a real link. The
 #          receiving softverbs device then gets kernel-split GSO segments one by one with
 #          IPv4 IDs 1, 2, ... that it cannot know, so its ICRC check would drop them
-#          (a softverbs bug, reported); softverbs runs with SOFTVERBS_ICRC=count here.
+#          (a softverbs bug, reported); softverbs runs with SOFTVERBS_ICRC=count here
+#          unless SOFTVERBS_ICRC is set in the environment (enforce shows the bug).
 #   batch  the veth keeps GSO, so a whole GSO batch (up to 64 KiB of softverbs packets, or
 #          a TCP TSO segment) is one packet to the rules and is lost as a unit (issue 15's
 #          first measurement was of this kind).
@@ -223,8 +224,8 @@ done
 log "${NS[0]} ${ADDR[0]} (servers) <-> ${NS[1]} ${ADDR[1]} (clients), veth MTU 1500"
 ICRC_ENV=()
 if [ "$UNIT" = wire ]; then
-    ICRC_ENV=(SOFTVERBS_ICRC=count)
-    log "veth gso_max_segs 1: batches are cut into wire packets before the rules; softverbs runs with SOFTVERBS_ICRC=count"
+    ICRC_ENV=(SOFTVERBS_ICRC="${SOFTVERBS_ICRC:-count}")
+    log "veth gso_max_segs 1: batches are cut into wire packets before the rules; softverbs runs with ${ICRC_ENV[0]}"
 fi
 
 # Replaces the drop rules in both namespaces: set_loss udp|tcp PERCENT
