@@ -30,6 +30,11 @@ fn copy_limits_moves_and_verifies_every_kind_of_copy() {
         exe,
         &["--size", "4096", "--secs", "0.02", "--warmup", "0.01"],
     );
+    if !ok && text.contains("not permitted here") {
+        // The kernel's policy (Yama ptrace_scope, a seccomp filter), not a bug here.
+        eprintln!("\n*** SKIPPED copy-limits: process_vm_writev is refused here:\n{text}***\n");
+        return;
+    }
     assert!(ok, "{text}");
     assert_eq!(kv.get("size").map(String::as_str), Some("4096"), "{text}");
     for key in [

@@ -177,8 +177,9 @@ impl Target {
 fn check_transfer(what: &str, n: isize, want: usize) -> Result<()> {
     if n < 0 {
         let e = std::io::Error::last_os_error();
-        let hint = if e.raw_os_error() == Some(libc::EPERM) {
-            " (ptrace permission: same user and kernel.yama.ptrace_scope <= 1 needed)"
+        let hint = if matches!(e.raw_os_error(), Some(libc::EPERM | libc::ENOSYS)) {
+            " (not permitted here: needs ptrace rights over the child, i.e. the same user and \
+             kernel.yama.ptrace_scope <= 1, and no seccomp filter refusing the call)"
         } else {
             ""
         };
