@@ -1,5 +1,6 @@
 //! `softverbs run -- CMD ARGS...`: runs an unmodified rdma-core program on the drop-in
-//! `libibverbs.so.1` (crate softverbs-ibverbs-abi) built next to this binary.
+//! `libibverbs.so.1` (crate softverbs-ibverbs-abi) and `librdmacm.so.1` (crate
+//! softverbs-rdmacm-abi) built next to this binary.
 
 use std::error::Error;
 use std::ffi::OsString;
@@ -12,10 +13,13 @@ use clap::Args;
 /// The cdylib cargo builds beside the `softverbs` binary.
 const LIB: &str = "libsoftverbs_ibverbs.so";
 
-/// Provider libraries perftest links besides libibverbs (crates softverbs-mlx5-stub and
-/// softverbs-efa-stub): linked in when built, so the system's real ones, which need the
-/// kernel, are never loaded.
-const STUBS: [(&str, &str); 2] = [
+/// The other libraries rdma-core programs link besides libibverbs, linked in when built so
+/// the system's real ones, which need the kernel, are never loaded: the drop-in librdmacm
+/// (crate softverbs-rdmacm-abi, which reaches the device through the libibverbs beside it),
+/// and the provider libraries perftest links (crates softverbs-mlx5-stub and
+/// softverbs-efa-stub).
+const ALSO: [(&str, &str); 3] = [
+    ("libsoftverbs_rdmacm.so", "librdmacm.so.1"),
     ("libsoftverbs_mlx5.so", "libmlx5.so.1"),
     ("libsoftverbs_efa.so", "libefa.so.1"),
 ];
@@ -39,8 +43,8 @@ fn link_into(dir: &Path, name: &str, target: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-/// The directory holding `libibverbs.so.1` -> the drop-in library (and the provider stubs
-/// that were built), created if needed.
+/// The directory holding `libibverbs.so.1` -> the drop-in library (and librdmacm and the
+/// provider stubs, when built), created if needed.
 fn dropin_dir() -> Result<PathBuf, Box<dyn Error + Send + Sync>> {
     let exe = std::env::current_exe()?;
     let dir = exe
@@ -61,10 +65,10 @@ fn dropin_dir() -> Result<PathBuf, Box<dyn Error + Send + Sync>> {
     let dropin = libdir.join("dropin");
     std::fs::create_dir_all(&dropin)?;
     link_into(&dropin, "libibverbs.so.1", &lib)?;
-    for (built, soname) in STUBS {
-        let stub = libdir.join(built);
-        if stub.exists() {
-            link_into(&dropin, soname, &stub)?;
+    for (built, soname) in ALSO {
+        let lib = libdir.join(built);
+        if lib.exists() {
+            link_into(&dropin, soname, &lib)?;
         }
     }
     Ok(dropin)

@@ -472,8 +472,9 @@ fn pingpong_validates_under_injected_loss() {
 }
 
 /// `softverbs run -- CMD`: CMD runs with a directory first on LD_LIBRARY_PATH that links
-/// libibverbs.so.1, libmlx5.so.1 and libefa.so.1 to the libraries built beside the binary
-/// (`cargo build --workspace` builds them); a C program started that way sees softverbs0.
+/// libibverbs.so.1, librdmacm.so.1, libmlx5.so.1 and libefa.so.1 to the libraries built
+/// beside the binary (`cargo build --workspace` builds them); a C program started that way
+/// sees softverbs0, and rdma_cm programs load both drop-in libraries with every import bound.
 #[test]
 fn run_puts_the_drop_in_libraries_first() {
     let out = run_ok(&["run", "--", "sh", "-c", "echo \"$LD_LIBRARY_PATH\""]);
@@ -489,6 +490,7 @@ fn run_puts_the_drop_in_libraries_first() {
     let profile = std::path::Path::new(BIN).parent().expect("profile dir");
     for (link, lib) in [
         ("libibverbs.so.1", "libsoftverbs_ibverbs.so"),
+        ("librdmacm.so.1", "libsoftverbs_rdmacm.so"),
         ("libmlx5.so.1", "libsoftverbs_mlx5.so"),
         ("libefa.so.1", "libsoftverbs_efa.so"),
     ] {
@@ -521,6 +523,28 @@ fn run_puts_the_drop_in_libraries_first() {
     } else {
         eprintln!(
             "SKIPPED part: /usr/bin/ibv_devices not installed (apt-get install ibverbs-utils)"
+        );
+    }
+    // Debian's rping and perftest's ib_send_bw (which uses rdma_cm with -R) load both drop-in
+    // libraries, and the loader binds every import at its version node (`ldd -r`).
+    for (tool, package) in [
+        ("/usr/bin/rping", "rdmacm-utils"),
+        ("/usr/bin/ib_send_bw", "perftest"),
+    ] {
+        if !std::path::Path::new(tool).is_file() {
+            eprintln!("SKIPPED part: {tool} not installed (apt-get install {package})");
+            continue;
+        }
+        let out = run_ok(&["run", "--", "ldd", "-r", tool]).stdout;
+        for lib in ["librdmacm.so.1", "libibverbs.so.1"] {
+            assert!(
+                out.contains(&format!("{lib} => {}", dir.join(lib).display())),
+                "{tool}: {lib} not from {first}:\n{out}"
+            );
+        }
+        assert!(
+            !out.contains("undefined symbol") && !out.contains("not found"),
+            "{tool}:\n{out}"
         );
     }
 }

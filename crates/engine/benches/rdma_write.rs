@@ -1,8 +1,8 @@
 //! RDMA WRITE throughput and memory of the engine.
 //!
 //! Two engines joined by a minimal lossless loop in this file (no simulator: the
-//! datagrams one engine's `poll_transmit` writes into one reused buffer go
-//! straight into the other's `handle_datagram`), 64 KiB RDMA WRITEs at MTU 4096,
+//! datagrams one engine's `poll_transmit` writes into one reused buffer are sealed
+//! and go straight into the other's `handle_datagram`), 64 KiB RDMA WRITEs at MTU 4096,
 //! 16 WRITEs outstanding. Criterion measures bytes per second with the receiver
 //! enforcing the ICRC and skipping it; packets per second are printed too.
 //!
@@ -304,11 +304,15 @@ impl Loop {
         }
         loop {
             let before = moved;
+            // Each datagram is sealed as a driver sending it alone would (the
+            // engine emits them unsealed).
             while let Some(t) = self.a.poll_transmit(now, &mut self.buf) {
+                t.seal(&mut self.buf, 0);
                 self.b.handle_datagram(now, addr(1), &self.buf[..t.len]);
                 moved += 1;
             }
             while let Some(t) = self.b.poll_transmit(now, &mut self.buf) {
+                t.seal(&mut self.buf, 0);
                 self.a.handle_datagram(now, addr(2), &self.buf[..t.len]);
                 moved += 1;
             }
@@ -478,11 +482,25 @@ fn sim_run(bytes: u64, faults: Faults) -> SimRun {
 
 // ----- throughput -----
 
-/// Packets and bytes per second over about `secs` seconds.
-fn rates(icrc: IcrcPolicy, secs: f64) -> (f64, f64) {
+/// Nanoseconds the calling thread has run on a CPU (Linux schedstat), if known.
+/// On a machine shared with other work, throughput per CPU second is much steadier
+/// than per wall-clock second.
+fn thread_cpu_ns() -> Option<u64> {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Packets and bytes per second over about `secs` seconds, and bytes per second
+/// of CPU time if the system tells.
+fn rates(icrc: IcrcPolicy, secs: f64) -> (f64, f64, Option<f64>) {
     let mut l = Loop::new(icrc);
     l.run(4 * WINDOW as u64);
     let start = std::time::Instant::now();
+    let cpu_start = thread_cpu_ns();
     let mut packets = 0;
     let mut writes = 0;
     while start.elapsed().as_secs_f64() < secs {
@@ -490,7 +508,11 @@ fn rates(icrc: IcrcPolicy, secs: f64) -> (f64, f64) {
         writes += WINDOW as u64;
     }
     let t = start.elapsed().as_secs_f64();
-    (packets as f64 / t, (writes * u64::from(MSG)) as f64 / t)
+    let bytes = (writes * u64::from(MSG)) as f64;
+    let cpu = cpu_start
+        .zip(thread_cpu_ns())
+        .map(|(a, b)| bytes / ((b - a) as f64 / 1e9));
+    (packets as f64 / t, bytes / t, cpu)
 }
 
 fn bench_throughput(c: &mut Criterion) {
@@ -513,13 +535,31 @@ fn main() {
     // `cargo bench` passes --bench; `cargo test --benches` does not: then run
     // everything once, small.
     let full = std::env::args().any(|a| a == "--bench");
+    // A fixed workload only (no timing), for counting instructions:
+    // `RDMA_WRITE_FIXED=enforce|skip|both valgrind --tool=callgrind
+    // --toggle-collect='rdma_write::Loop::run' target/release/deps/rdma_write-*`.
+    if let Ok(which) = std::env::var("RDMA_WRITE_FIXED") {
+        let policies: &[IcrcPolicy] = match which.as_str() {
+            "enforce" => &[IcrcPolicy::Enforce],
+            "skip" => &[IcrcPolicy::Skip],
+            _ => &[IcrcPolicy::Enforce, IcrcPolicy::Skip],
+        };
+        for &icrc in policies {
+            let (a, p) = alloc_per_packet(icrc, 256);
+            println!("fixed workload, ICRC {icrc:?}: {a} allocations over {p} packets");
+        }
+        return;
+    }
     let scale = if full { 1 } else { 0 };
 
     println!("softverbs-engine rdma_write: 64 KiB RDMA WRITEs, MTU 4096, {WINDOW} outstanding");
     for (name, icrc) in [("enforce", IcrcPolicy::Enforce), ("skip", IcrcPolicy::Skip)] {
-        let (pps, bps) = rates(icrc, if full { 2.0 } else { 0.05 });
+        let (pps, bps, per_cpu) = rates(icrc, if full { 2.0 } else { 0.05 });
+        let per_cpu = per_cpu.map_or(String::new(), |b| {
+            format!(" ({:.2} GB per CPU second)", b / 1e9)
+        });
         println!(
-            "throughput (ICRC {name}): {:.2} GB/s, {:.0} packets/s",
+            "throughput (ICRC {name}): {:.2} GB/s, {:.0} packets/s{per_cpu}",
             bps / 1e9,
             pps
         );

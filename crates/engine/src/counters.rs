@@ -35,6 +35,9 @@ pub struct Counters {
     pub drop_malformed: u64,
     /// Dropped: ICRC mismatch.
     pub drop_icrc: u64,
+    /// ICRCs that matched only with another IPv4 ID than the one expected, solved
+    /// for (a UDP GSO segment read without GRO), and accepted.
+    pub icrc_ipv4_id_solved: u64,
     /// ICRC mismatches accepted under [`crate::IcrcPolicy::CountOnly`].
     pub icrc_mismatch_accepted: u64,
     /// Dropped: no QP with the destination QPN.
@@ -49,6 +52,9 @@ pub struct Counters {
     /// Dropped: out-of-sequence packets after a NAK was already sent, or stale
     /// responses.
     pub drop_out_of_sequence: u64,
+    /// Dropped: a duplicate READ request that does not repeat the original (R_Key,
+    /// address and length from its PSN on).
+    pub drop_duplicate_mismatch: u64,
     /// UC messages dropped by the responder (a check failed or no receive WQE).
     pub uc_messages_dropped: u64,
     /// UD messages dropped: wrong Q_Key, no receive WQE, or too long.
@@ -61,7 +67,7 @@ pub struct Counters {
 
 impl Counters {
     /// Every counter with its name, in declaration order.
-    pub fn named(&self) -> [(&'static str, u64); 26] {
+    pub fn named(&self) -> [(&'static str, u64); 28] {
         [
             ("tx_packets", self.tx_packets),
             ("tx_bytes", self.tx_bytes),
@@ -79,12 +85,14 @@ impl Counters {
             ("closed_qp_acks", self.closed_qp_acks),
             ("drop_malformed", self.drop_malformed),
             ("drop_icrc", self.drop_icrc),
+            ("icrc_ipv4_id_solved", self.icrc_ipv4_id_solved),
             ("icrc_mismatch_accepted", self.icrc_mismatch_accepted),
             ("drop_unknown_qp", self.drop_unknown_qp),
             ("drop_bad_state", self.drop_bad_state),
             ("drop_wrong_source", self.drop_wrong_source),
             ("drop_bad_pkey", self.drop_bad_pkey),
             ("drop_out_of_sequence", self.drop_out_of_sequence),
+            ("drop_duplicate_mismatch", self.drop_duplicate_mismatch),
             ("uc_messages_dropped", self.uc_messages_dropped),
             ("ud_messages_dropped", self.ud_messages_dropped),
             ("cnp_received", self.cnp_received),

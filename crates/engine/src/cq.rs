@@ -1,11 +1,20 @@
 //! Completion queues.
 
+use crate::types::QpHandle;
 use crate::wc::{WcStatus, WorkCompletion};
 use std::collections::VecDeque;
 
+/// What polling a send completion gives back: the send queue slots of `qp` below
+/// sequence number `upto` (the completed WQE and the unsignaled ones before it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Reclaim {
+    pub qp: QpHandle,
+    pub upto: u64,
+}
+
 /// A completion queue: a bounded FIFO of completions.
 pub(crate) struct Cq {
-    entries: VecDeque<WorkCompletion>,
+    entries: VecDeque<(WorkCompletion, Option<Reclaim>)>,
     capacity: usize,
     /// Set once a completion was lost to a full queue (IBA 11.4.2.1: CQ overrun).
     pub overrun: bool,
@@ -35,12 +44,12 @@ impl Cq {
         }
     }
 
-    pub fn push(&mut self, wc: WorkCompletion) -> Pushed {
+    pub fn push(&mut self, wc: WorkCompletion, reclaim: Option<Reclaim>) -> Pushed {
         if self.overrun || self.entries.len() >= self.capacity {
             self.overrun = true;
             return Pushed::Overrun;
         }
-        self.entries.push_back(wc);
+        self.entries.push_back((wc, reclaim));
         // ibv_req_notify_cq: with solicited_only, only solicited receives and error
         // completions wake the channel.
         let notify = match self.armed {
@@ -54,7 +63,7 @@ impl Cq {
         Pushed::Stored { notify }
     }
 
-    pub fn pop(&mut self) -> Option<WorkCompletion> {
+    pub fn pop(&mut self) -> Option<(WorkCompletion, Option<Reclaim>)> {
         self.entries.pop_front()
     }
 

@@ -3,7 +3,8 @@
 //! An [`Engine`] is one softverbs device: protection domains, memory regions,
 //! completion queues and queue pairs, and the RC transport that runs between
 //! them and their peers. It does no I/O and reads no clock: the caller hands it
-//! received datagrams and the current time, and takes datagrams to send,
+//! received datagrams and the current time, and takes datagrams to send (unsealed:
+//! the caller seals each for the IPv4 ID it goes out with, [`Transmit::seal`]),
 //! completions, async events and the next timer deadline. The UDP driver and the
 //! deterministic simulator (`softverbs-sim`) both drive it that way.
 //!

@@ -2,7 +2,7 @@
 
 use crate::config::EngineConfig;
 use crate::counters::Counters;
-use crate::cq::{Cq, Pushed};
+use crate::cq::{Cq, Pushed, Reclaim};
 use crate::event::AsyncEvent;
 use crate::mr::{KeyError, MrTable};
 use crate::slab::Slab;
@@ -20,33 +20,31 @@ pub(crate) struct Shared {
     pub counters: Counters,
     /// Shared receive queues (QPs take receive WQEs from them).
     pub srqs: Slab<crate::srq::Srq>,
-    /// IPv4 Identification the ICRC of the packet being built is computed with
-    /// (segment k of a UDP GSO batch goes out with ID k; see DESIGN.md).
-    pub tx_ipv4_id: u16,
-    /// The IP destination of the datagram being received when it is not this
-    /// device's address (a multicast group); UD receives report it in the GRH.
-    pub rx_dst: Option<std::net::SocketAddr>,
 }
 
 impl Shared {
     /// Delivers a completion to `cq`, raising the notification or the CQ error the
-    /// push calls for.
-    pub fn complete(&mut self, cq: CqHandle, wc: WorkCompletion) {
+    /// push calls for; `reclaim` is what polling it frees. Returns false if the
+    /// completion was lost to a full CQ (IBA 11.4.2.1: CQ overrun), the CQ is in
+    /// error from then on.
+    pub fn complete(&mut self, cq: CqHandle, wc: WorkCompletion, reclaim: Option<Reclaim>) -> bool {
         let Some(queue) = self.cqs.get_mut(cq.0) else {
-            return;
+            return true;
         };
         let first_overrun = !queue.overrun;
-        match queue.push(wc) {
+        match queue.push(wc, reclaim) {
             Pushed::Stored { notify } => {
                 if notify {
                     self.notifications.push_back(cq);
                 }
+                true
             }
             Pushed::Overrun => {
                 self.counters.cq_overruns += 1;
                 if first_overrun {
                     self.events.push_back(AsyncEvent::CqError(cq));
                 }
+                false
             }
         }
     }

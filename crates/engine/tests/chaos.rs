@@ -14,7 +14,10 @@
 //! - FETCH_ADDs use distinct powers of two per counter word and return the
 //!   exact running sum, so each took effect exactly once;
 //! - the run ends within the simulator's limits, and once settled nothing
-//!   more is completed.
+//!   more is completed;
+//! - beside the main RC pair (most cases), SRQ, UC and UD streams run from both
+//!   ends, checked byte for byte too (see `chaos/side.rs`), and the main QPs may
+//!   have a finite rnr_retry while the network duplicates RNR NAKs.
 //!
 //! The proptest cases are fixed ([`CASES`] and [`MODERATE_CASES`], fixed RNG
 //! seeds, no persistence) so CI runs the same workloads every time.
@@ -35,6 +38,8 @@
 //! none. Hence the second property below: many more cases at up to 10 % loss.
 
 mod common;
+#[path = "chaos/side.rs"]
+mod side;
 
 use common::*;
 use proptest::prelude::*;
@@ -139,6 +144,10 @@ struct Case {
     /// Probability that a receive WQE is only posted after a random delay.
     late_recv: f64,
     psn: [u32; 2],
+    /// RNR retries of the main RC QPs (7: forever).
+    rnr_retry: u8,
+    /// SRQ, UC and UD streams beside the main workload.
+    side: Option<side::SidePlan>,
 }
 
 impl Case {
@@ -185,7 +194,33 @@ impl Case {
             min_rnr_timer: r.range(1, 8) as u8,
             late_recv: [0.0, 0.1, 0.5][r.range(0, 2) as usize],
             psn: [psn(&mut r), psn(&mut r)],
+            rnr_retry: 7,
+            side: None,
         }
+    }
+
+    /// The case with what the plain one lacks, drawn from its seed too (from a
+    /// generator of its own, so the plain case's parameters and workload stay as
+    /// they are): finite RNR retry counts, and SRQ, UC and UD streams beside it.
+    ///
+    /// With a finite rnr_retry the RNR timer outlasts the latest a receive is
+    /// released (3 ms), so one wait per message is enough whatever the loss, and a
+    /// duplicated RNR NAK arrives within the wait (it must cost no retry).
+    fn with_extras(mut self) -> Case {
+        let mut r = Rng::new(self.seed ^ 0xe87a_5000);
+        if r.chance(0.5) {
+            self.rnr_retry = r.range(1, 6) as u8;
+            self.min_rnr_timer = r.range(17, 18) as u8; // 3.84 or 5.12 ms
+        }
+        if r.chance(0.7) {
+            self.side = Some(side::SidePlan {
+                srq_pairs: r.range(0, 3) as usize,
+                uc_ud: r.chance(0.5),
+                messages: r.range(4, 24) as usize,
+                seed: r.next(),
+            });
+        }
+        self
     }
 }
 
@@ -418,6 +453,10 @@ impl Workload {
         let max_inline = case.cap.max_inline_data;
         for s in 0..2 {
             let p = 1 - s;
+            // Unsignaled WRs in a row: a send queue slot is free only once a later
+            // signaled completion was polled, so (as on hardware) a run of
+            // max_send_wr unsignaled WRs would never free its slots.
+            let mut unsignaled_run = 0;
             for i in 0..case.n[s] {
                 let kind = Kind::ALL[r.range(0, 6) as usize];
                 let len = match kind {
@@ -428,6 +467,14 @@ impl Workload {
                 let last = i + 1 == case.n[s];
                 if r.chance(0.5) || (!case.sq_sig_all && last) {
                     flags |= SendFlags::SIGNALED;
+                }
+                if !case.sq_sig_all && unsignaled_run + 1 >= case.cap.max_send_wr {
+                    flags |= SendFlags::SIGNALED;
+                }
+                if flags.contains(SendFlags::SIGNALED) {
+                    unsignaled_run = 0;
+                } else {
+                    unsignaled_run += 1;
                 }
                 if r.chance(0.15) {
                     flags |= SendFlags::FENCE;
@@ -979,7 +1026,7 @@ impl Node for Probe {
         self.e.handle_timeout(now)
     }
     fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
-        let t = self.e.poll_transmit(now, buf)?;
+        let t = Node::poll_transmit(&mut self.e, now, buf)?;
         self.note(now, "->", &buf[..t.len]);
         Some(t)
     }
@@ -994,6 +1041,7 @@ struct Net {
     sim: Sim<Probe>,
     ids: [EndIds; 2],
     bufs: [Box<[u8]>; 2],
+    side: Option<side::Side>,
 }
 
 impl Net {
@@ -1005,7 +1053,7 @@ impl Net {
             cqe: 4096,
             timeout: case.timeout,
             retry_cnt: 7,
-            rnr_retry: 7,
+            rnr_retry: case.rnr_retry,
             min_rnr_timer: case.min_rnr_timer,
             max_rd_atomic: case.max_rd_atomic,
             max_dest_rd_atomic: case.max_rd_atomic,
@@ -1068,7 +1116,16 @@ impl Net {
                 &opts,
             );
         }
-        Net { sim, ids, bufs }
+        let side = case.side.map(|plan| {
+            let nodes = [ids[0].node, ids[1].node];
+            side::Side::new(&mut sim, nodes, addrs, plan, &opts)
+        });
+        Net {
+            sim,
+            ids,
+            bufs,
+            side,
+        }
     }
 
     fn engine(&mut self, s: usize) -> &mut Engine {
@@ -1119,9 +1176,25 @@ fn run_case(case: &Case) {
         buf.copy_from_slice(img);
     }
     let ids = net.ids;
+    let side_sources = net.side.as_ref().map(side::Side::sources);
     let mut driver = Driver::new(&w, ids, case);
     let result = loop {
-        match net.sim.run_until(chaos_limits(), |sim| driver.tick(sim)) {
+        let Net { sim, side, .. } = &mut net;
+        let run = sim.run_until(chaos_limits(), |sim| {
+            let main_over = driver.tick(sim);
+            let Some(side) = side.as_mut() else {
+                return main_over;
+            };
+            if driver.failure.is_some() {
+                return true;
+            }
+            if let Err(msg) = side.tick(sim) {
+                driver.failure = Some(msg);
+                return true;
+            }
+            main_over && side.done()
+        });
+        match run {
             // Nothing left to happen but receives not yet due: post them now.
             Err(SimError::Idle { .. }) if !driver.release_all && driver.has_unreleased_recvs() => {
                 driver.release_all = true;
@@ -1157,6 +1230,15 @@ fn run_case(case: &Case) {
     // a second time.
     if let Err(e) = net.sim.run_until_idle(chaos_limits()) {
         panic!("{case:?}\nnetwork does not settle: {e}\n{}", net.report());
+    }
+    if let (Some(side), Some(sources)) = (net.side.as_mut(), &side_sources) {
+        // Late UC/UD arrivals are checked like the others; nothing else may complete.
+        let checked = side
+            .tick(&mut net.sim)
+            .and_then(|()| side.check_memory(sources));
+        if let Err(msg) = checked {
+            panic!("{case:?}\nafter the run: {msg}\n{}", net.report());
+        }
     }
     for (s, id) in ids.iter().enumerate() {
         let (qp, scq, rcq) = (id.qp, id.send_cq, id.recv_cq);
@@ -1217,7 +1299,7 @@ proptest! {
         n_b in 0usize..=200,
         loss in 0.0f64..=0.2,
     ) {
-        run_case(&Case::random(seed, loss, n_a, n_b));
+        run_case(&Case::random(seed, loss, n_a, n_b).with_extras());
     }
 }
 
@@ -1233,7 +1315,7 @@ proptest! {
         n_b in 0usize..=200,
         loss in 0.0f64..=0.1,
     ) {
-        run_case(&Case::random(seed, loss, n_a, n_b));
+        run_case(&Case::random(seed, loss, n_a, n_b).with_extras());
     }
 }
 
@@ -1296,6 +1378,25 @@ fn chaos_one_way_with_rnr() {
     let mut case = Case::random(5, 0.2, 200, 0);
     case.late_recv = 0.5;
     case.cap.max_recv_wr = 3;
+    run_case(&case);
+}
+
+/// Everything beside the main workload at once, at 20 % loss with duplication: three
+/// RC QPs per direction on each end's SRQ with multi-packet SENDs, a UC and a UD
+/// stream, and a finite RNR retry count with late receives.
+#[test]
+fn chaos_srq_uc_ud_and_finite_rnr_retry_at_20_percent_loss() {
+    let mut case = Case::random(6, 0.2, 120, 120);
+    case.mtu = Mtu::Mtu1024;
+    case.late_recv = 0.5;
+    case.rnr_retry = 2;
+    case.min_rnr_timer = 17;
+    case.side = Some(side::SidePlan {
+        srq_pairs: 3,
+        uc_ud: true,
+        messages: 24,
+        seed: 6,
+    });
     run_case(&case);
 }
 
@@ -1373,7 +1474,8 @@ fn replay() {
         f[3].parse().unwrap(),
         f[1].parse().unwrap(),
         f[2].parse().unwrap(),
-    );
+    )
+    .with_extras();
     run_case(&case);
 }
 
@@ -1392,6 +1494,9 @@ fn explore() {
         let loss = r.range(0, max_loss) as f64 / 1000.0;
         let spec = format!("{seed},{n_a},{n_b},{loss}");
         let mut case = Case::random(seed, loss, n_a as usize, n_b as usize);
+        if std::env::var_os("CHAOS_PLAIN").is_none() {
+            case = case.with_extras();
+        }
         if std::env::var_os("CHAOS_EXPLORE_HEAVY").is_some() {
             case = heavy_case(seed);
         }

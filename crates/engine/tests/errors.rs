@@ -98,6 +98,7 @@ fn drain(p: &mut Pair, end: End) -> Vec<Vec<u8>> {
     let mut buf = vec![0u8; MAX_DATAGRAM];
     let mut out = Vec::new();
     while let Some(t) = p.engine(end).poll_transmit(now, &mut buf) {
+        t.seal(&mut buf, 0); // as a driver sending it alone would
         out.push(buf[..t.len].to_vec());
     }
     out
@@ -1726,4 +1727,260 @@ fn stale_duplicate_nak_costs_no_retry() {
     assert_eq!(st(&p.poll_send(End::A)), vec![(2, WcStatus::Success)]);
     assert_eq!(p.bytes(End::B, 0, 8), b"one!two!");
     assert_eq!(counters(&mut p, End::A).ack_timeouts, 1);
+}
+
+/// A NAK built by hand, as B would send it to A.
+fn nak_to_a(p: &Pair, psn: u32, syndrome: AethSyndrome) -> Vec<u8> {
+    use softverbs_wire::icrc::{self, IcrcContext};
+    use softverbs_wire::{AethRepr, BthRepr, PacketRepr, Psn};
+    let mut repr = PacketRepr::new(
+        BthRepr::new(Opcode::RcAcknowledge, p.a.qpn, Psn::new(psn)),
+        &[],
+    );
+    repr.aeth = Some(AethRepr { syndrome, msn: 0 });
+    let mut buf = vec![0u8; repr.buffer_len()];
+    let n = repr.emit(&mut buf).unwrap();
+    buf.truncate(n);
+    let (src, dst) = (p.sim.addr(p.b.node), p.sim.addr(p.a.node));
+    icrc::fill(&IcrcContext::new(src, dst), &mut buf).unwrap();
+    buf
+}
+
+/// A one-packet inline WRITE of `data` to `offset` of B's buffer.
+fn post_inline_write(p: &mut Pair, wr_id: u64, offset: usize, data: &[u8]) {
+    let wr = SendWr {
+        wr_id,
+        op: SendOp::RdmaWrite {
+            remote_addr: p.addr(End::B, offset),
+            rkey: p.rkey(End::B),
+        },
+        payload: Payload::Inline(data),
+        flags: SendFlags::SIGNALED,
+    };
+    p.post_send(End::A, &wr).unwrap();
+}
+
+/// Fatal NAKs (invalid request, remote access, remote operational) naming a PSN the
+/// requester has already seen acknowledged are stale (a delayed duplicate, or spoofed):
+/// they are counted and ignored, whether the QP is idle or has work outstanding. Before,
+/// such a NAK moved the QP to ERR and failed the oldest outstanding WQE, which did not
+/// own the PSN.
+#[test]
+fn stale_fatal_naks_are_ignored() {
+    for code in [
+        NakCode::InvalidRequest,
+        NakCode::RemoteAccessError,
+        NakCode::RemoteOperationalError,
+        NakCode::InvalidRdRequest,
+    ] {
+        let mut p = Pair::lossless();
+        let first = p.opts.psn_a;
+        post_inline_write(&mut p, 1, 0, b"one!");
+        p.run_until_send_cqes(End::A, 1).unwrap();
+        assert_eq!(st(&p.poll_send(End::A)), vec![(1, WcStatus::Success)]);
+        // Idle: PSN `first` was acknowledged.
+        let stale = nak_to_a(&p, first, AethSyndrome::Nak(code));
+        let before = counters(&mut p, End::A);
+        deliver(&mut p, End::A, &stale);
+        assert_eq!(p.qp_state(End::A), QpState::Rts, "{code:?}: idle QP");
+        assert_eq!(
+            counters(&mut p, End::A).drop_out_of_sequence,
+            before.drop_out_of_sequence + 1,
+            "{code:?}: a stale NAK is counted"
+        );
+        // Live: W2 (PSN first + 1) outstanding, held back; the stale NAK again.
+        post_inline_write(&mut p, 2, 4, b"two!");
+        let held = drain(&mut p, End::A);
+        assert_eq!(held.len(), 1);
+        deliver(&mut p, End::A, &stale);
+        assert_eq!(p.qp_state(End::A), QpState::Rts, "{code:?}: live QP");
+        assert!(p.poll_send(End::A).is_empty(), "{code:?}: W2 failed");
+        deliver(&mut p, End::B, &held[0]);
+        p.run_until_send_cqes(End::A, 1).unwrap();
+        assert_eq!(
+            st(&p.poll_send(End::A)),
+            vec![(2, WcStatus::Success)],
+            "{code:?}"
+        );
+        assert_eq!(p.bytes(End::B, 0, 8), b"one!two!");
+        assert!(events(&mut p, End::A).is_empty(), "{code:?}");
+    }
+}
+
+/// A NAK fails the WQE that owns its PSN, not the oldest outstanding one: with W1 and
+/// W2 outstanding, a remote access NAK for W2's PSN completes W1 (the NAK acknowledges
+/// everything before its PSN) and fails W2.
+#[test]
+fn a_fatal_nak_fails_the_wqe_that_owns_its_psn() {
+    let mut p = Pair::lossless();
+    let first = p.opts.psn_a;
+    post_inline_write(&mut p, 1, 0, b"one!");
+    post_inline_write(&mut p, 2, 4, b"two!");
+    post_inline_write(&mut p, 3, 8, b"six!");
+    assert_eq!(drain(&mut p, End::A).len(), 3);
+    let nak = nak_to_a(&p, first + 1, AethSyndrome::Nak(NakCode::RemoteAccessError));
+    deliver(&mut p, End::A, &nak);
+    assert_eq!(
+        st(&p.poll_send(End::A)),
+        vec![
+            (1, WcStatus::Success),
+            (2, WcStatus::RemAccessErr),
+            (3, WcStatus::WrFlushErr)
+        ]
+    );
+    assert_eq!(p.qp_state(End::A), QpState::Err);
+}
+
+/// An RNR NAK that arrives twice (the network duplicated it, or the responder answered
+/// a duplicated request twice) while the requester waits out the first is one refusal,
+/// not two: with rnr_retry 1 the SEND must still succeed once a receive is posted.
+/// Before, the copy consumed the last RNR retry and the SEND failed with
+/// RNR_RETRY_EXC_ERR.
+#[test]
+fn a_duplicated_rnr_nak_costs_one_rnr_retry() {
+    let opts = PairOpts {
+        rnr_retry: 1,
+        min_rnr_timer: 14, // 1.28 ms
+        ..PairOpts::default()
+    };
+    let mut p = Pair::new(41, Faults::none(), opts);
+    p.post_send(End::A, &inline_send(1, b"not yet")).unwrap();
+    let req = drain(&mut p, End::A);
+    assert_eq!(req.len(), 1);
+    deliver(&mut p, End::B, &req[0]);
+    let rnr = drain(&mut p, End::B);
+    assert_eq!(rnr.len(), 1);
+    assert!(matches!(
+        syndrome_of(&rnr[0]),
+        Some(AethSyndrome::RnrNak { .. })
+    ));
+    deliver(&mut p, End::A, &rnr[0]);
+    let before = counters(&mut p, End::A);
+    deliver(&mut p, End::A, &rnr[0]);
+    assert_eq!(st(&p.poll_send(End::A)), vec![], "the copy failed the SEND");
+    assert_eq!(
+        counters(&mut p, End::A).drop_out_of_sequence,
+        before.drop_out_of_sequence + 1,
+        "the copy is counted as stale"
+    );
+    let r = p.sge(End::B, 0, 64);
+    p.post_recv(End::B, 100, &[r]).unwrap();
+    p.run_until_send_cqes(End::A, 1).unwrap();
+    assert_eq!(st(&p.poll_send(End::A)), vec![(1, WcStatus::Success)]);
+    assert_eq!(st(&p.poll_recv(End::B)), vec![(100, WcStatus::Success)]);
+    assert_eq!(p.bytes(End::B, 0, 7), b"not yet");
+    assert_eq!(p.qp_state(End::A), QpState::Rts);
+}
+
+/// Takes up to `n` datagrams an engine wants to send (for engines that have many).
+fn take(p: &mut Pair, end: End, n: usize) -> Vec<Vec<u8>> {
+    let now = p.sim.now();
+    let mut buf = vec![0u8; MAX_DATAGRAM];
+    let mut out = Vec::new();
+    while out.len() < n {
+        let Some(t) = p.engine(end).poll_transmit(now, &mut buf) else {
+            break;
+        };
+        t.seal(&mut buf, 0);
+        out.push(buf[..t.len].to_vec());
+    }
+    out
+}
+
+/// A READ's responses take one PSN each; PSN order is only defined within half the PSN
+/// space (IBA 9.7.1), so a READ needing 2^23 or more responses (2 GiB at MTU 256) would
+/// make its own request look new again to the responder once it ran: its
+/// retransmission after a lost first response drew a sequence NAK instead of being
+/// answered as a duplicate. The requester refuses such a READ with LOC_LEN_ERR and sends
+/// nothing; the responder refuses one from a peer with NAK Invalid Request. The largest
+/// READ allowed still recovers from a lost first response. (Both regions are 2 GiB of
+/// untouched, lazily zeroed memory: only the packets exchanged here are touched.)
+#[test]
+fn reads_of_half_the_psn_space_are_refused() {
+    const GIB2: usize = 1 << 31;
+    let opts = PairOpts {
+        mtu: Mtu::Mtu256,
+        buf_len: GIB2,
+        ..PairOpts::default()
+    };
+    let mut p = Pair::new(51, Faults::none(), opts);
+    let first = p.opts.psn_a;
+    let read = |p: &Pair, wr_id: u64, len: u32| {
+        let sge = p.sge(End::A, 0, len);
+        let op = SendOp::RdmaRead {
+            remote_addr: p.addr(End::B, 0),
+            rkey: p.rkey(End::B),
+        };
+        (SendWr::new(wr_id, op, &[]), sge)
+    };
+
+    // 2^31 bytes at MTU 256: 2^23 responses.
+    let (wr, sge) = read(&p, 1, 1 << 31);
+    p.post_send(
+        End::A,
+        &SendWr {
+            payload: Payload::Sges(&[sge]),
+            ..wr
+        },
+    )
+    .unwrap();
+    let sent = take(&mut p, End::A, 4);
+    assert_eq!(sent.len(), 0, "the READ went on the wire");
+    assert_eq!(st(&p.poll_send(End::A)), vec![(1, WcStatus::LocLenErr)]);
+    assert_eq!(p.qp_state(End::A), QpState::Err);
+    assert_eq!(p.qp_state(End::B), QpState::Rts);
+
+    // The same READ from a (hostile) peer: NAK Invalid Request. The request is an
+    // accepted READ's with its DMA length raised.
+    let mut p = Pair::new(52, Faults::none(), p.opts.clone());
+    let (small, small_sge) = read(&p, 1, 256);
+    p.post_send(
+        End::A,
+        &SendWr {
+            payload: Payload::Sges(&[small_sge]),
+            ..small
+        },
+    )
+    .unwrap();
+    let mut req = take(&mut p, End::A, 1).remove(0);
+    const RETH_DMA_LEN: usize = 12 + 12; // BTH, then VA and R_Key
+    req[RETH_DMA_LEN..RETH_DMA_LEN + 4].copy_from_slice(&(1u32 << 31).to_be_bytes());
+    let (src, dst) = (p.sim.addr(p.a.node), p.sim.addr(p.b.node));
+    let ctx = softverbs_wire::icrc::IcrcContext::new(src, dst);
+    softverbs_wire::icrc::fill(&ctx, &mut req).unwrap();
+    deliver(&mut p, End::B, &req);
+    let answer = take(&mut p, End::B, 4);
+    assert_eq!(answer.len(), 1);
+    assert_eq!(
+        syndrome_of(&answer[0]),
+        Some(AethSyndrome::Nak(NakCode::InvalidRequest))
+    );
+    assert_eq!(p.qp_state(End::B), QpState::Err);
+
+    // The largest READ allowed: 2^23 - 1 responses. Its first response is lost; the
+    // requester asks again from that PSN and the responder answers it as a duplicate.
+    let mut p = Pair::new(53, Faults::none(), p.opts.clone());
+    let len = ((1u32 << 23) - 1) * 256;
+    let (wr, sge) = read(&p, 2, len);
+    p.post_send(
+        End::A,
+        &SendWr {
+            payload: Payload::Sges(&[sge]),
+            ..wr
+        },
+    )
+    .unwrap();
+    let req = take(&mut p, End::A, 4);
+    assert_eq!(req.len(), 1);
+    deliver(&mut p, End::B, &req[0]);
+    let responses = take(&mut p, End::B, 2);
+    assert_eq!(psn_of(&responses[1]), first + 1);
+    deliver(&mut p, End::A, &responses[1]); // the first is lost
+    let again = take(&mut p, End::A, 4);
+    assert_eq!(again.len(), 1, "the requester asks again");
+    assert_eq!(psn_of(&again[0]), first);
+    deliver(&mut p, End::B, &again[0]);
+    let cb = counters(&mut p, End::B);
+    assert_eq!((cb.duplicate_requests, cb.nak_seq_sent), (1, 0), "{cb:?}");
+    assert_eq!(p.qp_state(End::B), QpState::Rts);
 }

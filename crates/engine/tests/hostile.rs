@@ -138,6 +138,7 @@ fn drain(p: &mut Pair, end: End) -> Vec<Vec<u8>> {
     let mut out = Vec::new();
     while let Some(t) = p.engine(end).poll_transmit(now, &mut buf) {
         assert_eq!(t.dst, addr(other(end)));
+        t.seal(&mut buf, 0); // as a driver sending it alone would
         out.push(buf[..t.len].to_vec());
     }
     out
@@ -458,13 +459,15 @@ fn every_opcode_with_a_bad_icrc_is_dropped() {
                 v[i] ^= 0x01;
                 variants.push(v);
             }
-            // Computed for another path: swapped ends, another port, an IPv4 ID.
+            // Computed for another path: swapped ends, another port, an IPv4 ID no
+            // softverbs sender uses (IDs of GSO segments, below 64, are solved for
+            // and accepted: see tests/icrc_gso.rs).
             let repr = repr_for(info, dest, psn, &payload);
             variants.push(seal(&repr, addr(to), addr(other(to))));
             variants.push(seal(&repr, "10.0.0.9:4791".parse().unwrap(), addr(to)));
             let mut v = good.clone();
             let ctx = IcrcContext {
-                ipv4_id: 1,
+                ipv4_id: icrc::GSO_MAX_SEGMENTS as u16,
                 ..IcrcContext::new(addr(other(to)), addr(to))
             };
             icrc::fill(&ctx, &mut v).unwrap();
@@ -1403,4 +1406,85 @@ fn random_forged_requests_never_touch_memory_outside_the_region() {
         "{region_changes} changes to the region"
     );
     assert!(answered >= naks + executed);
+}
+
+/// A duplicate READ request is answered only if it asks again for what the original
+/// asked, from its PSN on: same R_Key, the original's address advanced by the packets
+/// before that PSN, and the rest of the original's length. Anything else (a hostile or
+/// buggy peer) is dropped and counted: before, the responder regenerated whatever the
+/// duplicate asked for, sending responses past the original's PSN span.
+#[test]
+fn duplicate_reads_must_match_the_original() {
+    let mut p = Pair::lossless();
+    let len_b = p.b.buf.len();
+    p.fill(End::B, 0, len_b, 0x42);
+    let first = p.opts.psn_a;
+    let rkey = p.rkey(End::B);
+    let va = p.addr(End::B, 0);
+    let dst = p.sge(End::A, 0, 3000);
+    p.post_send(
+        End::A,
+        &SendWr::new(
+            1,
+            SendOp::RdmaRead {
+                remote_addr: va,
+                rkey,
+            },
+            &[dst],
+        ),
+    )
+    .unwrap();
+    p.run_until_send_cqes(End::A, 1).unwrap();
+    assert_eq!(p.poll_send(End::A)[0].status, WcStatus::Success);
+    let dest = qpn(&p, End::B);
+    let read = |psn: u32, va: u64, rkey: Rkey, dma_len: u32| {
+        let mut r = repr_op(Opcode::RcReadRequest, dest, psn, &[]);
+        r.reth = Some(RethRepr { va, rkey, dma_len });
+        to_end(End::B, &r)
+    };
+    // MTU 1024: the original took PSNs first..first + 3.
+    let forged = [
+        (
+            "longer than the original",
+            read(first + 1, va + 1024, rkey, 60_000),
+        ),
+        (
+            "shorter than the original",
+            read(first + 1, va + 1024, rkey, 100),
+        ),
+        ("another address", read(first + 1, va + 5000, rkey, 1976)),
+        (
+            "another key",
+            read(first + 1, va + 1024, Rkey(rkey.0 ^ 0x100), 1976),
+        ),
+        (
+            "the first PSN, the second packet's address",
+            read(first, va + 1024, rkey, 1976),
+        ),
+    ];
+    for (label, pkt) in &forged {
+        let before = counters(&mut p, End::B);
+        inject(&mut p, End::B, pkt);
+        let out = drain(&mut p, End::B);
+        assert!(out.is_empty(), "{label}: {} responses", out.len());
+        assert_counters(label, before, counters(&mut p, End::B), |c| {
+            c.rx_packets += 1;
+            c.rx_bytes += pkt.len() as u64;
+            c.duplicate_requests += 1;
+            c.drop_duplicate_mismatch += 1;
+        });
+    }
+    // The genuine duplicate from the second packet on: two responses, the original's.
+    inject(&mut p, End::B, &read(first + 1, va + 1024, rkey, 1976));
+    let out = drain(&mut p, End::B);
+    assert_eq!(out.len(), 2);
+    let mut got = Vec::new();
+    for (k, b) in out.iter().enumerate() {
+        let pkt = RocePacket::new_checked(&b[..]).unwrap();
+        assert_eq!(pkt.bth().psn().value(), first + 1 + k as u32);
+        got.extend_from_slice(pkt.payload());
+    }
+    assert_eq!(got, p.bytes(End::B, 1024, 1976));
+    assert_undisturbed(&mut p, End::B, "after duplicate READs");
+    round_trip(&mut p, "after duplicate READs");
 }

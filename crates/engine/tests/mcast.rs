@@ -102,6 +102,7 @@ fn transmit(d: &mut Dev) -> Vec<(SocketAddr, Vec<u8>)> {
     let mut buf = vec![0u8; MAX_DATAGRAM];
     let mut out = Vec::new();
     while let Some(t) = d.e.poll_transmit(Instant::ZERO, &mut buf) {
+        t.seal(&mut buf, 0); // as a driver sending it alone would
         out.push((t.dst, buf[..t.len].to_vec()));
     }
     out

@@ -1560,6 +1560,7 @@ fn sqd_finishes_a_message_it_has_begun() {
     let mut buf = vec![0u8; MAX_DATAGRAM];
     let t = p.engine(End::A).poll_transmit(now, &mut buf).unwrap();
     assert_eq!(t.dst, p.sim.addr(nb));
+    t.seal(&mut buf, 0);
     p.engine(End::B).handle_datagram(now, addr_a, &buf[..t.len]);
     let attr = QpAttr {
         qp_state: QpState::Sqd,

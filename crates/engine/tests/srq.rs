@@ -17,7 +17,8 @@ struct World {
     srq: SrqHandle,
     a_mr: MrInfo,
     b_mr: MrInfo,
-    _bufs: Vec<Box<[u8]>>,
+    /// A's and B's registered buffers (never moved; the engines use them).
+    bufs: Vec<Box<[u8]>>,
 }
 
 /// A with `n` RC QPs, each connected to its own QP on B; B's QPs share an SRQ.
@@ -87,7 +88,7 @@ fn world(n: usize, srq_wr: u32) -> World {
         srq,
         a_mr,
         b_mr,
-        _bufs: bufs,
+        bufs,
     }
 }
 
@@ -104,8 +105,12 @@ impl World {
             .unwrap();
     }
     fn send(&mut self, qp: usize, wr_id: u64, len: u32) {
+        self.send_from(qp, wr_id, 0, len);
+    }
+    /// A SEND of `len` bytes from `offset` of A's buffer.
+    fn send_from(&mut self, qp: usize, wr_id: u64, offset: usize, len: u32) {
         let s = Sge {
-            addr: self.a_mr.addr,
+            addr: self.a_mr.addr + offset as u64,
             length: len,
             lkey: self.a_mr.lkey,
         };
@@ -160,6 +165,62 @@ fn two_rc_qps_share_one_srq() {
         let base = 1000 * (k as u32 + 1);
         assert_eq!(lens, (0..5).map(|i| base + i).collect::<Vec<_>>());
     }
+}
+
+/// Two RC QPs receive multi-packet SENDs through one SRQ at the same time, their
+/// packets interleaved on the wire: each message must land in the one receive WQE
+/// it took, byte for byte. (The responder used to write a SEND's first packets into
+/// the SRQ's head WQE without taking it, so the other QP's message wrote into the
+/// same buffer: 952 foreign bytes in one 3000-byte message.) IBA 10.2.9.5: a QP
+/// takes the SRQ WQE when a message starts.
+#[test]
+fn multi_packet_sends_on_one_srq_keep_their_own_buffers() {
+    const LEN: u32 = 3000; // three packets at MTU 1024
+    const SRC: [usize; 2] = [0, 64 * 1024];
+    let mut w = world(2, 32);
+    // Distinct, aperiodic source data per QP.
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    for b in w.bufs[0].iter_mut() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *b = x as u8;
+    }
+    for i in 0..4 {
+        w.post_srq(i, i as usize * 4096, 4096);
+    }
+    for round in 0..2 {
+        w.send_from(0, round, SRC[0], LEN);
+        w.send_from(1, 10 + round, SRC[1], LEN);
+    }
+    w.settle();
+    let (a, b, a_cq, b_cq) = (w.a, w.b, w.a_cq, w.b_cq);
+    let sent = w.poll(a, a_cq);
+    assert_eq!(sent.len(), 4);
+    assert!(
+        sent.iter().all(|c| c.status == WcStatus::Success),
+        "{sent:?}"
+    );
+    let recvs = w.poll(b, b_cq);
+    assert_eq!(recvs.len(), 4, "{recvs:?}");
+    let qpns: Vec<Qpn> = w
+        .b_qps
+        .iter()
+        .map(|&q| w.sim.node(b).qp_num(q).unwrap())
+        .collect();
+    let mut foreign = 0;
+    for c in &recvs {
+        assert_eq!((c.status, c.byte_len), (WcStatus::Success, LEN), "{c:?}");
+        let k = qpns
+            .iter()
+            .position(|&q| q == c.qp_num)
+            .expect("one of B's QPs");
+        let at = c.wr_id as usize * 4096;
+        let got = &w.bufs[1][at..at + LEN as usize];
+        let want = &w.bufs[0][SRC[k]..SRC[k] + LEN as usize];
+        foreign += got.iter().zip(want).filter(|(g, w)| g != w).count();
+    }
+    assert_eq!(foreign, 0, "bytes of another message in a receive buffer");
 }
 
 #[test]

@@ -30,7 +30,7 @@
 //!     fn poll_transmit(&mut self, _now: Instant, buf: &mut [u8]) -> Option<Transmit> {
 //!         let dst = self.peer.take()?;
 //!         buf[..5].copy_from_slice(b"hello");
-//!         Some(Transmit { dst, len: 5 })
+//!         Some(Transmit { src: self.addr, dst, len: 5 })
 //!     }
 //!     fn poll_timeout(&self) -> Option<Instant> {
 //!         None

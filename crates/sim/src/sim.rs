@@ -663,6 +663,7 @@ mod tests {
             assert!(buf.len() >= MAX_DATAGRAM);
             self.left = self.left.checked_sub(1)?;
             Some(Transmit {
+                src: self.addr,
                 dst: self.peer,
                 len: 100,
             })

@@ -1,4 +1,6 @@
-//! What the stub C libraries of softverbs (`libmlx5.so.1`, `libefa.so.1`) share.
+//! What the C libraries of softverbs share: the stub libraries (`libmlx5.so.1`,
+//! `libefa.so.1`) entirely, the drop-in `libibverbs.so.1` / `librdmacm.so.1` the versioned
+//! trampolines, [`Zeroed`] and the test checks.
 //!
 //! Each stub crate lists its functions with [`stubs!`] (and [`compat!`] for extra,
 //! non-default versions), passes [`cdylib_link_args`] from its `build.rs`, and checks
@@ -28,6 +30,31 @@ pub const EOPNOTSUPP: c_int = libc::EOPNOTSUPP;
 pub fn set_errno() {
     // SAFETY: `__errno_location` returns this thread's errno slot, valid for writes.
     unsafe { *libc::__errno_location() = EOPNOTSUPP };
+}
+
+/// Types every byte of which may be zero: `#[repr(C)]` mirrors of C structs holding only
+/// integers, raw pointers, `Option`s of function pointers, and arrays, unions and structs of
+/// those. Gives them the C idiom `struct x v = {0};` / `calloc`.
+///
+/// # Safety
+/// Implement only for types whose every field accepts all-zero bytes.
+pub unsafe trait Zeroed: Sized {
+    /// A value with every byte zero.
+    fn zeroed() -> Self {
+        // SAFETY: the trait's contract says all-zero bytes are a valid `Self`.
+        unsafe { core::mem::zeroed() }
+    }
+}
+
+/// Implements [`Zeroed`] for C-mirror types that hold only integers, raw pointers, `Option`s
+/// of function pointers, and arrays, unions and structs of those.
+#[macro_export]
+macro_rules! zeroed {
+    ($($t:ty),* $(,)?) => { $(
+        // SAFETY: `$t` holds only integers, raw pointers, `Option`s of function pointers, and
+        // arrays, unions and structs of those (the macro's contract), all valid as zero bytes.
+        unsafe impl $crate::Zeroed for $t {}
+    )* };
 }
 
 /// Prints the cargo directives a stub library's `build.rs` needs: the version script
@@ -132,6 +159,19 @@ macro_rules! stubs {
     ($( $node:literal { $( $kind:ident $name:ident; )* } )*) => {
         $($(
             $crate::stub_fn!($kind $name);
+        )*)*
+        $crate::exports! {
+            $( $node { $( $name ),* } )*
+        }
+    };
+}
+
+/// Existing `extern "C"` functions (in scope by their C names) grouped by version node;
+/// each is exported as `name@@NODE` through a trampoline (see the crate documentation).
+#[macro_export]
+macro_rules! exports {
+    ($( $node:literal { $( $name:ident ),* $(,)? } )*) => {
+        $($(
             $crate::trampoline!(
                 concat!("softverbs_v_", stringify!($name)),
                 concat!(stringify!($name), "@@", $node),

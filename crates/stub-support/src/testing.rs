@@ -1,12 +1,15 @@
 //! Checks a stub library's integration tests run against the built cdylib: that it
 //! exports exactly rdma-core's symbols at their version nodes with the right SONAME,
-//! and that a C program built against the real header gets the stub results.
+//! and that a C program built against the real header gets the stub results; and
+//! ([`layout`]) that `#[repr(C)]` mirrors match the installed headers.
 //!
 //! They need `readelf`, `cc` and the header; without them they skip loudly, or fail
 //! when `SOFTVERBS_REQUIRE_TOOLS=1` (CI).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+pub mod layout;
 
 /// A stub library as its tests see it.
 #[derive(Debug, Clone, Copy)]

@@ -9,7 +9,7 @@
 //! | `SOFTVERBS_FAULTS` | fault injection, e.g. `loss=0.05,dup=0.01,reorder=0.01,corrupt=0.01,seed=7` | none |
 //! | `SOFTVERBS_PCAP` | write every packet sent and received to this pcap file | none |
 //! | `SOFTVERBS_ICRC` | receive-side ICRC: `enforce`, `count` or `skip` | `enforce` |
-//! | `SOFTVERBS_GSO` | UDP GSO/GRO batching; `0` turns it off (fault injection turns GSO off) | `1` |
+//! | `SOFTVERBS_GSO` | UDP GSO/GRO batching; `0` turns it off (injected faults act on GSO segments) | `1` |
 
 use softverbs_engine::{IcrcPolicy, Mtu};
 use std::net::IpAddr;

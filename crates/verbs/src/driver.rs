@@ -16,7 +16,9 @@
 use crate::config::Config;
 use crate::faults::{Fate, FaultInjector};
 use crate::sys::{self, EventFd, RecvBatch, SendBatch};
-use softverbs_engine::{AsyncEvent, CqHandle, Engine, EngineConfig, Instant, Mtu, MAX_DATAGRAM};
+use softverbs_engine::{
+    AsyncEvent, CqHandle, Engine, EngineConfig, Instant, Mtu, Transmit, MAX_DATAGRAM,
+};
 use softverbs_wire::pcap::PcapWriter;
 use std::collections::{HashMap, VecDeque};
 use std::fs::File;
@@ -55,7 +57,7 @@ pub(crate) struct State {
     pub engine: Engine,
     tx: SendBatch,
     faults: Option<FaultInjector>,
-    held: Option<(SocketAddr, Vec<u8>)>,
+    held: Option<(Transmit, Vec<u8>)>,
     pub channels: HashMap<CqHandle, Arc<ChannelShared>>,
     pub async_events: VecDeque<AsyncEvent>,
     pcap: Option<PcapWriter<BufWriter<File>>>,
@@ -209,7 +211,9 @@ impl Driver {
         ecfg.port_mtu = active_mtu;
         let state = State {
             engine: Engine::new(ecfg),
-            tx: SendBatch::new(MAX_DATAGRAM, config.gso && config.faults.is_none()),
+            // Fault injection acts on the datagrams of a batch before it is grouped
+            // for GSO, so GSO stays on with faults (the default path is the one tested).
+            tx: SendBatch::new(MAX_DATAGRAM, config.gso),
             faults: config.faults.map(FaultInjector::new),
             held: None,
             channels: HashMap::new(),
@@ -277,19 +281,8 @@ impl Driver {
     }
 
     fn transmit(&self, st: &mut State, now: Instant) {
-        loop {
-            let id = st.tx.next_ipv4_id();
-            let Some(t) = st
-                .engine
-                .poll_transmit_with_ipv4_id(now, st.tx.next_buf(), id)
-            else {
-                break;
-            };
-            if st.tx.commit(t.dst, t.len) != id {
-                // It could not join the GSO group it was built for: it goes out
-                // first in a new one, with IPv4 ID 0.
-                st.tx.refill_icrc_last(self.local);
-            }
+        while let Some(t) = st.engine.poll_transmit(now, st.tx.next_buf()) {
+            st.tx.commit(t);
             if st.tx.is_full() {
                 self.flush(st);
             }
@@ -297,26 +290,37 @@ impl Driver {
         self.flush(st);
     }
 
+    /// Sends the batch: fault injection decides each datagram's fate first (so
+    /// faults act on the GSO segments the batch then forms), the batch seals each
+    /// datagram for its place (see [`SendBatch::seal`]), corruption flips a bit of a
+    /// sealed one, and what fault injection duplicated or held back goes out after
+    /// the batch, alone (IPv4 ID 0).
     fn flush(&self, st: &mut State) {
         if st.tx.is_empty() {
             return;
         }
+        let mut extra: Vec<(Transmit, Vec<u8>)> = Vec::new();
+        let mut corrupt: Vec<(usize, usize, u8)> = Vec::new();
         if let Some(faults) = st.faults.as_mut() {
-            let mut extra: Vec<(SocketAddr, Vec<u8>)> = Vec::new();
-            for (dst, buf, len, _) in st.tx.iter_mut() {
+            // Index each kept datagram will have once the dropped ones are gone.
+            let mut kept = 0;
+            for (t, buf, len, _) in st.tx.iter_mut() {
                 match faults.decide() {
-                    Fate::Send => {}
+                    Fate::Send => kept += 1,
                     Fate::Drop => {
                         *len = 0;
                         self.counters.injected_drops.fetch_add(1, Ordering::Relaxed);
                     }
-                    Fate::Duplicate => extra.push((dst, buf[..*len].to_vec())),
+                    Fate::Duplicate => {
+                        extra.push((t, buf[..*len].to_vec()));
+                        kept += 1;
+                    }
                     Fate::Corrupt { byte, bit } => {
-                        let i = byte % (*len).max(1);
-                        buf[i] ^= 1 << bit;
+                        corrupt.push((kept, byte, bit));
+                        kept += 1;
                     }
                     Fate::Reorder => {
-                        if let Some(prev) = st.held.replace((dst, buf[..*len].to_vec())) {
+                        if let Some(prev) = st.held.replace((t, buf[..*len].to_vec())) {
                             extra.push(prev);
                         }
                         *len = 0;
@@ -327,24 +331,38 @@ impl Driver {
             if let Some(h) = st.held.take() {
                 extra.push(h);
             }
-            for (dst, data) in extra {
-                let _ = self.socket.send_to(&data, dst);
-            }
         }
-        if st.pcap.is_some() {
-            let local = self.local;
-            let mut frames: Vec<(SocketAddr, Vec<u8>, u16)> = Vec::new();
-            for (dst, buf, len, id) in st.tx.iter_mut() {
-                if *len > 0 {
-                    frames.push((dst, buf[..*len].to_vec(), id));
+        st.tx.seal();
+        if !corrupt.is_empty() {
+            let mut datagrams: Vec<(&mut Vec<u8>, usize)> = st
+                .tx
+                .iter_mut()
+                .map(|(_, buf, len, _)| (buf, *len))
+                .collect();
+            for (i, byte, bit) in corrupt {
+                if let Some((buf, len)) = datagrams.get_mut(i) {
+                    buf[byte % (*len).max(1)] ^= 1 << bit;
                 }
             }
-            for (dst, data, id) in frames {
-                st.capture(local, dst, id, &data);
+        }
+        for (t, data) in &mut extra {
+            t.seal(data, 0);
+        }
+        if st.pcap.is_some() {
+            let mut frames: Vec<(Transmit, Vec<u8>, u16)> = Vec::new();
+            for (t, buf, len, id) in st.tx.iter_mut() {
+                frames.push((t, buf[..*len].to_vec(), id));
+            }
+            frames.extend(extra.iter().map(|(t, data)| (*t, data.clone(), 0)));
+            for (t, data, id) in frames {
+                st.capture(t.src, t.dst, id, &data);
             }
         }
-        let n = st.tx.iter_mut().filter(|(_, _, len, _)| **len > 0).count() as u64;
+        let n = st.tx.iter_mut().count() as u64;
         let errors = st.tx.flush(&self.socket) as u64;
+        for (t, data) in extra {
+            let _ = self.socket.send_to(&data, t.dst);
+        }
         self.counters
             .tx_datagrams
             .fetch_add(n - errors.min(n), Ordering::Relaxed);

@@ -1,6 +1,7 @@
 //! Thin wrappers over the Linux socket calls std does not offer: batched
 //! send/receive (sendmmsg/recvmmsg), DF on unconnected sends, eventfd and poll.
 
+use softverbs_engine::Transmit;
 use std::io;
 use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -121,8 +122,9 @@ fn from_storage(ss: &libc::sockaddr_storage) -> Option<SocketAddr> {
 const UDP_SEGMENT: libc::c_int = 103;
 /// `SOL_UDP` socket option: receive coalesced datagrams (UDP GRO).
 const UDP_GRO: libc::c_int = 104;
-/// Most segments Linux accepts in one GSO send (UDP_MAX_SEGMENTS).
-pub const GSO_MAX_SEGMENTS: usize = 64;
+/// Most segments in one GSO send: Linux's UDP_MAX_SEGMENTS, which receivers also
+/// bound the IPv4 IDs they solve for by.
+pub use softverbs_wire::icrc::GSO_MAX_SEGMENTS;
 /// Most bytes in one GSO send (a UDP datagram's limit, less headers).
 const GSO_MAX_BYTES: usize = 65_000;
 /// Receive buffer size: a whole coalesced GRO read.
@@ -265,24 +267,36 @@ fn gro_segment_size(hdr: &libc::msghdr) -> Option<usize> {
 /// Datagrams queued for one batched send, grouped for UDP GSO: consecutive
 /// datagrams to one destination, all of one size but the last, go out as one
 /// send whose segment k carries IPv4 ID k.
+///
+/// The engine emits packets unsealed; the batch seals each one once, in
+/// [`SendBatch::seal`], when the groups are final: after fault injection removed
+/// some ([`SendBatch::iter_mut`] with a length set to 0), just before sending.
 pub struct SendBatch {
     bufs: Vec<Vec<u8>>,
     lens: Vec<usize>,
-    dsts: Vec<SocketAddr>,
-    /// Index of each datagram within its GSO group (its IPv4 ID).
+    txs: Vec<Transmit>,
+    /// Index of each datagram within its GSO group (its IPv4 ID), once sealed.
     ids: Vec<u16>,
     count: usize,
+    sealed: bool,
     gso: bool,
 }
 
 impl SendBatch {
     pub fn new(buf_size: usize, gso: bool) -> Self {
+        let nowhere = SocketAddr::from(([0, 0, 0, 0], 0));
+        let none = Transmit {
+            src: nowhere,
+            dst: nowhere,
+            len: 0,
+        };
         SendBatch {
             bufs: (0..BATCH).map(|_| vec![0u8; buf_size]).collect(),
             lens: vec![0; BATCH],
-            dsts: vec![SocketAddr::from(([0, 0, 0, 0], 0)); BATCH],
+            txs: vec![none; BATCH],
             ids: vec![0; BATCH],
             count: 0,
+            sealed: false,
             gso,
         }
     }
@@ -300,35 +314,56 @@ impl SendBatch {
         &mut self.bufs[self.count]
     }
 
-    /// The IPv4 ID the next datagram gets if it joins the open GSO group.
-    pub fn next_ipv4_id(&self) -> u16 {
-        if !self.gso || self.count == 0 {
-            return 0;
-        }
-        let last = self.count - 1;
-        let id = usize::from(self.ids[last]) + 1;
-        if id >= GSO_MAX_SEGMENTS {
-            0
-        } else {
-            id as u16
-        }
+    /// Commits the (unsealed) datagram built in [`SendBatch::next_buf`].
+    pub fn commit(&mut self, t: Transmit) {
+        let i = self.count;
+        self.lens[i] = t.len;
+        self.txs[i] = t;
+        self.count += 1;
+        self.sealed = false;
     }
 
-    /// Commits the datagram built in [`SendBatch::next_buf`]; returns the IPv4 ID
-    /// it will carry (0 when it starts a new group). If that differs from the ID
-    /// it was built for, the caller must recompute its ICRC.
-    pub fn commit(&mut self, dst: SocketAddr, len: usize) -> u16 {
-        let i = self.count;
-        let id = if self.gso && i > 0 && self.joins_group(i, dst, len) {
-            self.ids[i - 1] + 1
-        } else {
-            0
-        };
-        self.lens[i] = len;
-        self.dsts[i] = dst;
-        self.ids[i] = id;
-        self.count += 1;
-        id
+    /// The queued datagrams: where each goes, its buffer, its length (set it to 0
+    /// to leave it out) and its IPv4 ID (0 until sealed).
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (Transmit, &mut Vec<u8>, &mut usize, u16)> {
+        let n = self.count;
+        self.txs
+            .iter()
+            .copied()
+            .zip(self.bufs.iter_mut())
+            .zip(self.lens.iter_mut())
+            .zip(self.ids.iter().copied())
+            .take(n)
+            .map(|(((t, b), l), id)| (t, b, l, id))
+    }
+
+    /// Drops the datagrams whose length was set to 0, groups the rest for GSO and
+    /// seals each for the IPv4 ID it will carry: k for segment k of a group, 0 for a
+    /// datagram sent alone (see DESIGN.md).
+    pub fn seal(&mut self) {
+        let mut kept = 0;
+        for i in 0..self.count {
+            if self.lens[i] == 0 {
+                continue;
+            }
+            if kept != i {
+                self.bufs.swap(kept, i);
+                self.lens.swap(kept, i);
+                self.txs.swap(kept, i);
+            }
+            kept += 1;
+        }
+        self.count = kept;
+        for i in 0..self.count {
+            let (dst, len) = (self.txs[i].dst, self.lens[i]);
+            self.ids[i] = if self.gso && i > 0 && self.joins_group(i, dst, len) {
+                self.ids[i - 1] + 1
+            } else {
+                0
+            };
+            self.txs[i].seal(&mut self.bufs[i], self.ids[i]);
+        }
+        self.sealed = true;
     }
 
     /// Whether datagram `i` (to `dst`, `len` bytes) can extend the group datagram
@@ -339,9 +374,9 @@ impl SendBatch {
         let seg = self.lens[start];
         let members = i - start;
         let bytes: usize = self.lens[start..i].iter().sum();
-        // Not to multicast groups: their receivers read without GRO and could not
-        // know segment k's IPv4 ID, which its ICRC covers.
-        dst == self.dsts[prev]
+        // Not to multicast groups: their receivers read without GRO, and a
+        // multicast sender's datagrams are expected with ID 0.
+        dst == self.txs[prev].dst
             && !dst.ip().is_multicast()
             && self.lens[prev] == seg // the group is not closed by a short one
             && len <= seg
@@ -349,38 +384,12 @@ impl SendBatch {
             && bytes + len <= GSO_MAX_BYTES
     }
 
-    /// Recomputes the ICRC of the last committed datagram for the IPv4 ID it
-    /// was given, its source being `src`.
-    pub fn refill_icrc_last(&mut self, src: SocketAddr) {
-        use softverbs_wire::icrc::{fill, IcrcContext};
-        let i = self.count - 1;
-        let ctx = IcrcContext {
-            ipv4_id: self.ids[i],
-            ..IcrcContext::new(src, self.dsts[i])
-        };
-        let _ = fill(&ctx, &mut self.bufs[i][..self.lens[i]]);
-    }
-
-    /// The queued datagrams with destination, buffer, length and IPv4 ID.
-    pub fn iter_mut(
-        &mut self,
-    ) -> impl Iterator<Item = (SocketAddr, &mut Vec<u8>, &mut usize, u16)> {
-        let n = self.count;
-        self.dsts
-            .iter()
-            .copied()
-            .zip(self.bufs.iter_mut())
-            .zip(self.lens.iter_mut())
-            .zip(self.ids.iter().copied())
-            .take(n)
-            .map(|(((d, b), l), id)| (d, b, l, id))
-    }
-
-    /// Sends everything queued; returns how many datagrams the kernel refused
-    /// (counted, not raised: UDP loses datagrams anyway). Datagrams whose length
-    /// was set to 0 are skipped, and then GSO is not used for their group since
-    /// the IDs of later segments would shift.
+    /// Sends everything queued (sealed: see [`SendBatch::seal`]); returns how many
+    /// datagrams the kernel refused (counted, not raised: UDP loses datagrams anyway).
     pub fn flush(&mut self, sock: &UdpSocket) -> usize {
+        if !self.sealed {
+            self.seal();
+        }
         let mut storage = [(zero_storage(), 0 as libc::socklen_t); BATCH];
         // SAFETY: iovec and mmsghdr are plain old data.
         let mut iovs: [libc::iovec; BATCH] = unsafe { std::mem::zeroed() };
@@ -389,59 +398,46 @@ impl SendBatch {
         let mut ctrl = [[0u64; CMSG_SPACE_INT / 8]; BATCH];
         let mut members = [0usize; BATCH];
         let mut m = 0;
-        let mut i = 0;
-        while i < self.count {
-            // The group starting at i.
-            let mut end = i + 1;
-            while end < self.count && self.ids[end] != 0 {
-                end += 1;
+        let mut a = 0;
+        while a < self.count {
+            // The group starting at a: the datagrams after it with IDs 1, 2, ...
+            let mut b = a + 1;
+            while b < self.count && self.ids[b] != 0 {
+                b += 1;
             }
-            let intact = self.lens[i..end].iter().all(|&l| l > 0);
-            let whole_group = self.gso && intact && end - i > 1;
-            let mut k = i;
-            while k < end {
-                let (a, b) = if whole_group { (i, end) } else { (k, k + 1) };
-                k = b;
-                if self.lens[a] == 0 {
-                    continue;
-                }
-                storage[m] = to_storage(&self.dsts[a]);
-                for ((iov, buf), len) in iovs[a..b]
-                    .iter_mut()
-                    .zip(&mut self.bufs[a..b])
-                    .zip(&self.lens[a..b])
-                {
-                    *iov = libc::iovec {
-                        iov_base: buf.as_mut_ptr().cast(),
-                        iov_len: *len,
-                    };
-                }
-                let hdr = &mut msgs[m].msg_hdr;
-                hdr.msg_name = (&mut storage[m].0 as *mut libc::sockaddr_storage).cast();
-                hdr.msg_namelen = storage[m].1;
-                hdr.msg_iov = iovs[a..].as_mut_ptr();
-                hdr.msg_iovlen = b - a;
-                if b - a > 1 {
-                    hdr.msg_control = ctrl[m].as_mut_ptr().cast();
-                    // SAFETY: CMSG_SPACE is a pure size computation.
-                    hdr.msg_controllen = unsafe { libc::CMSG_SPACE(2) } as _;
-                    // SAFETY: msg_control points at CMSG_SPACE_INT zeroed bytes,
-                    // enough for one cmsg with a u16 payload.
-                    unsafe {
-                        let c = libc::CMSG_FIRSTHDR(hdr);
-                        (*c).cmsg_level = libc::SOL_UDP;
-                        (*c).cmsg_type = UDP_SEGMENT;
-                        (*c).cmsg_len = libc::CMSG_LEN(2) as _;
-                        std::ptr::write_unaligned(
-                            libc::CMSG_DATA(c) as *mut u16,
-                            self.lens[a] as u16,
-                        );
-                    }
-                }
-                members[m] = b - a;
-                m += 1;
+            storage[m] = to_storage(&self.txs[a].dst);
+            for ((iov, buf), len) in iovs[a..b]
+                .iter_mut()
+                .zip(&mut self.bufs[a..b])
+                .zip(&self.lens[a..b])
+            {
+                *iov = libc::iovec {
+                    iov_base: buf.as_mut_ptr().cast(),
+                    iov_len: *len,
+                };
             }
-            i = end;
+            let hdr = &mut msgs[m].msg_hdr;
+            hdr.msg_name = (&mut storage[m].0 as *mut libc::sockaddr_storage).cast();
+            hdr.msg_namelen = storage[m].1;
+            hdr.msg_iov = iovs[a..].as_mut_ptr();
+            hdr.msg_iovlen = b - a;
+            if b - a > 1 {
+                hdr.msg_control = ctrl[m].as_mut_ptr().cast();
+                // SAFETY: CMSG_SPACE is a pure size computation.
+                hdr.msg_controllen = unsafe { libc::CMSG_SPACE(2) } as _;
+                // SAFETY: msg_control points at CMSG_SPACE_INT zeroed bytes,
+                // enough for one cmsg with a u16 payload.
+                unsafe {
+                    let c = libc::CMSG_FIRSTHDR(hdr);
+                    (*c).cmsg_level = libc::SOL_UDP;
+                    (*c).cmsg_type = UDP_SEGMENT;
+                    (*c).cmsg_len = libc::CMSG_LEN(2) as _;
+                    std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut u16, self.lens[a] as u16);
+                }
+            }
+            members[m] = b - a;
+            m += 1;
+            a = b;
         }
         let mut errors = 0;
         let mut sent = 0;

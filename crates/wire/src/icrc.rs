@@ -13,16 +13,10 @@
 //! field is *not* masked: see DESIGN.md for why softverbs sends with DF set on an
 //! unconnected socket (ID 0) and passes the ID in.
 
+use crate::ip::{self, Family, IPV4_HEADER_LEN, IPV6_HEADER_LEN, UDP_HEADER_LEN};
 use crate::packet::{BTH_LEN, ICRC_LEN};
 use crate::{Error, Result};
-use std::net::{IpAddr, SocketAddr};
-
-const UDP_HEADER_LEN: usize = 8;
-const IPV4_HEADER_LEN: usize = 20;
-const IPV6_HEADER_LEN: usize = 40;
-const IPPROTO_UDP: u8 = 17;
-/// IPv4 flags and fragment offset of every softverbs datagram: DF set, offset 0.
-const IPV4_DONT_FRAGMENT: u16 = 0x4000;
+use std::net::SocketAddr;
 
 /// The IP and UDP context the ICRC covers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,69 +40,34 @@ impl IcrcContext {
     }
 }
 
-/// Both addresses as IPv4 when both are IPv4 (or IPv4-mapped IPv6), else as IPv6.
-pub(crate) enum Family {
-    V4([u8; 4], [u8; 4]),
-    V6([u8; 16], [u8; 16]),
-}
-
-pub(crate) fn family(src: IpAddr, dst: IpAddr) -> Family {
-    let v4 = |ip: IpAddr| match ip {
-        IpAddr::V4(a) => Some(a),
-        IpAddr::V6(a) => a.to_ipv4_mapped(),
-    };
-    match (v4(src), v4(dst)) {
-        (Some(s), Some(d)) => Family::V4(s.octets(), d.octets()),
-        _ => {
-            let v6 = |ip: IpAddr| match ip {
-                IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
-                IpAddr::V6(a) => a.octets(),
-            };
-            Family::V6(v6(src), v6(dst))
-        }
-    }
-}
-
 /// Computes the ICRC of `packet` (a whole RoCEv2 packet, ICRC slot included).
 pub fn compute(ctx: &IcrcContext, packet: &[u8]) -> Result<u32> {
     if packet.len() < BTH_LEN + ICRC_LEN {
         return Err(Error::Truncated);
     }
-    let udp_len =
-        u16::try_from(UDP_HEADER_LEN + packet.len()).map_err(|_| Error::BufferTooSmall)?;
     let mut pseudo = [0u8; 8 + IPV6_HEADER_LEN + UDP_HEADER_LEN + BTH_LEN];
     pseudo[..8].fill(0xff); // masked LRH
     let mut at = 8;
-    match family(ctx.src.ip(), ctx.dst.ip()) {
-        Family::V4(src, dst) => {
-            let total = udp_len
-                .checked_add(IPV4_HEADER_LEN as u16)
-                .ok_or(Error::BufferTooSmall)?;
-            let ip = &mut pseudo[at..at + IPV4_HEADER_LEN];
-            ip[0] = 0x45; // version 4, IHL 5
-            ip[1] = 0xff; // TOS (DSCP, ECN): variant
-            ip[2..4].copy_from_slice(&total.to_be_bytes());
-            ip[4..6].copy_from_slice(&ctx.ipv4_id.to_be_bytes());
-            ip[6..8].copy_from_slice(&IPV4_DONT_FRAGMENT.to_be_bytes());
-            ip[8] = 0xff; // TTL: variant
-            ip[9] = IPPROTO_UDP;
-            ip[10..12].fill(0xff); // header checksum: variant
-            ip[12..16].copy_from_slice(&src);
-            ip[16..20].copy_from_slice(&dst);
-            at += IPV4_HEADER_LEN;
-        }
-        Family::V6(src, dst) => {
-            let ip = &mut pseudo[at..at + IPV6_HEADER_LEN];
-            // Version 6; traffic class and flow label: variant.
-            ip[0..4].copy_from_slice(&[0x6f, 0xff, 0xff, 0xff]);
-            ip[4..6].copy_from_slice(&udp_len.to_be_bytes());
-            ip[6] = IPPROTO_UDP;
-            ip[7] = 0xff; // hop limit: variant
-            ip[8..24].copy_from_slice(&src);
-            ip[24..40].copy_from_slice(&dst);
-            at += IPV6_HEADER_LEN;
-        }
+    let udp_len = UDP_HEADER_LEN + packet.len();
+    let ip_len = ip::write_ip_header_unchecked(
+        ctx.src.ip(),
+        ctx.dst.ip(),
+        udp_len,
+        ctx.ipv4_id,
+        &mut pseudo[at..],
+    )?;
+    let ip = &mut pseudo[at..at + ip_len];
+    if ip_len == IPV4_HEADER_LEN {
+        ip[1] = 0xff; // TOS (DSCP, ECN): variant
+        ip[8] = 0xff; // TTL: variant
+        ip[10..12].fill(0xff); // header checksum: variant
+    } else {
+        // Version 6; traffic class and flow label: variant.
+        ip[0..4].copy_from_slice(&[0x6f, 0xff, 0xff, 0xff]);
+        ip[7] = 0xff; // hop limit: variant
     }
+    at += ip_len;
+    let udp_len = u16::try_from(udp_len).map_err(|_| Error::BufferTooSmall)?;
     let udp = &mut pseudo[at..at + UDP_HEADER_LEN];
     udp[0..2].copy_from_slice(&ctx.src.port().to_be_bytes());
     udp[2..4].copy_from_slice(&ctx.dst.port().to_be_bytes());
@@ -136,12 +95,110 @@ pub fn fill(ctx: &IcrcContext, packet: &mut [u8]) -> Result<()> {
 /// Whether the ICRC carried in `packet` is right for `ctx`.
 pub fn verify(ctx: &IcrcContext, packet: &[u8]) -> bool {
     match compute(ctx, packet) {
-        Ok(crc) => {
-            let t = &packet[packet.len() - ICRC_LEN..];
-            crc == u32::from_le_bytes([t[0], t[1], t[2], t[3]])
-        }
+        Ok(crc) => crc == carried(packet),
         Err(_) => false,
     }
+}
+
+/// The ICRC a packet carries (callers have checked it is long enough).
+fn carried(packet: &[u8]) -> u32 {
+    let t = &packet[packet.len() - ICRC_LEN..];
+    u32::from_le_bytes([t[0], t[1], t[2], t[3]])
+}
+
+/// The most segments a softverbs sender puts in one UDP GSO send: Linux's
+/// `UDP_MAX_SEGMENTS` on the kernels softverbs supports. Segment k carries IPv4
+/// Identification k (see DESIGN.md), so a softverbs peer's IDs are below this.
+pub const GSO_MAX_SEGMENTS: usize = 64;
+
+/// The IPv4 Identification `packet`'s ICRC was computed with, if any makes it match
+/// between `ctx`'s addresses: `ctx.ipv4_id` when it does (the guess, checked first),
+/// else the one ID that does, or `None` (the packet is corrupt, or was not sealed for
+/// these addresses). For IPv6, where no ID is covered, `ctx.ipv4_id` or `None`.
+///
+/// One CRC pass. CRC-32 is linear over GF(2): for two equal-length inputs,
+/// `crc(a) ^ crc(b)` is the CRC (initial value and final XOR 0) of `a ^ b`. Inputs
+/// that differ only in the two ID bytes give `S^(8n+16)(v)`, where `v` holds the XOR
+/// of the IDs (first byte in the low bits), `n` is the number of bytes after the ID,
+/// and `S` is one step of the bit-reflected CRC register, which is multiplication by
+/// x modulo the CRC polynomial. So multiplying the difference by `x^-(8n+16)` gives
+/// `v` back; it names an ID exactly when it fits in 16 bits (a random corruption does
+/// with probability 2^-16; callers bound the IDs they believe further).
+pub fn sealed_ipv4_id(ctx: &IcrcContext, packet: &[u8]) -> Option<u16> {
+    let crc = compute(ctx, packet).ok()?;
+    let diff = crc ^ carried(packet);
+    if diff == 0 {
+        return Some(ctx.ipv4_id);
+    }
+    if !matches!(ip::family(ctx.src.ip(), ctx.dst.ip()), Family::V4(..)) {
+        return None;
+    }
+    // The CRC covers the masked LRH (8), the IPv4 header up to and including the
+    // ID (6), then the rest of it (14), UDP (8) and the packet but its ICRC: the
+    // ID's two bytes and the `n` after them, `8n + 16` register steps in all.
+    let steps_bytes = 2 + (IPV4_HEADER_LEN - 6) + UDP_HEADER_LEN + packet.len() - ICRC_LEN;
+    let v = times_x_to_minus_8(diff, steps_bytes);
+    if v > 0xffff {
+        return None;
+    }
+    // The ID is big-endian: its first (high) byte went into the register's low bits.
+    let delta = ((v & 0xff) << 8) as u16 | (v >> 8) as u16;
+    Some(ctx.ipv4_id ^ delta)
+}
+
+/// The CRC-32 polynomial, bit-reflected (as crc32fast and zlib use it).
+const POLY: u32 = 0xedb8_8320;
+
+/// `a * b` modulo the CRC polynomial, both in the bit-reflected representation
+/// (bit 31 is the coefficient of x^0).
+const fn mul_mod_poly(a: u32, mut b: u32) -> u32 {
+    let mut product = 0;
+    let mut bit = 1u32 << 31;
+    while bit != 0 {
+        if a & bit != 0 {
+            product ^= b;
+        }
+        bit >>= 1;
+        b = if b & 1 != 0 { (b >> 1) ^ POLY } else { b >> 1 };
+    }
+    product
+}
+
+/// x^-(8 * 2^k) modulo the CRC polynomial, for k = 0..32.
+const X_TO_MINUS_8_POW2: [u32; 32] = {
+    // x^-1: the register value one step of S maps to x^0 (only bit 31 set). S
+    // shifts right and, when bit 0 fell out, adds POLY, whose bit 31 is set; so
+    // undoing it from a value with bit 31 set means bit 0 was set.
+    let x_inv = ((0x8000_0000u32 ^ POLY) << 1) | 1;
+    let mut table = [0u32; 32];
+    let mut p = x_inv;
+    let mut i = 0;
+    while i < 3 {
+        p = mul_mod_poly(p, p); // x^-2, x^-4, x^-8
+        i += 1;
+    }
+    let mut k = 0;
+    while k < 32 {
+        table[k] = p;
+        p = mul_mod_poly(p, p);
+        k += 1;
+    }
+    table
+};
+
+/// `value * x^-(8 * bytes)` modulo the CRC polynomial: undoes `bytes` bytes of CRC
+/// register steps.
+fn times_x_to_minus_8(mut value: u32, bytes: usize) -> u32 {
+    let mut k = 0;
+    let mut rest = bytes;
+    while rest != 0 {
+        if rest & 1 != 0 {
+            value = mul_mod_poly(X_TO_MINUS_8_POW2[k], value);
+        }
+        rest >>= 1;
+        k += 1;
+    }
+    value
 }
 
 #[cfg(test)]
@@ -204,6 +261,48 @@ mod tests {
             "[2001:db8::2]:4791".parse().unwrap(),
         );
         assert_ne!(compute(&v6, &ack()), compute(&v4(), &ack()));
+    }
+
+    #[test]
+    fn the_sealed_ipv4_id_is_found_from_any_guess() {
+        let mut p = [0u8; 1060];
+        for (i, b) in p.iter_mut().enumerate() {
+            *b = (i * 7 + 3) as u8;
+        }
+        p[..16].copy_from_slice(&ack()[..16]);
+        for id in [0u16, 1, 2, 63, 64, 0x1234, 0xffff] {
+            let sealed = IcrcContext {
+                ipv4_id: id,
+                ..v4()
+            };
+            fill(&sealed, &mut p).unwrap();
+            for guess in [0u16, id, 5, 0x8000] {
+                let ctx = IcrcContext {
+                    ipv4_id: guess,
+                    ..v4()
+                };
+                assert_eq!(sealed_ipv4_id(&ctx, &p), Some(id), "id {id} guess {guess}");
+            }
+            assert_eq!(sealed_ipv4_id(&sealed, &ack()[..]), None);
+        }
+        // Other addresses: no ID makes it match.
+        let swapped = IcrcContext::new(v4().dst, v4().src);
+        assert_eq!(sealed_ipv4_id(&swapped, &p), None);
+    }
+
+    #[test]
+    fn undoing_register_steps() {
+        // x^-8 times x^8 is 1 (x^0: bit 31).
+        let x8 = {
+            let mut w = 0x8000_0000u32;
+            for _ in 0..8 {
+                w = if w & 1 != 0 { (w >> 1) ^ POLY } else { w >> 1 };
+            }
+            w
+        };
+        assert_eq!(mul_mod_poly(X_TO_MINUS_8_POW2[0], x8), 0x8000_0000);
+        assert_eq!(times_x_to_minus_8(x8, 1), 0x8000_0000);
+        assert_eq!(times_x_to_minus_8(0x1234_5678, 0), 0x1234_5678);
     }
 
     #[test]

@@ -16,6 +16,7 @@ pub mod field;
 pub mod gid;
 pub mod headers;
 pub mod icrc;
+pub mod ip;
 pub mod opcode;
 pub mod packet;
 pub mod pcap;

@@ -28,7 +28,8 @@
 //! assert_eq!(file.len(), 24 + 16 + 14 + 20 + 8 + 20);
 //! ```
 
-use crate::icrc::{family, Family, IcrcContext};
+use crate::icrc::IcrcContext;
+use crate::ip::{self, IpHeader, IPV4_HEADER_LEN, UDP_HEADER_LEN};
 use std::io::{self, Write};
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -43,11 +44,6 @@ pub const DEFAULT_SNAPLEN: u32 = 262_144;
 const ETHERTYPE_IPV4: u16 = 0x0800;
 const ETHERTYPE_IPV6: u16 = 0x86dd;
 const ETHERNET_HEADER_LEN: usize = 14;
-const IPV4_HEADER_LEN: usize = 20;
-const IPV6_HEADER_LEN: usize = 40;
-const UDP_HEADER_LEN: usize = 8;
-const IPPROTO_UDP: u8 = 17;
-const TTL: u8 = 64;
 
 /// Writes a classic pcap file of Ethernet frames to `W`.
 ///
@@ -161,26 +157,6 @@ fn mac_for(ip_tail: &[u8]) -> [u8; 6] {
     [0x02, 0x00, t[0], t[1], t[2], t[3]]
 }
 
-/// One's-complement sum of `data` as big-endian 16-bit words, added to `sum`.
-fn ones_sum(mut sum: u32, data: &[u8]) -> u32 {
-    let mut chunks = data.chunks_exact(2);
-    for c in &mut chunks {
-        sum += u32::from(u16::from_be_bytes([c[0], c[1]]));
-    }
-    if let [last] = chunks.remainder() {
-        sum += u32::from(*last) << 8;
-    }
-    sum
-}
-
-/// Folds a one's-complement sum to 16 bits and complements it.
-fn fold(mut sum: u32) -> u16 {
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
-}
-
 /// Appends an Ethernet/IP/UDP frame carrying `payload` to `frame`.
 fn udp_frame(
     src: SocketAddr,
@@ -189,70 +165,36 @@ fn udp_frame(
     payload: &[u8],
     frame: &mut Vec<u8>,
 ) -> io::Result<()> {
-    let udp_len = u16::try_from(UDP_HEADER_LEN + payload.len())
+    let mut udp = ip::udp_header(src, dst, payload.len())
         .map_err(|_| invalid("payload too long for a UDP datagram"))?;
-    let mut udp = [0u8; UDP_HEADER_LEN];
-    udp[0..2].copy_from_slice(&src.port().to_be_bytes());
-    udp[2..4].copy_from_slice(&dst.port().to_be_bytes());
-    udp[4..6].copy_from_slice(&udp_len.to_be_bytes());
-    // The UDP checksum covers a pseudo-header of addresses, protocol and length.
-    let udp_sum =
-        ones_sum(ones_sum(0, &udp), payload) + u32::from(IPPROTO_UDP) + u32::from(udp_len);
-    match family(src.ip(), dst.ip()) {
-        Family::V4(s, d) => {
-            let total = udp_len
-                .checked_add(IPV4_HEADER_LEN as u16)
-                .ok_or_else(|| invalid("payload too long for an IPv4 datagram"))?;
-            frame.extend_from_slice(&mac_for(&d));
-            frame.extend_from_slice(&mac_for(&s));
-            frame.extend_from_slice(&ETHERTYPE_IPV4.to_be_bytes());
-            let mut ip = [0u8; IPV4_HEADER_LEN];
-            ip[0] = 0x45; // version 4, IHL 5
-            ip[2..4].copy_from_slice(&total.to_be_bytes());
-            ip[4..6].copy_from_slice(&ipv4_id.to_be_bytes());
-            ip[6..8].copy_from_slice(&0x4000u16.to_be_bytes()); // DF
-            ip[8] = TTL;
-            ip[9] = IPPROTO_UDP;
-            ip[12..16].copy_from_slice(&s);
-            ip[16..20].copy_from_slice(&d);
-            let checksum = fold(ones_sum(0, &ip));
-            ip[10..12].copy_from_slice(&checksum.to_be_bytes());
-            frame.extend_from_slice(&ip);
-            put_udp_checksum(&mut udp, ones_sum(ones_sum(udp_sum, &s), &d));
-        }
-        Family::V6(s, d) => {
-            frame.extend_from_slice(&mac_for(&d));
-            frame.extend_from_slice(&mac_for(&s));
-            frame.extend_from_slice(&ETHERTYPE_IPV6.to_be_bytes());
-            let mut ip = [0u8; IPV6_HEADER_LEN];
-            ip[0] = 0x60; // version 6, traffic class and flow label 0
-            ip[4..6].copy_from_slice(&udp_len.to_be_bytes());
-            ip[6] = IPPROTO_UDP;
-            ip[7] = TTL;
-            ip[8..24].copy_from_slice(&s);
-            ip[24..40].copy_from_slice(&d);
-            frame.extend_from_slice(&ip);
-            put_udp_checksum(&mut udp, ones_sum(ones_sum(udp_sum, &s), &d));
-        }
-    }
+    let header = ip::ip_header(src.ip(), dst.ip(), UDP_HEADER_LEN + payload.len(), ipv4_id)
+        .map_err(|_| invalid("payload too long for an IP datagram"))?;
+    let (ethertype, ip_bytes) = match &header {
+        IpHeader::V4(h) => (ETHERTYPE_IPV4, &h[..]),
+        IpHeader::V6(h) => (ETHERTYPE_IPV6, &h[..]),
+    };
+    // The addresses end the header: the last 4 bytes of each (IPv4) or of the
+    // mapped or native IPv6 addresses give the MACs.
+    let (s, d) = match &header {
+        IpHeader::V4(h) => (&h[12..16], &h[16..20]),
+        IpHeader::V6(h) => (&h[8..24], &h[24..40]),
+    };
+    frame.extend_from_slice(&mac_for(d));
+    frame.extend_from_slice(&mac_for(s));
+    frame.extend_from_slice(&ethertype.to_be_bytes());
+    frame.extend_from_slice(ip_bytes);
+    let checksum = ip::udp_checksum(src.ip(), dst.ip(), &udp, payload);
+    udp[6..8].copy_from_slice(&checksum.to_be_bytes());
     frame.extend_from_slice(&udp);
     frame.extend_from_slice(payload);
     debug_assert!(frame.len() >= ETHERNET_HEADER_LEN + IPV4_HEADER_LEN + UDP_HEADER_LEN);
     Ok(())
 }
 
-fn put_udp_checksum(udp: &mut [u8; UDP_HEADER_LEN], sum: u32) {
-    // A computed checksum of 0 is sent as all ones (RFC 768; mandatory for IPv6).
-    let checksum = match fold(sum) {
-        0 => 0xffff,
-        c => c,
-    };
-    udp[6..8].copy_from_slice(&checksum.to_be_bytes());
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ip::{fold, ones_sum};
 
     fn le32(b: &[u8]) -> u32 {
         u32::from_le_bytes([b[0], b[1], b[2], b[3]])

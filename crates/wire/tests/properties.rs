@@ -277,6 +277,38 @@ proptest! {
     }
 
     #[test]
+    fn the_sealed_ipv4_id_is_solved_from_any_guess(
+        case in arb_case(),
+        id in any::<u16>(),
+        guess in any::<u16>(),
+        bit in any::<prop::sample::Index>(),
+    ) {
+        let mut bytes = case.emit();
+        let sealed = IcrcContext { ipv4_id: id, ..case.ctx };
+        icrc::fill(&sealed, &mut bytes).unwrap();
+        let ctx = IcrcContext { ipv4_id: guess, ..case.ctx };
+        let v4 = |ip: IpAddr| match ip {
+            IpAddr::V4(_) => true,
+            IpAddr::V6(a) => a.to_ipv4_mapped().is_some(),
+        };
+        if v4(ctx.src.ip()) && v4(ctx.dst.ip()) {
+            prop_assert_eq!(icrc::sealed_ipv4_id(&ctx, &bytes), Some(id));
+        } else {
+            // IPv6 covers no ID: any guess matches.
+            prop_assert_eq!(icrc::sealed_ipv4_id(&ctx, &bytes), Some(guess));
+        }
+        // A flipped bit outside the masked BTH byte: no ID matches, unless by the
+        // 2^-16 chance a corruption has of looking like an ID change (callers bound
+        // the IDs they accept).
+        let bit = bit.index(bytes.len() * 8);
+        if bit / 8 != 4 {
+            bytes[bit / 8] ^= 1 << (bit % 8);
+            let solved = icrc::sealed_ipv4_id(&ctx, &bytes);
+            prop_assert!(solved.is_none_or(|s| s != id), "bit {}: {:?}", bit, solved);
+        }
+    }
+
+    #[test]
     fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..96)) {
         exercise(&bytes);
     }

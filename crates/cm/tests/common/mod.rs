@@ -401,11 +401,15 @@ impl Node for Endpoint {
         if let Some((dst, bytes)) = h.out.pop_front() {
             buf[..bytes.len()].copy_from_slice(&bytes);
             return Some(Transmit {
+                src: h.device,
                 dst,
                 len: bytes.len(),
             });
         }
-        h.verbs.as_mut()?.engine.poll_transmit(now, buf)
+        // The engine emits packets unsealed; each goes out alone (IPv4 ID 0).
+        let t = h.verbs.as_mut()?.engine.poll_transmit(now, buf)?;
+        t.seal(buf, 0);
+        Some(t)
     }
 
     fn poll_timeout(&self) -> Option<engine::Instant> {

@@ -7,6 +7,11 @@
 //! want to send and their timers run, so answers and retransmissions happen too. The
 //! first empty datagram destroys B's QP instead: what follows reaches a closed QP,
 //! which re-acknowledges duplicates (src/closed.rs).
+//!
+//! B has two RC QPs connected to two of A's: the first with its own receive queue,
+//! the second on a shared receive queue that A sends multi-packet SENDs to. B's first
+//! QP has a READ, a WRITE and a SEND of its own outstanding, so fuzzed ACKs, NAKs,
+//! RNR NAKs and READ responses meet a requester with work in flight.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -71,12 +76,15 @@ fn connect(e: &mut Engine, qp: QpHandle, peer: SocketAddr, peer_qpn: Qpn) {
 
 struct End {
     engine: Engine,
-    qp: QpHandle,
-    qpn: Qpn,
+    qps: [QpHandle; 2],
+    qpns: [Qpn; 2],
     mr: MrInfo,
+    srq: Option<SrqHandle>,
 }
 
-fn end(addr: SocketAddr, icrc: IcrcPolicy, memory: &mut [u8]) -> End {
+/// An engine with two RC QPs; the second takes its receives from an SRQ when
+/// `with_srq`.
+fn end(addr: SocketAddr, icrc: IcrcPolicy, memory: &mut [u8], with_srq: bool) -> End {
     let mut cfg = EngineConfig::new(addr);
     cfg.icrc = icrc;
     let mut engine = Engine::new(cfg);
@@ -89,16 +97,31 @@ fn end(addr: SocketAddr, icrc: IcrcPolicy, memory: &mut [u8]) -> End {
         max_recv_sge: 2,
         max_inline_data: 16,
     };
-    let (qp, qpn) = engine
-        .create_qp(QpInitAttr {
-            pd,
-            send_cq: cq,
-            recv_cq: cq,
-            qp_type: QpType::Rc,
-            cap,
-            sq_sig_all: true,
-        })
-        .unwrap();
+    let init = QpInitAttr {
+        pd,
+        send_cq: cq,
+        recv_cq: cq,
+        qp_type: QpType::Rc,
+        cap,
+        sq_sig_all: true,
+    };
+    let (qp0, qpn0) = engine.create_qp(init).unwrap();
+    let srq = with_srq.then(|| {
+        engine
+            .create_srq(
+                pd,
+                SrqInitAttr {
+                    max_wr: 4,
+                    max_sge: 2,
+                    srq_limit: 2,
+                },
+            )
+            .unwrap()
+    });
+    let (qp1, qpn1) = match srq {
+        Some(srq) => engine.create_qp_with_srq(init, srq).unwrap(),
+        None => engine.create_qp(init).unwrap(),
+    };
     let all = AccessFlags::LOCAL_WRITE
         | AccessFlags::REMOTE_WRITE
         | AccessFlags::REMOTE_READ
@@ -108,9 +131,40 @@ fn end(addr: SocketAddr, icrc: IcrcPolicy, memory: &mut [u8]) -> End {
     let mr = unsafe { engine.reg_mr(pd, memory.as_mut_ptr(), memory.len(), all) }.unwrap();
     End {
         engine,
-        qp,
-        qpn,
+        qps: [qp0, qp1],
+        qpns: [qpn0, qpn1],
         mr,
+        srq,
+    }
+}
+
+impl End {
+    fn sge(&self, offset: u64, length: u32) -> Sge {
+        Sge {
+            addr: self.mr.addr + offset,
+            length,
+            lkey: self.mr.lkey,
+        }
+    }
+}
+
+/// Exchanges what the two engines want to send, for a bounded while.
+fn talk(a: &mut End, b: &mut End, addrs: [SocketAddr; 2], now: Instant, buf: &mut [u8]) {
+    for _ in 0..32 {
+        let mut moved = false;
+        if let Some(t) = a.engine.poll_transmit(now, buf) {
+            t.seal(buf, 0);
+            b.engine.handle_datagram(now, addrs[0], &buf[..t.len]);
+            moved = true;
+        }
+        if let Some(t) = b.engine.poll_transmit(now, buf) {
+            t.seal(buf, 0);
+            a.engine.handle_datagram(now, addrs[1], &buf[..t.len]);
+            moved = true;
+        }
+        if !moved {
+            break;
+        }
     }
 }
 
@@ -120,52 +174,93 @@ fuzz_target!(|data: &[u8]| {
     let mut mem_a = vec![0u8; REGION];
     let mut mem_b = vec![PATTERN; GUARD + REGION + GUARD];
     {
-        let mut a = end(addr_a, IcrcPolicy::Enforce, &mut mem_a);
-        let mut b = end(addr_b, IcrcPolicy::Skip, &mut mem_b[GUARD..GUARD + REGION]);
-        connect(&mut a.engine, a.qp, addr_b, b.qpn);
-        connect(&mut b.engine, b.qp, addr_a, a.qpn);
-        // Give both sides receives so SENDs get somewhere.
+        let mut a = end(addr_a, IcrcPolicy::Enforce, &mut mem_a, false);
+        let mut b = end(
+            addr_b,
+            IcrcPolicy::Skip,
+            &mut mem_b[GUARD..GUARD + REGION],
+            true,
+        );
+        for k in 0..2 {
+            connect(&mut a.engine, a.qps[k], addr_b, b.qpns[k]);
+            connect(&mut b.engine, b.qps[k], addr_a, a.qpns[k]);
+        }
+        // Receives on both sides, so SENDs get somewhere: B's first QP and its SRQ,
+        // A's first QP.
+        let srq = b.srq.unwrap();
         for i in 0..4 {
-            let sge = Sge {
-                addr: b.mr.addr + 1024 * i,
-                length: 1024,
-                lkey: b.mr.lkey,
-            };
+            let own = [b.sge(1024 * i, 1024)];
             let _ = b.engine.post_recv(
-                b.qp,
+                b.qps[0],
                 &RecvWr {
                     wr_id: i,
-                    sges: &[sge],
+                    sges: &own,
                 },
             );
-            let sge = Sge {
-                addr: a.mr.addr + 1024 * i,
-                length: 1024,
-                lkey: a.mr.lkey,
-            };
-            let _ = a.engine.post_recv(
-                a.qp,
+            let at = 4096 + 2048 * i;
+            let shared = [b.sge(at, 1000), b.sge(at + 1000, 1048)];
+            let _ = b.engine.post_srq_recv(
+                srq,
                 &RecvWr {
                     wr_id: i,
-                    sges: &[sge],
+                    sges: &shared,
+                },
+            );
+            let own = [a.sge(1024 * i, 1024)];
+            let _ = a.engine.post_recv(
+                a.qps[0],
+                &RecvWr {
+                    wr_id: i,
+                    sges: &own,
                 },
             );
         }
-        // And one legitimate request in flight from A.
-        let sges = [Sge {
-            addr: a.mr.addr,
-            length: 600,
-            lkey: a.mr.lkey,
-        }];
-        let wr = SendWr::new(
-            1,
-            SendOp::RdmaWrite {
-                remote_addr: b.mr.addr + 100,
-                rkey: Rkey(b.mr.rkey),
-            },
-            &sges,
-        );
-        let _ = a.engine.post_send(a.qp, &wr);
+        // Legitimate requests in flight from A: a WRITE to B's first QP, a
+        // three-packet SEND to B's SRQ QP. And from B's first QP a READ, a WRITE and
+        // a SEND, so that fuzzed answers meet a requester with work outstanding.
+        let (a_rkey, b_rkey) = (Rkey(a.mr.rkey), Rkey(b.mr.rkey));
+        let requests = [
+            (
+                0usize,
+                1u64,
+                SendOp::RdmaWrite {
+                    remote_addr: b.mr.addr + 100,
+                    rkey: b_rkey,
+                },
+                0u64,
+                600u32,
+            ),
+            (1, 2, SendOp::Send, 0, 700),
+        ];
+        for (k, wr_id, op, offset, len) in requests {
+            let sges = [a.sge(offset, len)];
+            let _ = a.engine.post_send(a.qps[k], &SendWr::new(wr_id, op, &sges));
+        }
+        let requests = [
+            (
+                3u64,
+                SendOp::RdmaRead {
+                    remote_addr: a.mr.addr + 2000,
+                    rkey: a_rkey,
+                },
+                9000u64,
+                700u32,
+            ),
+            (
+                4,
+                SendOp::RdmaWrite {
+                    remote_addr: a.mr.addr + 5000,
+                    rkey: a_rkey,
+                },
+                0,
+                300,
+            ),
+            (5, SendOp::Send, 0, 200),
+        ];
+        for (wr_id, op, offset, len) in requests {
+            let sges = [b.sge(offset, len)];
+            let _ = b.engine.post_send(b.qps[0], &SendWr::new(wr_id, op, &sges));
+        }
 
         let mut now = Instant::ZERO;
         let mut buf = vec![0u8; MAX_DATAGRAM];
@@ -178,26 +273,13 @@ fuzz_target!(|data: &[u8]| {
             let (datagram, tail) = rest[2..].split_at(len);
             rest = tail;
             if datagram.is_empty() && b_open {
-                b.engine.destroy_qp(b.qp).unwrap();
+                b.engine.destroy_qp(b.qps[0]).unwrap();
                 b_open = false;
             } else {
                 b.engine.handle_datagram(now, addr_a, datagram);
             }
             // Let the two talk for a bounded while.
-            for _ in 0..32 {
-                let mut moved = false;
-                if let Some(t) = a.engine.poll_transmit(now, &mut buf) {
-                    b.engine.handle_datagram(now, addr_a, &buf[..t.len]);
-                    moved = true;
-                }
-                if let Some(t) = b.engine.poll_transmit(now, &mut buf) {
-                    a.engine.handle_datagram(now, addr_b, &buf[..t.len]);
-                    moved = true;
-                }
-                if !moved {
-                    break;
-                }
-            }
+            talk(&mut a, &mut b, [addr_a, addr_b], now, &mut buf);
             now += Duration::from_millis(1);
             a.engine.handle_timeout(now);
             b.engine.handle_timeout(now);

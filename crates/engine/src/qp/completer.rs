@@ -1,189 +1,353 @@
 //! The completer: processes ACKs, NAKs, READ responses and atomic ACKs; runs the
-//! local ACK and RNR timers; retires send WQEs in order (IBA 9.7.5.2, 9.7.6).
+//! local ACK timer and counts retries; decides which send WQEs are done
+//! (IBA 9.7.5.2, 9.7.6).
+//!
+//! It owns the oldest unacknowledged PSN, the retry counts, the ACK timer and the
+//! loss-adaptive window. It marks WQEs done in the send queue lent to it in a
+//! [`CompleteCtx`] and places READ data and atomic results, and returns a
+//! [`Verdict`] for what the requester and the QP must do: move the send cursor on
+//! or back, wait out an RNR NAK, count a READ or atomic finished, or fail a WQE.
 
-use super::Qp;
+use super::attr::QpAttr;
+use super::queues::SendQueue;
 use crate::shared::Shared;
 use crate::time::Instant;
 use crate::timers::{self, RNR_RETRY_INFINITE};
-use crate::types::QpState;
+use crate::types::PdHandle;
 use crate::wc::WcStatus;
 use crate::wr::SendOp;
 use softverbs_wire::{AethSyndrome, NakCode, OpKind, Psn, RocePacket};
 
-impl Qp {
-    /// A response packet (ACK, atomic ACK, READ response) for this QP's requester.
-    pub fn handle_response(&mut self, shared: &mut Shared, now: Instant, pkt: &RocePacket<&[u8]>) {
-        if !matches!(self.state(), QpState::Rts | QpState::Sqd) {
-            shared.counters.drop_bad_state += 1;
-            return;
+/// The smallest loss-adaptive window, in PSNs.
+const MIN_WINDOW: u32 = 16;
+
+/// Completer state of one QP.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Completer {
+    /// Oldest PSN not yet acknowledged.
+    pub una: Psn,
+    /// Transport retries left before RETRY_EXC_ERR (reset on progress).
+    retry_left: u8,
+    /// RNR retries left (7 = infinite).
+    rnr_retry_left: u8,
+    /// The local ACK timer (IBA 9.7.6.1.3).
+    ack_deadline: Option<Instant>,
+    /// PSN the requester was last sent back to (suppresses repeated go-backs for
+    /// the same loss, e.g. from every READ response after a gap); cleared on
+    /// progress past it.
+    rewound_to: Option<Psn>,
+    /// Loss-adaptive window in PSNs (0: none, the configured window applies).
+    cwnd: u32,
+}
+
+/// What the completer works with besides its own state, lent for one call.
+pub(crate) struct CompleteCtx<'a> {
+    pub shared: &'a mut Shared,
+    pub sq: &'a mut SendQueue,
+    pub attr: &'a QpAttr,
+    pub pd: PdHandle,
+    pub mtu: u32,
+    /// The requester's next PSN and the WQEs it started (below this sequence number).
+    pub next_psn: Psn,
+    pub started: u64,
+    /// Whether the requester is waiting out an RNR NAK.
+    pub rnr_waiting: bool,
+}
+
+/// What the requester and the QP must do after the completer handled a response or
+/// a timer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Verdict {
+    /// `una` moved: the send cursor must not stay behind it.
+    pub progress: bool,
+    /// Go back to this PSN and resend from there (after `progress`).
+    pub rewind: Option<Psn>,
+    /// Before resending, wait until then (an RNR NAK).
+    pub rnr_until: Option<Instant>,
+    /// READs and atomics that finished.
+    pub read_atomic_done: u32,
+    /// WQE `.0` fails with status `.1`: the send queue fails (IBA 10.8.3.3).
+    pub fail: Option<(u64, WcStatus)>,
+}
+
+impl Completer {
+    /// Starts over at `psn`, with the retry counts of `attr`.
+    pub fn reset(&mut self, psn: Psn) {
+        self.una = psn;
+        self.ack_deadline = None;
+        self.rewound_to = None;
+    }
+
+    /// The retry counts were set (RTR to RTS, or changed in RTS).
+    pub fn set_retries(&mut self, attr: &QpAttr) {
+        self.retry_left = attr.retry_cnt;
+        self.rnr_retry_left = attr.rnr_retry;
+    }
+
+    /// The ACK timer's deadline, if armed.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.ack_deadline
+    }
+
+    pub fn stop_timer(&mut self) {
+        self.ack_deadline = None;
+    }
+
+    /// How far past una the requester may send: `configured` PSNs, bounded by half
+    /// the PSN space whatever the configuration, and by the loss-adaptive window
+    /// while one is in force.
+    #[inline]
+    pub fn window(&self, configured: u32) -> super::requester::Window {
+        let configured = configured.min(Psn::HALF_SPACE);
+        let size = match self.cwnd {
+            0 => configured,
+            cwnd => cwnd.min(configured),
+        };
+        super::requester::Window {
+            una: self.una,
+            size,
         }
+    }
+
+    /// A reliable request packet went out: the ACK timer runs if it did not.
+    pub fn on_request_sent(&mut self, now: Instant, timeout: u8) {
+        if self.ack_deadline.is_none() {
+            self.ack_deadline = timers::ack_timeout(timeout).map(|d| now + d);
+        }
+    }
+
+    /// An unreliable (UC) request packet went out: nothing comes back, so it counts
+    /// as acknowledged at once.
+    pub fn on_unreliable_sent(&mut self, psn: Psn) {
+        self.una = psn.next();
+    }
+
+    /// A packet was lost (timeout, NAK, a gap in READ responses): shrink the window
+    /// so go-back-N does not resend a whole full window into the same loss again.
+    /// Halve it, or drop to the floor after a timeout; it grows back by one PSN per
+    /// PSN acknowledged.
+    fn on_loss(&mut self, configured: u32, timeout: bool) {
+        let current = self.window(configured).size;
+        self.cwnd = if timeout {
+            MIN_WINDOW
+        } else {
+            (current / 2).max(MIN_WINDOW)
+        };
+    }
+
+    /// Sends the requester back to `psn` (go-back-N).
+    fn rewind(&mut self, v: &mut Verdict, psn: Psn) {
+        self.rewound_to = Some(psn);
+        v.rewind = Some(psn);
+    }
+
+    /// The requester moved its cursor forward to una under a progress verdict:
+    /// that was no go-back to remember.
+    pub fn forget_rewind(&mut self) {
+        self.rewound_to = None;
+    }
+
+    /// A response packet (ACK, atomic ACK, READ response) for this QP's requester,
+    /// in RTS or SQD.
+    pub fn on_response(
+        &mut self,
+        ctx: &mut CompleteCtx<'_>,
+        configured_window: u32,
+        now: Instant,
+        pkt: &RocePacket<&[u8]>,
+    ) -> Verdict {
+        let mut v = Verdict::default();
         let psn = pkt.bth().psn();
         // A response must name a PSN the requester has sent and not yet seen
         // acknowledged, or the last acknowledged one (a duplicate): [una - 1, next_psn).
-        let base = self.req.una.sub(1);
-        if base.distance_to(psn) >= base.distance_to(self.req.next_psn) {
-            shared.counters.drop_out_of_sequence += 1;
-            return;
+        let base = self.una.sub(1);
+        if base.distance_to(psn) >= base.distance_to(ctx.next_psn) {
+            ctx.shared.counters.drop_out_of_sequence += 1;
+            return v;
         }
         let aeth = pkt
             .aeth()
             .and_then(|h| AethSyndrome::from_byte(h.syndrome()).ok());
+        let w = configured_window;
         match pkt.info().kind {
             OpKind::Acknowledge => match aeth {
-                Some(AethSyndrome::Ack { .. }) => self.ack_through(shared, now, psn),
-                Some(AethSyndrome::RnrNak { timer }) => self.on_rnr_nak(shared, now, psn, timer),
-                Some(AethSyndrome::Nak(code)) => self.on_nak(shared, now, psn, code),
-                None => shared.counters.drop_malformed += 1,
+                Some(AethSyndrome::Ack { .. }) => self.ack_through(ctx, &mut v, w, now, psn),
+                Some(AethSyndrome::RnrNak { timer }) => {
+                    self.on_rnr_nak(ctx, &mut v, w, now, psn, timer)
+                }
+                Some(AethSyndrome::Nak(code)) => self.on_nak(ctx, &mut v, w, now, psn, code),
+                None => ctx.shared.counters.drop_malformed += 1,
             },
             OpKind::AtomicAcknowledge => {
-                let Some(orig) = pkt.atomic_ack_eth().map(|h| h.orig()) else {
-                    return;
-                };
-                self.on_atomic_ack(shared, now, psn, orig);
+                if let Some(orig) = pkt.atomic_ack_eth().map(|h| h.orig()) {
+                    self.on_atomic_ack(ctx, &mut v, w, now, psn, orig);
+                }
             }
-            OpKind::RdmaReadResponse => self.on_read_response(shared, now, psn, pkt),
-            _ => shared.counters.drop_bad_state += 1,
+            OpKind::RdmaReadResponse => self.on_read_response(ctx, &mut v, w, now, psn, pkt),
+            _ => ctx.shared.counters.drop_bad_state += 1,
         }
-        self.retire(shared);
+        v
     }
 
     /// Everything up to and including `psn` is acknowledged.
-    fn ack_through(&mut self, _shared: &mut Shared, now: Instant, psn: Psn) {
+    fn ack_through(
+        &mut self,
+        ctx: &mut CompleteCtx<'_>,
+        v: &mut Verdict,
+        window: u32,
+        now: Instant,
+        psn: Psn,
+    ) {
         let next_una = psn.next();
-        if !self.req.una.before(next_una) {
+        if !self.una.before(next_una) {
             return; // nothing new
         }
         let mut una = next_una;
-        let mut seq = self.sq.head;
-        while seq < self.req.started {
-            let w = *self.sq.get(seq);
-            if w.done.is_none() {
-                if w.first_psn.after(psn) {
+        let mut seq = ctx.sq.head;
+        while seq < ctx.started {
+            let wqe = *ctx.sq.get(seq);
+            if wqe.done.is_none() {
+                if wqe.first_psn.after(psn) {
                     break;
                 }
-                match w.op {
+                match wqe.op {
                     SendOp::RdmaRead { .. }
                     | SendOp::AtomicCmpSwap { .. }
                     | SendOp::AtomicFetchAdd { .. } => {
                         // An ACK beyond a READ or atomic whose responses we lack
                         // means they were lost: go back for them (IBA 9.7.5.2.2,
                         // implied NAK).
-                        let missing = w.first_psn.add(w.read_pkts_done);
+                        let missing = wqe.first_psn.add(wqe.read_pkts_done);
                         una = missing;
-                        if self.req.rewound_to != Some(missing) {
-                            self.on_loss(false);
-                            self.rewind_to(missing);
+                        if self.rewound_to != Some(missing) {
+                            self.on_loss(window, false);
+                            self.rewind(v, missing);
                         }
                         break;
                     }
                     _ => {
-                        if w.last_psn().after(psn) {
+                        if wqe.last_psn().after(psn) {
                             break;
                         }
-                        self.sq.get_mut(seq).done = Some(WcStatus::Success);
+                        ctx.sq.get_mut(seq).done = Some(WcStatus::Success);
                     }
                 }
             }
             seq += 1;
         }
-        self.progress(now, una);
+        self.progress(ctx, v, now, una);
     }
 
-    /// The oldest unacknowledged PSN moved to `una`: retries reset, timer restarts.
-    fn progress(&mut self, now: Instant, una: Psn) {
-        if !self.req.una.before(una) {
+    /// The oldest unacknowledged PSN moved to `una`: retries reset, the timer
+    /// restarts, the window grows.
+    fn progress(&mut self, ctx: &CompleteCtx<'_>, v: &mut Verdict, now: Instant, una: Psn) {
+        if !self.una.before(una) {
             return;
         }
-        let acked = self.req.una.distance_to(una);
-        self.req.una = una;
-        if self.req.cwnd != 0 {
-            self.req.cwnd = self.req.cwnd.saturating_add(acked);
+        let acked = self.una.distance_to(una);
+        self.una = una;
+        if self.cwnd != 0 {
+            self.cwnd = self.cwnd.saturating_add(acked);
         }
-        self.req.retry_left = self.attr.retry_cnt;
-        if self.req.rnr_retry_left != RNR_RETRY_INFINITE {
-            self.req.rnr_retry_left = self.attr.rnr_retry;
+        self.retry_left = ctx.attr.retry_cnt;
+        if self.rnr_retry_left != RNR_RETRY_INFINITE {
+            self.rnr_retry_left = ctx.attr.rnr_retry;
         }
-        if self.req.rewound_to.is_some_and(|r| r.before(una)) {
-            self.req.rewound_to = None;
+        if self.rewound_to.is_some_and(|r| r.before(una)) {
+            self.rewound_to = None;
         }
-        // If the cursor is behind una (duplicates still queued to resend), skip ahead.
-        if self.req.cursor < self.req.started {
-            let w = self.sq.get(self.req.cursor);
-            let cursor_psn = w.first_psn.add(self.req.cursor_pkt);
-            if cursor_psn.before(una) {
-                if matches!(w.op, SendOp::RdmaRead { .. }) {
-                    // A READ to ask again asks only for the responses still
-                    // missing; left behind una, the requester would never send.
-                    self.req.cursor_pkt = self.req.cursor_pkt.max(w.read_pkts_done);
-                } else {
-                    self.rewind_to(una);
-                    self.req.rewound_to = None;
-                }
-            }
-        }
-        self.req.retrans_deadline = if self.req.una == self.req.next_psn {
+        v.progress = true;
+        self.ack_deadline = if self.una == ctx.next_psn {
             None
         } else {
-            timers::ack_timeout(self.attr.timeout).map(|d| now + d)
+            timers::ack_timeout(ctx.attr.timeout).map(|d| now + d)
         };
     }
 
-    fn on_rnr_nak(&mut self, shared: &mut Shared, now: Instant, psn: Psn, timer: u8) {
-        shared.counters.rnr_nak_received += 1;
-        if psn.before(self.req.una) {
-            // Stale: that PSN has been acknowledged since (a delayed duplicate).
-            shared.counters.drop_out_of_sequence += 1;
+    /// Whether a NAK names a PSN acknowledged since (a delayed duplicate, or
+    /// spoofed) or one no unfinished WQE owns: such a NAK is counted and ignored
+    /// (IBA 9.7.5.2.5 - 9.7.5.2.8 apply a NAK to the request it names). Acting on
+    /// it would move the send cursor behind una, or fail work the NAK is not about.
+    fn nak_is_stale(&self, ctx: &mut CompleteCtx<'_>, psn: Psn) -> bool {
+        let stale = psn.before(self.una) || wqe_with_psn(ctx, psn).is_none();
+        if stale {
+            ctx.shared.counters.drop_out_of_sequence += 1;
+        }
+        stale
+    }
+
+    fn on_rnr_nak(
+        &mut self,
+        ctx: &mut CompleteCtx<'_>,
+        v: &mut Verdict,
+        window: u32,
+        now: Instant,
+        psn: Psn,
+        timer: u8,
+    ) {
+        ctx.shared.counters.rnr_nak_received += 1;
+        if self.nak_is_stale(ctx, psn) {
             return;
         }
-        self.ack_through(shared, now, psn.sub(1));
-        if self.state() == QpState::Err {
+        if ctx.rnr_waiting && self.rewound_to == Some(self.resend_from(psn)) {
+            // A copy of the RNR NAK being waited out (the network duplicated it, or
+            // the responder refused a duplicated request twice): one refusal.
+            ctx.shared.counters.drop_out_of_sequence += 1;
             return;
         }
-        if self.req.rnr_retry_left == 0 {
-            let seq = self.wqe_with_psn(psn).unwrap_or(self.sq.head);
-            self.fail_wqe(shared, seq, WcStatus::RnrRetryExcErr);
+        self.ack_through(ctx, v, window, now, psn.sub(1));
+        if self.rnr_retry_left == 0 {
+            v.fail = wqe_with_psn(ctx, psn).map(|seq| (seq, WcStatus::RnrRetryExcErr));
             return;
         }
-        if self.req.rnr_retry_left != RNR_RETRY_INFINITE {
-            self.req.rnr_retry_left -= 1;
+        if self.rnr_retry_left != RNR_RETRY_INFINITE {
+            self.rnr_retry_left -= 1;
         }
         // Wait, then resend from the refused packet (IBA 9.7.5.2.8), or from an
         // earlier READ or atomic still lacking its response.
-        self.rewind_to(self.resend_from(psn));
-        self.req.rnr_deadline = Some(now + timers::rnr_delay(timer));
-        self.req.retrans_deadline = None;
+        let from = self.resend_from(psn);
+        self.rewind(v, from);
+        v.rnr_until = Some(now + timers::rnr_delay(timer));
+        self.ack_deadline = None;
     }
 
-    fn on_nak(&mut self, shared: &mut Shared, now: Instant, psn: Psn, code: NakCode) {
+    fn on_nak(
+        &mut self,
+        ctx: &mut CompleteCtx<'_>,
+        v: &mut Verdict,
+        window: u32,
+        now: Instant,
+        psn: Psn,
+        code: NakCode,
+    ) {
         if code == NakCode::PsnSequenceError {
-            shared.counters.nak_seq_received += 1;
-            if psn.before(self.req.una) {
-                // Stale: that PSN has been acknowledged since; going back to it
-                // would leave the send cursor behind una.
-                shared.counters.drop_out_of_sequence += 1;
+            ctx.shared.counters.nak_seq_received += 1;
+            if self.nak_is_stale(ctx, psn) {
                 return;
             }
             // Everything before the expected PSN arrived (IBA 9.7.5.2.5).
-            self.ack_through(shared, now, psn.sub(1));
+            self.ack_through(ctx, v, window, now, psn.sub(1));
             let from = self.resend_from(psn);
-            if self.state() == QpState::Err || self.req.rewound_to == Some(from) {
+            if self.rewound_to == Some(from) {
                 return;
             }
-            if self.req.retry_left == 0 {
-                let seq = self.wqe_with_psn(from).unwrap_or(self.sq.head);
-                self.fail_wqe(shared, seq, WcStatus::RetryExcErr);
+            if self.retry_left == 0 {
+                let seq = wqe_with_psn(ctx, from).unwrap_or(ctx.sq.head);
+                v.fail = Some((seq, WcStatus::RetryExcErr));
                 return;
             }
-            self.req.retry_left -= 1;
-            self.on_loss(false);
-            self.rewind_to(from);
+            self.retry_left -= 1;
+            self.on_loss(window, false);
+            self.rewind(v, from);
             return;
         }
-        shared.counters.nak_error_received += 1;
-        self.ack_through(shared, now, psn.sub(1));
-        if self.state() == QpState::Err {
+        ctx.shared.counters.nak_error_received += 1;
+        if self.nak_is_stale(ctx, psn) {
             return;
         }
+        self.ack_through(ctx, v, window, now, psn.sub(1));
+        // The error NAKs and the completion status each gives (IBA 9.7.5.2.4,
+        // table 46; 11.6.2).
         let status = match code {
             NakCode::InvalidRequest => WcStatus::RemInvReqErr,
             NakCode::RemoteAccessError => WcStatus::RemAccessErr,
@@ -191,172 +355,155 @@ impl Qp {
             NakCode::InvalidRdRequest => WcStatus::RemInvRdReqErr,
             NakCode::PsnSequenceError => unreachable!("handled above"),
         };
-        let seq = self.wqe_with_psn(psn).unwrap_or(self.sq.head);
-        self.fail_wqe(shared, seq, status);
+        v.fail = wqe_with_psn(ctx, psn).map(|seq| (seq, status));
     }
 
-    fn on_atomic_ack(&mut self, shared: &mut Shared, now: Instant, psn: Psn, orig: u64) {
-        let Some(seq) = self.wqe_with_psn(psn) else {
-            shared.counters.drop_out_of_sequence += 1;
+    fn on_atomic_ack(
+        &mut self,
+        ctx: &mut CompleteCtx<'_>,
+        v: &mut Verdict,
+        window: u32,
+        now: Instant,
+        psn: Psn,
+        orig: u64,
+    ) {
+        let Some(seq) = wqe_with_psn(ctx, psn) else {
+            ctx.shared.counters.drop_out_of_sequence += 1;
             return;
         };
-        let w = *self.sq.get(seq);
-        if !w.op.is_atomic() || w.done.is_some() {
-            shared.counters.drop_out_of_sequence += 1;
+        let wqe = *ctx.sq.get(seq);
+        if !wqe.op.is_atomic() || wqe.done.is_some() {
+            ctx.shared.counters.drop_out_of_sequence += 1;
             return;
         }
-        self.ack_through(shared, now, psn.sub(1));
-        if self.state() == QpState::Err {
-            return;
-        }
+        self.ack_through(ctx, v, window, now, psn.sub(1));
         // Responses are taken in PSN order (IBA 9.7.5.2.2): while an earlier READ
         // or atomic lacks its response, this one is out of order. ack_through went
         // back for the earlier one; this one is replayed by the responder later.
-        if self.req.una != psn {
-            shared.counters.drop_out_of_sequence += 1;
+        if self.una != psn {
+            ctx.shared.counters.drop_out_of_sequence += 1;
             return;
         }
         // The old value lands in the single 8-byte local buffer, in host order.
-        if shared
-            .scatter(self.init.pd, self.sq.sges(seq), 0, &orig.to_ne_bytes())
+        if ctx
+            .shared
+            .scatter(ctx.pd, ctx.sq.sges(seq), 0, &orig.to_ne_bytes())
             .is_err()
         {
-            self.fail_wqe(shared, seq, WcStatus::LocProtErr);
+            v.fail = Some((seq, WcStatus::LocProtErr));
             return;
         }
-        let wqe = self.sq.get_mut(seq);
-        wqe.done = Some(WcStatus::Success);
-        wqe.read_pkts_done = 1;
-        self.req.rd_atomic_outstanding -= 1;
-        self.progress(now, psn.next());
+        let done = ctx.sq.get_mut(seq);
+        done.done = Some(WcStatus::Success);
+        done.read_pkts_done = 1;
+        v.read_atomic_done += 1;
+        self.progress(ctx, v, now, psn.next());
     }
 
     fn on_read_response(
         &mut self,
-        shared: &mut Shared,
+        ctx: &mut CompleteCtx<'_>,
+        v: &mut Verdict,
+        window: u32,
         now: Instant,
         psn: Psn,
         pkt: &RocePacket<&[u8]>,
     ) {
-        let Some(seq) = self.wqe_with_psn(psn) else {
-            shared.counters.drop_out_of_sequence += 1;
+        let Some(seq) = wqe_with_psn(ctx, psn) else {
+            ctx.shared.counters.drop_out_of_sequence += 1;
             return;
         };
-        let w = *self.sq.get(seq);
-        if !matches!(w.op, SendOp::RdmaRead { .. }) || w.done.is_some() {
-            shared.counters.drop_out_of_sequence += 1;
+        let wqe = *ctx.sq.get(seq);
+        if !matches!(wqe.op, SendOp::RdmaRead { .. }) || wqe.done.is_some() {
+            ctx.shared.counters.drop_out_of_sequence += 1;
             return;
         }
         // A READ response acknowledges every request before the READ.
-        self.ack_through(shared, now, w.first_psn.sub(1));
-        if self.state() == QpState::Err {
-            return;
-        }
-        let expected = w.first_psn.add(w.read_pkts_done);
-        if self.req.una != expected {
+        self.ack_through(ctx, v, window, now, wqe.first_psn.sub(1));
+        let expected = wqe.first_psn.add(wqe.read_pkts_done);
+        if self.una != expected {
             // An earlier READ or atomic lacks its response: out of order, as for
             // atomic acknowledges above.
-            shared.counters.drop_out_of_sequence += 1;
+            ctx.shared.counters.drop_out_of_sequence += 1;
             return;
         }
         if psn != expected {
             if expected.before(psn) {
                 // A response was lost: ask again from the missing one, once.
-                if self.req.rewound_to != Some(expected) {
-                    self.on_loss(false);
-                    self.rewind_to(expected);
+                if self.rewound_to != Some(expected) {
+                    self.on_loss(window, false);
+                    self.rewind(v, expected);
                 }
             }
-            shared.counters.drop_out_of_sequence += 1;
+            ctx.shared.counters.drop_out_of_sequence += 1;
             return;
         }
-        let mtu = self.mtu();
-        let k = w.read_pkts_done;
-        let offset = k * mtu;
-        let want = (w.length - offset.min(w.length)).min(mtu) as usize;
-        let last = k + 1 == w.npsn;
+        let k = wqe.read_pkts_done;
+        let offset = k * ctx.mtu;
+        let want = (wqe.length - offset.min(wqe.length)).min(ctx.mtu) as usize;
+        let last = k + 1 == wqe.npsn;
         let payload = pkt.payload();
         if payload.len() != want || pkt.info().position.ends_message() != last {
             // Not what this READ asked for.
-            self.fail_wqe(shared, seq, WcStatus::BadRespErr);
+            v.fail = Some((seq, WcStatus::BadRespErr));
             return;
         }
-        if shared
-            .scatter(self.init.pd, self.sq.sges(seq), offset, payload)
+        if ctx
+            .shared
+            .scatter(ctx.pd, ctx.sq.sges(seq), offset, payload)
             .is_err()
         {
-            self.fail_wqe(shared, seq, WcStatus::LocProtErr);
+            v.fail = Some((seq, WcStatus::LocProtErr));
             return;
         }
-        let wqe = self.sq.get_mut(seq);
-        wqe.read_pkts_done += 1;
+        let placed = ctx.sq.get_mut(seq);
+        placed.read_pkts_done += 1;
         if last {
-            wqe.done = Some(WcStatus::Success);
-            self.req.rd_atomic_outstanding -= 1;
+            placed.done = Some(WcStatus::Success);
+            v.read_atomic_done += 1;
         }
-        self.progress(now, psn.next());
+        self.progress(ctx, v, now, psn.next());
     }
 
     /// Where to resend from after a NAK for `psn`: `psn`, unless an earlier READ
     /// or atomic still lacks its response (then una stayed on it), since the
     /// responder answers that one only when asked again.
     fn resend_from(&self, psn: Psn) -> Psn {
-        if self.req.una.before(psn) {
-            self.req.una
+        if self.una.before(psn) {
+            self.una
         } else {
             psn
         }
     }
 
-    /// The started, unfinished WQE whose PSN range holds `psn`.
-    fn wqe_with_psn(&self, psn: Psn) -> Option<u64> {
-        (self.sq.head..self.req.started).find(|&seq| self.sq.get(seq).contains_psn(psn))
-    }
-
-    /// Retires finished WQEs from the head of the send queue, in order.
-    pub fn retire(&mut self, shared: &mut Shared) {
-        while self.sq.head < self.req.started {
-            let seq = self.sq.head;
-            let Some(status) = self.sq.get(seq).done else {
-                break;
-            };
-            self.retire_send(shared, seq, status);
-            self.sq.head += 1;
-        }
-        if self.req.cursor < self.sq.head {
-            self.req.cursor = self.sq.head;
-            self.req.cursor_pkt = 0;
-        }
-        self.check_drained(shared);
-    }
-
-    /// A timer of this QP may have expired.
-    pub fn handle_timeout(&mut self, shared: &mut Shared, now: Instant) {
-        if self.req.rnr_deadline.is_some_and(|d| d <= now) {
-            // The RNR wait is over: sending resumes from the refused packet.
-            self.req.rnr_deadline = None;
-            self.req.retrans_deadline = None;
-        }
-        let Some(deadline) = self.req.retrans_deadline else {
-            return;
+    /// The ACK timer may have expired at `now` (the QP is in RTS or SQD).
+    pub fn on_timeout(&mut self, ctx: &mut CompleteCtx<'_>, window: u32, now: Instant) -> Verdict {
+        let mut v = Verdict::default();
+        let Some(deadline) = self.ack_deadline else {
+            return v;
         };
         if deadline > now {
-            return;
+            return v;
         }
-        self.req.retrans_deadline = None;
-        if self.req.una == self.req.next_psn || !matches!(self.state(), QpState::Rts | QpState::Sqd)
-        {
-            return;
+        self.ack_deadline = None;
+        if self.una == ctx.next_psn {
+            return v;
         }
-        shared.counters.ack_timeouts += 1;
-        if self.req.retry_left == 0 {
-            let seq = self.wqe_with_psn(self.req.una).unwrap_or(self.sq.head);
-            self.fail_wqe(shared, seq, WcStatus::RetryExcErr);
-            return;
+        ctx.shared.counters.ack_timeouts += 1;
+        if self.retry_left == 0 {
+            let seq = wqe_with_psn(ctx, self.una).unwrap_or(ctx.sq.head);
+            v.fail = Some((seq, WcStatus::RetryExcErr));
+            return v;
         }
-        self.req.retry_left -= 1;
-        self.on_loss(true);
-        self.rewind_to(self.req.una);
-        self.req.retrans_deadline = None;
+        self.retry_left -= 1;
+        self.on_loss(window, true);
+        let una = self.una;
+        self.rewind(&mut v, una);
+        v
     }
+}
+
+/// The started WQE whose PSN range holds `psn`.
+fn wqe_with_psn(ctx: &CompleteCtx<'_>, psn: Psn) -> Option<u64> {
+    (ctx.sq.head..ctx.started).find(|&seq| ctx.sq.get(seq).contains_psn(psn))
 }

@@ -1,64 +1,42 @@
-//! Queue pairs: state, attributes and the three halves of the RC transport —
-//! [`requester`] (builds request packets), [`responder`] (executes requests and
-//! answers them) and [`completer`] (processes answers, retries, completes WQEs).
+//! Queue pairs: state, attributes, queues, and the three state machines of the
+//! transport, as rxe splits them —
+//! `requester` (builds request packets; normal, retransmit or RNR-wait mode),
+//! `completer` (processes answers, runs the ACK timer, counts retries) and
+//! `responder` (checks, executes and answers requests).
+//!
+//! Each machine owns its state. What it works with besides — the send or receive
+//! queue, the attributes, the device's memory and CQs — is lent to each call, and
+//! what the others must do as a result comes back as a verdict that the QP applies
+//! here: the completer's tells the requester to move its cursor on or back or wait
+//! out an RNR NAK, and the QP to fail a WQE; the responder's moves the QP to ERR.
+//! `modify.rs` holds `modify_qp`, `lifecycle.rs` errors, flushes and completions.
 
 pub mod attr;
 pub(crate) mod completer;
+mod lifecycle;
+mod modify;
 pub(crate) mod queues;
 pub(crate) mod requester;
 pub(crate) mod responder;
 pub mod state;
 
-use crate::event::AsyncEvent;
+pub use modify::ModifyQpError;
+
+use crate::node::Route;
 use crate::shared::Shared;
 use crate::time::Instant;
 use crate::types::{QpHandle, QpState, QpType};
-use crate::wc::{WcOpcode, WcStatus, WorkCompletion};
-use crate::wr::SendOp;
-use attr::{QpAttr, QpAttrMask as M, QpInitAttr};
+use crate::wc::WcStatus;
+use attr::{QpAttr, QpInitAttr};
+use completer::{CompleteCtx, Completer};
 use queues::{RecvQueue, SendQueue};
-use softverbs_wire::icrc::{self, IcrcContext};
-use softverbs_wire::{packet, Psn, Qpn};
+use requester::{SendCtx, Sent, Skip};
+use responder::{AnswerCtx, Polled, RecvCtx};
+use softverbs_wire::{Qpn, RocePacket, Transport};
 use std::net::SocketAddr;
 
 pub(crate) use requester::Requester;
 pub(crate) use responder::Responder;
-
-/// Why `modify_qp` refused; the QP is unchanged.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum ModifyQpError {
-    /// The QP does not exist.
-    #[error("no such QP")]
-    UnknownQp,
-    /// `cur_qp_state` does not match the QP's state.
-    #[error("cur_qp_state {given:?} does not match the QP's state {actual:?}")]
-    CurrentStateMismatch {
-        /// What the caller said.
-        given: QpState,
-        /// What the QP is in.
-        actual: QpState,
-    },
-    /// IBA defines no transition between these states for this QP type.
-    #[error("no transition from {from:?} to {to:?}")]
-    InvalidTransition {
-        /// Current state.
-        from: QpState,
-        /// Requested state.
-        to: QpState,
-    },
-    /// The transition requires attributes the mask lacks.
-    #[error("transition requires attributes {0:?}")]
-    MissingAttributes(M),
-    /// The mask names attributes the transition does not allow.
-    #[error("transition does not allow attributes {0:?}")]
-    ForbiddenAttributes(M),
-    /// An attribute's value is out of range.
-    #[error("invalid value for {0}")]
-    InvalidValue(&'static str),
-    /// The attribute is valid but softverbs does not implement it.
-    #[error("{0} is not supported")]
-    Unsupported(&'static str),
-}
 
 pub(crate) struct Qp {
     pub handle: QpHandle,
@@ -68,6 +46,7 @@ pub(crate) struct Qp {
     pub sq: SendQueue,
     pub rq: RecvQueue,
     pub req: Requester,
+    pub comp: Completer,
     pub resp: Responder,
     /// In the engine's transmit queue.
     pub scheduled: bool,
@@ -79,6 +58,9 @@ pub(crate) struct Qp {
     pub port_mtu: crate::types::Mtu,
     /// The shared receive queue this QP takes receive WQEs from, if any.
     pub srq: Option<crate::types::SrqHandle>,
+    /// A completion of this QP was lost to a full CQ: the QP goes to ERR once the
+    /// operation under way is over (see `Engine::after_activity`).
+    pub lost_completion: bool,
 }
 
 impl Qp {
@@ -99,12 +81,14 @@ impl Qp {
             ),
             rq: RecvQueue::new(cap.max_recv_wr as usize, cap.max_recv_sge as usize),
             req: Requester::default(),
+            comp: Completer::default(),
             resp: Responder::new(0),
             scheduled: false,
             timer_entry: None,
             req_window,
             port_mtu: crate::types::Mtu::Mtu4096,
             srq: None,
+            lost_completion: false,
         }
     }
 
@@ -124,334 +108,296 @@ impl Qp {
         self.attr.av
     }
 
-    /// Validates and applies `modify_qp`; on error nothing changes.
-    pub fn modify(
-        &mut self,
-        shared: &mut Shared,
-        attr: &QpAttr,
-        mask: M,
-        now: Instant,
-    ) -> Result<(), ModifyQpError> {
-        let from = self.state();
-        if mask.contains(M::CUR_STATE) && attr.cur_qp_state != from {
-            return Err(ModifyQpError::CurrentStateMismatch {
-                given: attr.cur_qp_state,
-                actual: from,
-            });
-        }
-        let to = if mask.contains(M::STATE) {
-            attr.qp_state
-        } else {
-            from
-        };
-        state::check(self.init.qp_type, from, to, mask).map_err(|e| match e {
-            state::TransitionError::Invalid => ModifyQpError::InvalidTransition { from, to },
-            state::TransitionError::Missing(m) => ModifyQpError::MissingAttributes(m),
-            state::TransitionError::Forbidden(m) => ModifyQpError::ForbiddenAttributes(m),
-        })?;
-        self.validate(shared, attr, mask)?;
-
-        // Everything checked: apply.
-        let a = &mut self.attr;
-        if mask.contains(M::ACCESS_FLAGS) {
-            a.qp_access_flags = attr.qp_access_flags;
-        }
-        if mask.contains(M::PKEY_INDEX) {
-            a.pkey_index = attr.pkey_index;
-        }
-        if mask.contains(M::PORT) {
-            a.port_num = attr.port_num;
-        }
-        if mask.contains(M::QKEY) {
-            a.qkey = attr.qkey;
-        }
-        if mask.contains(M::AV) {
-            a.av = attr.av;
-        }
-        if mask.contains(M::PATH_MTU) {
-            a.path_mtu = attr.path_mtu;
-        }
-        if mask.contains(M::DEST_QPN) {
-            a.dest_qp_num = attr.dest_qp_num;
-        }
-        if mask.contains(M::RQ_PSN) {
-            a.rq_psn = attr.rq_psn & 0xff_ffff;
-        }
-        if mask.contains(M::SQ_PSN) {
-            a.sq_psn = attr.sq_psn & 0xff_ffff;
-        }
-        if mask.contains(M::MAX_DEST_RD_ATOMIC) {
-            a.max_dest_rd_atomic = attr.max_dest_rd_atomic;
-        }
-        if mask.contains(M::MAX_QP_RD_ATOMIC) {
-            a.max_rd_atomic = attr.max_rd_atomic;
-        }
-        if mask.contains(M::MIN_RNR_TIMER) {
-            a.min_rnr_timer = attr.min_rnr_timer;
-        }
-        if mask.contains(M::TIMEOUT) {
-            a.timeout = attr.timeout;
-        }
-        if mask.contains(M::RETRY_CNT) {
-            a.retry_cnt = attr.retry_cnt;
-        }
-        if mask.contains(M::RNR_RETRY) {
-            a.rnr_retry = attr.rnr_retry;
-        }
-        if mask.contains(M::EN_SQD_ASYNC_NOTIFY) {
-            a.en_sqd_async_notify = attr.en_sqd_async_notify;
-        }
-
-        if mask.contains(M::RQ_PSN) {
-            self.resp = Responder::new(self.attr.rq_psn);
-        }
-        if mask.contains(M::MAX_DEST_RD_ATOMIC) {
-            self.resp.reserve(usize::from(self.attr.max_dest_rd_atomic));
-        }
-        if mask.contains(M::SQ_PSN) {
-            self.req.reset(Psn::new(self.attr.sq_psn), self.sq.head);
-        }
-        if mask.intersects(M::RETRY_CNT | M::RNR_RETRY) {
-            self.req.retry_left = self.attr.retry_cnt;
-            self.req.rnr_retry_left = self.attr.rnr_retry;
-        }
-
-        self.attr.qp_state = to;
-        self.attr.sq_draining = to == QpState::Sqd;
-        match to {
-            QpState::Reset if from != QpState::Reset => self.reset(),
-            QpState::Err if from != QpState::Err => self.enter_error(shared),
-            QpState::Sqd => {
-                self.req.sqd_notified = false;
-                self.check_drained(shared);
-            }
-            _ => {}
-        }
-        let _ = now;
-        Ok(())
-    }
-
-    fn validate(&self, shared: &Shared, attr: &QpAttr, mask: M) -> Result<(), ModifyQpError> {
-        let cfg = &shared.config;
-        if mask.contains(M::ALT_PATH) {
-            return Err(ModifyQpError::Unsupported("alternate path (APM)"));
-        }
-        if mask.contains(M::PATH_MIG_STATE) {
-            return Err(ModifyQpError::Unsupported("path migration state"));
-        }
-        if mask.contains(M::CAP) {
-            return Err(ModifyQpError::Unsupported("resizing QP capacities"));
-        }
-        if mask.contains(M::PORT) && attr.port_num != 1 {
-            return Err(ModifyQpError::InvalidValue(
-                "port_num (softverbs devices have port 1)",
-            ));
-        }
-        if mask.contains(M::PKEY_INDEX) && attr.pkey_index != 0 {
-            return Err(ModifyQpError::InvalidValue(
-                "pkey_index (the P_Key table has one entry)",
-            ));
-        }
-        if mask.contains(M::AV) && attr.av.is_none() {
-            return Err(ModifyQpError::InvalidValue(
-                "ah_attr (no destination address)",
-            ));
-        }
-        if mask.contains(M::DEST_QPN) && attr.dest_qp_num > 0xff_ffff {
-            return Err(ModifyQpError::InvalidValue("dest_qp_num"));
-        }
-        if mask.contains(M::MAX_QP_RD_ATOMIC) && attr.max_rd_atomic > cfg.max_qp_rd_atom {
-            return Err(ModifyQpError::InvalidValue("max_rd_atomic"));
-        }
-        if mask.contains(M::MAX_DEST_RD_ATOMIC) && attr.max_dest_rd_atomic > cfg.max_qp_rd_atom {
-            return Err(ModifyQpError::InvalidValue("max_dest_rd_atomic"));
-        }
-        if mask.contains(M::TIMEOUT) && attr.timeout > 31 {
-            return Err(ModifyQpError::InvalidValue("timeout"));
-        }
-        if mask.contains(M::RETRY_CNT) && attr.retry_cnt > 7 {
-            return Err(ModifyQpError::InvalidValue("retry_cnt"));
-        }
-        if mask.contains(M::RNR_RETRY) && attr.rnr_retry > 7 {
-            return Err(ModifyQpError::InvalidValue("rnr_retry"));
-        }
-        if mask.contains(M::MIN_RNR_TIMER) && attr.min_rnr_timer > 31 {
-            return Err(ModifyQpError::InvalidValue("min_rnr_timer"));
-        }
-        Ok(())
-    }
-
-    /// Back to RESET: queues emptied without completions (IBA 10.3.1).
-    fn reset(&mut self) {
-        self.sq.head = self.sq.tail;
-        self.rq.head = self.rq.tail;
-        let cap = self.attr.cap;
-        self.attr = QpAttr {
-            cap,
-            ..QpAttr::default()
-        };
-        self.req = Requester::default();
-        self.req.reset(Psn::new(0), self.sq.head);
-        self.resp = Responder::new(0);
-    }
-
-    /// Retires every outstanding send WR: those already transport-complete with their own
-    /// status, the rest with WR_FLUSH_ERR, in order (IBA 10.8.3.3); the requester starts
-    /// over after them.
-    fn flush_send_queue(&mut self, shared: &mut Shared) {
-        while self.sq.head < self.sq.tail {
-            let seq = self.sq.head;
-            let status = self.sq.get(seq).done.unwrap_or(WcStatus::WrFlushErr);
-            self.retire_send(shared, seq, status);
-            self.sq.head += 1;
-        }
-        self.req.reset(self.req.next_psn, self.sq.head);
-    }
-
-    /// Moves the QP to ERR and flushes every outstanding work request.
-    pub fn enter_error(&mut self, shared: &mut Shared) {
-        self.attr.qp_state = QpState::Err;
-        self.attr.sq_draining = false;
-        self.req.retrans_deadline = None;
-        self.req.rnr_deadline = None;
-        self.flush_send_queue(shared);
-        while let Some(wqe) = self.rq.pop() {
-            let wc = WorkCompletion {
-                wr_id: wqe.wr_id,
-                status: WcStatus::WrFlushErr,
-                opcode: WcOpcode::Recv,
-                qp_num: self.qpn,
-                ..WorkCompletion::default()
-            };
-            shared.complete(self.init.recv_cq, wc);
-        }
-        self.resp.abort_message();
-        // A QP on an SRQ takes no more WQEs from it (IBA 11.6.3.2).
-        if self.srq.is_some() {
-            shared
-                .events
-                .push_back(AsyncEvent::LastWqeReached(self.handle));
-        }
-    }
-
-    /// The receive WQE at the head of this QP's receive queue or its SRQ, with
-    /// its SGEs.
-    pub fn recv_head<'a>(
-        &'a self,
-        shared: &'a Shared,
-    ) -> Option<(&'a queues::RecvWqe, &'a [crate::wr::Sge])> {
-        match self.srq {
-            None => self.rq.front(),
-            Some(h) => shared.srqs.get(h.0)?.rq.front(),
-        }
-    }
-
-    /// Takes the receive WQE at the head; from an SRQ, raises SRQ_LIMIT_REACHED
-    /// when that crosses its armed limit.
-    pub fn recv_take(&mut self, shared: &mut Shared) -> Option<queues::RecvWqe> {
-        match self.srq {
-            None => self.rq.pop(),
-            Some(h) => {
-                let srq = shared.srqs.get_mut(h.0)?;
-                let wqe = srq.rq.pop();
-                if wqe.is_some() && srq.crossed_limit() {
-                    shared.events.push_back(AsyncEvent::SrqLimitReached(h));
-                }
-                wqe
-            }
-        }
-    }
-
-    /// Reports a send WQE's completion if it is an error or signaled.
-    pub fn retire_send(&mut self, shared: &mut Shared, seq: u64, status: WcStatus) {
-        let wqe = *self.sq.get(seq);
-        let signaled = self.init.sq_sig_all || wqe.flags.contains(crate::wr::SendFlags::SIGNALED);
-        if status == WcStatus::Success && !signaled {
-            return;
-        }
-        let (opcode, byte_len) = match wqe.op {
-            SendOp::Send
-            | SendOp::SendWithImm { .. }
-            | SendOp::SendWithInv { .. }
-            | SendOp::UdSend { .. } => (WcOpcode::Send, 0),
-            SendOp::RdmaWrite { .. } | SendOp::RdmaWriteWithImm { .. } => (WcOpcode::RdmaWrite, 0),
-            SendOp::RdmaRead { .. } => (WcOpcode::RdmaRead, wqe.length),
-            SendOp::AtomicCmpSwap { .. } => (WcOpcode::CompSwap, 8),
-            SendOp::AtomicFetchAdd { .. } => (WcOpcode::FetchAdd, 8),
-            SendOp::BindMw { .. } => (WcOpcode::BindMw, 0),
-            SendOp::LocalInv { .. } => (WcOpcode::LocalInv, 0),
-        };
-        let wc = WorkCompletion {
-            wr_id: wqe.wr_id,
-            status,
-            opcode,
-            byte_len,
-            qp_num: self.qpn,
-            ..WorkCompletion::default()
-        };
-        shared.complete(self.init.send_cq, wc);
-    }
-
-    /// In SQD with nothing outstanding: raise SQ_DRAINED once if asked to.
-    pub fn check_drained(&mut self, shared: &mut Shared) {
-        if self.state() == QpState::Sqd
-            && self.attr.sq_draining
-            && self.sq.head == self.req.started
-            && !self.req.sqd_notified
-        {
-            self.req.sqd_notified = true;
-            self.attr.sq_draining = false;
-            if self.attr.en_sqd_async_notify {
-                shared.events.push_back(AsyncEvent::SqDrained(self.handle));
-            }
-        }
-    }
-
-    /// The earliest timer this QP has armed.
-    pub fn next_deadline(&self) -> Option<Instant> {
-        match (self.req.retrans_deadline, self.req.rnr_deadline) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
-    }
-
     /// Whether the QP type is one this engine implements.
     pub fn supported(qp_type: QpType) -> bool {
         matches!(qp_type, QpType::Rc | QpType::Uc | QpType::Ud)
     }
 
     /// The transport this QP's packets use.
-    pub fn transport(&self) -> softverbs_wire::Transport {
+    pub fn transport(&self) -> Transport {
         match self.init.qp_type {
-            QpType::Rc => softverbs_wire::Transport::Rc,
-            QpType::Uc => softverbs_wire::Transport::Uc,
-            QpType::Ud => softverbs_wire::Transport::Ud,
+            QpType::Rc => Transport::Rc,
+            QpType::Uc => Transport::Uc,
+            QpType::Ud => Transport::Ud,
         }
     }
 
-    /// A UC send queue error (IBA 10.3.1, SQE): the failed WQE reports its
-    /// status, the rest of the send queue is flushed; receiving goes on.
-    pub fn enter_send_queue_error(&mut self, shared: &mut Shared) {
-        self.attr.qp_state = QpState::Sqe;
-        self.attr.sq_draining = false;
-        self.flush_send_queue(shared);
+    // ----- lending the machines what they work with -----
+
+    #[inline]
+    fn send_ctx<'a>(&'a mut self, shared: &'a mut Shared) -> (&'a mut Requester, SendCtx<'a>) {
+        let window = self.comp.window(self.req_window);
+        let (state, transport, mtu) = (self.state(), self.transport(), self.mtu());
+        let ctx = SendCtx {
+            shared,
+            sq: &mut self.sq,
+            attr: &self.attr,
+            state,
+            transport,
+            pd: self.init.pd,
+            handle: self.handle,
+            qpn: self.qpn,
+            mtu,
+            window,
+        };
+        (&mut self.req, ctx)
     }
 
-    /// Pads, appends the ICRC placeholder and computes the ICRC for a packet with
-    /// `header_len` header and `payload_len` payload bytes already in `buf`.
-    pub fn seal(
-        shared: &Shared,
-        dst: SocketAddr,
-        buf: &mut [u8],
-        header_len: usize,
-        payload_len: usize,
-    ) -> Option<usize> {
-        let len = packet::finish(buf, header_len, payload_len).ok()?;
-        let ctx = IcrcContext {
-            ipv4_id: shared.tx_ipv4_id,
-            ..IcrcContext::new(shared.config.local_addr, dst)
+    #[inline]
+    fn complete_ctx<'a>(
+        &'a mut self,
+        shared: &'a mut Shared,
+    ) -> (&'a mut Completer, CompleteCtx<'a>) {
+        let mtu = self.mtu();
+        let ctx = CompleteCtx {
+            shared,
+            sq: &mut self.sq,
+            attr: &self.attr,
+            pd: self.init.pd,
+            mtu,
+            next_psn: self.req.next_psn,
+            started: self.req.started,
+            rnr_waiting: matches!(self.req.mode(), requester::Mode::RnrWait { .. }),
         };
-        icrc::fill(&ctx, &mut buf[..len]).ok()?;
-        Some(len)
+        (&mut self.comp, ctx)
+    }
+
+    #[inline]
+    fn recv_ctx<'a>(&'a mut self, shared: &'a mut Shared) -> (&'a mut Responder, RecvCtx<'a>) {
+        let mtu = self.mtu();
+        let ctx = RecvCtx {
+            shared,
+            rq: &mut self.rq,
+            srq: self.srq,
+            attr: &self.attr,
+            pd: self.init.pd,
+            recv_cq: self.init.recv_cq,
+            qpn: self.qpn,
+            handle: self.handle,
+            mtu,
+            lost_completion: &mut self.lost_completion,
+        };
+        (&mut self.resp, ctx)
+    }
+
+    // ----- the requester -----
+
+    /// Whether the requester has a packet it may send now.
+    #[inline]
+    pub fn requester_ready(&self) -> bool {
+        let window = self.comp.window(self.req_window);
+        self.req
+            .ready_with(self.state(), &self.sq, &self.attr, window)
+    }
+
+    /// Carries out the local operations (memory window binds, local invalidates) at
+    /// the send cursor if the requester may start them now: they take effect as soon
+    /// as the send queue reaches them, not at the next transmit.
+    pub fn run_local_ops_now(&mut self, shared: &mut Shared) {
+        if !self.req.on_local_op(&self.sq) {
+            return;
+        }
+        let (req, mut ctx) = self.send_ctx(shared);
+        if req.ready(&ctx) {
+            let sent = req.run_local_ops(&mut ctx);
+            self.apply_sent(shared, sent);
+        }
+    }
+
+    /// Builds the next request packet into `buf` (unsealed); returns its length and
+    /// destination.
+    pub fn poll_request(
+        &mut self,
+        shared: &mut Shared,
+        now: Instant,
+        buf: &mut [u8],
+    ) -> Option<(usize, SocketAddr)> {
+        let (req, mut ctx) = self.send_ctx(shared);
+        if !req.ready(&ctx) {
+            return None;
+        }
+        let sent = if req.on_local_op(ctx.sq) {
+            // Carry out local operations in the way, then go on to a packet.
+            let sent = req.run_local_ops(&mut ctx);
+            if !self.apply_sent(shared, sent) || !self.requester_ready() {
+                return None;
+            }
+            let (req, mut ctx) = self.send_ctx(shared);
+            req.poll_ready(&mut ctx, buf)
+        } else {
+            req.poll_ready(&mut ctx, buf)
+        };
+        match sent {
+            Sent::Packet {
+                len,
+                dst,
+                psn,
+                ends_wqe,
+            } => {
+                if self.transport() == Transport::Rc {
+                    self.comp.on_request_sent(now, self.attr.timeout);
+                } else {
+                    // UC and UD: nothing comes back; the WQE is done once its last
+                    // packet is sent.
+                    self.comp.on_unreliable_sent(psn);
+                    if let Some(seq) = ends_wqe {
+                        self.sq.get_mut(seq).done = Some(WcStatus::Success);
+                        self.retire(shared);
+                    }
+                }
+                Some((len, dst))
+            }
+            other => {
+                self.apply_sent(shared, other);
+                None
+            }
+        }
+    }
+
+    /// Applies what the requester did besides sending; false if the send queue failed.
+    fn apply_sent(&mut self, shared: &mut Shared, sent: Sent) -> bool {
+        match sent {
+            Sent::LocalOpsDone => {
+                self.retire(shared);
+                true
+            }
+            Sent::Failed { seq, status } => {
+                self.fail_wqe(shared, seq, status);
+                false
+            }
+            Sent::Packet { .. } | Sent::Nothing => true,
+        }
+    }
+
+    /// Ends a WQE with an error: the QP goes to ERR and the rest is flushed. Earlier
+    /// WQEs that were transport-complete keep their status; the failed one reports
+    /// its error; everything after is flushed. A UC or UD QP only loses its send
+    /// queue (SQE); an RC QP goes to ERR.
+    pub fn fail_wqe(&mut self, shared: &mut Shared, seq: u64, status: WcStatus) {
+        if seq < self.sq.tail {
+            self.sq.get_mut(seq).done = Some(status);
+        }
+        if self.init.qp_type != QpType::Rc {
+            self.enter_send_queue_error(shared);
+        } else {
+            self.enter_error(shared);
+        }
+    }
+
+    /// Retires finished WQEs from the head of the send queue, in order.
+    pub fn retire(&mut self, shared: &mut Shared) {
+        while self.sq.head < self.req.started {
+            let seq = self.sq.head;
+            let Some(status) = self.sq.get(seq).done else {
+                break;
+            };
+            self.retire_send(shared, seq, status);
+            self.sq.head += 1;
+        }
+        self.req.retired(self.sq.head);
+        self.check_drained(shared);
+    }
+
+    // ----- the completer -----
+
+    /// A response packet (ACK, atomic ACK, READ response) for this QP's requester.
+    pub fn handle_response(&mut self, shared: &mut Shared, now: Instant, pkt: &RocePacket<&[u8]>) {
+        if !matches!(self.state(), QpState::Rts | QpState::Sqd) {
+            shared.counters.drop_bad_state += 1;
+            return;
+        }
+        let window = self.req_window;
+        let (comp, mut ctx) = self.complete_ctx(shared);
+        let verdict = comp.on_response(&mut ctx, window, now, pkt);
+        self.apply_verdict(shared, verdict);
+        self.retire(shared);
+    }
+
+    /// A timer of this QP may have expired.
+    pub fn handle_timeout(&mut self, shared: &mut Shared, now: Instant) {
+        if self.req.on_timer(now) {
+            // The RNR wait is over: sending resumes from the refused packet.
+            self.comp.stop_timer();
+        }
+        if !matches!(self.state(), QpState::Rts | QpState::Sqd) {
+            if self.comp.deadline().is_some_and(|d| d <= now) {
+                self.comp.stop_timer();
+            }
+            return;
+        }
+        let window = self.req_window;
+        let (comp, mut ctx) = self.complete_ctx(shared);
+        let verdict = comp.on_timeout(&mut ctx, window, now);
+        self.apply_verdict(shared, verdict);
+    }
+
+    /// Carries out a completer verdict: the requester goes back (or waits out an
+    /// RNR NAK first), or moves its cursor past what was acknowledged; a WQE fails.
+    fn apply_verdict(&mut self, shared: &mut Shared, v: completer::Verdict) {
+        for _ in 0..v.read_atomic_done {
+            self.req.read_atomic_finished();
+        }
+        match (v.rewind, v.rnr_until) {
+            (Some(psn), Some(deadline)) => self.req.wait_rnr(&self.sq, psn, deadline),
+            (Some(psn), None) => self.req.rewind(&self.sq, psn),
+            _ => {}
+        }
+        // After a go-back the cursor is at or past una; otherwise it may have been
+        // left behind PSNs acknowledged since.
+        if v.progress && self.req.skip_acknowledged(&self.sq, self.comp.una) == Skip::MovedToUna {
+            self.comp.forget_rewind();
+        }
+        if let Some((seq, status)) = v.fail {
+            self.fail_wqe(shared, seq, status);
+        }
+    }
+
+    /// The earliest timer this QP has armed.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        match (self.comp.deadline(), self.req.deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    // ----- the responder -----
+
+    /// A request packet for this QP's responder, that travelled `route`.
+    pub fn handle_request(&mut self, shared: &mut Shared, pkt: &RocePacket<&[u8]>, route: Route) {
+        let state = self.state();
+        let transport = self.transport();
+        let (resp, mut ctx) = self.recv_ctx(shared);
+        match transport {
+            Transport::Uc => resp.handle_uc(&mut ctx, state, pkt),
+            Transport::Ud => resp.handle_ud(&mut ctx, state, pkt, route),
+            _ => {
+                if let responder::Verdict::Fatal(event) = resp.handle_rc(&mut ctx, state, pkt) {
+                    shared.events.push_back(event);
+                    self.enter_error(shared);
+                }
+            }
+        }
+    }
+
+    /// Builds the next answer packet into `buf` (unsealed); returns its length.
+    pub fn poll_response(&mut self, shared: &mut Shared, buf: &mut [u8]) -> Option<usize> {
+        self.peer()?;
+        loop {
+            let ctx = AnswerCtx {
+                shared: &mut *shared,
+                dest_qp: Qpn::new(self.attr.dest_qp_num),
+                mtu: self.mtu(),
+                pd: self.init.pd,
+                handle: self.handle,
+                in_error: self.state() == QpState::Err,
+            };
+            match self.resp.poll_answer(ctx, buf)? {
+                Polled::Packet(len) => return Some(len),
+                Polled::Fatal(event) => {
+                    shared.events.push_back(event);
+                    self.enter_error(shared);
+                }
+            }
+        }
     }
 }

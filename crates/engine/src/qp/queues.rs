@@ -57,8 +57,11 @@ pub(crate) struct SendQueue {
     inline: Vec<u8>,
     pub max_sge: usize,
     pub max_inline: usize,
-    /// Oldest WQE not yet retired.
+    /// Oldest WQE not yet retired (completed by the transport).
     pub head: u64,
+    /// Slots below this sequence number are free: their completions were polled
+    /// (IBA 10.8.3.1: a WQE occupies the queue until its completion is retrieved).
+    pub reclaimed: u64,
     /// Next sequence number to post.
     pub tail: u64,
 }
@@ -80,6 +83,7 @@ impl SendQueue {
             max_sge,
             max_inline,
             head: 0,
+            reclaimed: 0,
             tail: 0,
         }
     }
@@ -88,8 +92,16 @@ impl SendQueue {
         (seq % self.slots.len() as u64) as usize
     }
 
+    /// Slots taken: WQEs posted whose completion has not been polled.
     pub fn len(&self) -> u64 {
-        self.tail - self.head
+        self.tail - self.reclaimed
+    }
+
+    /// A completion was polled: the slots below `upto` are free again.
+    pub fn reclaim(&mut self, upto: u64) {
+        // Never beyond what the transport retired (a stale completion of a QP
+        // reset since cannot free slots of WQEs posted after the reset).
+        self.reclaimed = self.reclaimed.max(upto.min(self.head));
     }
 
     pub fn post(

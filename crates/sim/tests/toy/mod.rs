@@ -138,6 +138,7 @@ impl Node for Toy {
         let (dst, data) = self.outbox.pop_front()?;
         buf[..data.len()].copy_from_slice(&data);
         Some(Transmit {
+            src: self.addr,
             dst,
             len: data.len(),
         })

@@ -1,0 +1,396 @@
+//! The requester: turns send WQEs into request packets (IBA 9.7.2 - 9.7.4).
+//!
+//! WQEs are segmented at the path MTU; each gets a PSN range when first started
+//! (a READ takes one PSN per response packet it will get back). The send cursor
+//! walks WQEs and packets; on the completer's verdict it moves back for go-back-N
+//! retransmission, and packets are rebuilt from the WQE and registered memory, so
+//! nothing is kept per packet for retransmission.
+//!
+//! The requester is in one of three modes: sending new packets ([`Mode::Normal`]),
+//! going back over packets sent before ([`Mode::Retransmit`]), or waiting out an RNR
+//! NAK before doing so ([`Mode::RnrWait`]). It owns its cursor and PSN assignment;
+//! the send queue, memory and attributes it works with are lent to each call as a
+//! [`SendCtx`], and how much it may have in flight comes from the completer as a
+//! [`Window`]. Building a request packet is in `build.rs`.
+
+mod build;
+
+use super::attr::QpAttr;
+use super::queues::SendQueue;
+use crate::shared::Shared;
+use crate::time::Instant;
+use crate::types::{AccessFlags, PdHandle, QpHandle, QpState};
+use crate::wc::WcStatus;
+use crate::wr::{SendFlags, SendOp};
+use softverbs_wire::{Psn, Qpn, Transport};
+use std::net::SocketAddr;
+
+/// What the requester is doing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum Mode {
+    /// Sending packets for the first time (or nothing).
+    #[default]
+    Normal,
+    /// Going back over packets sent before (go-back-N): those before `until` are
+    /// retransmissions.
+    Retransmit { until: Psn },
+    /// Waiting out an RNR NAK until `deadline` (IBA 9.7.5.2.8), then retransmitting
+    /// up to `until` from the refused packet.
+    RnrWait { deadline: Instant, until: Psn },
+}
+
+/// Requester progress of one QP.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Requester {
+    /// PSN the next newly started WQE gets.
+    pub next_psn: Psn,
+    /// WQE the send cursor is on.
+    cursor: u64,
+    /// Packet index within the cursor's WQE (for a READ: the response packet the
+    /// request asks to start from).
+    cursor_pkt: u32,
+    /// WQEs below this sequence number have PSNs assigned.
+    pub started: u64,
+    /// READs and atomics started and not complete.
+    rd_atomic_outstanding: u32,
+    /// Packets sent since the last AckReq.
+    since_ack_req: u32,
+    mode: Mode,
+    /// SQ_DRAINED already reported for this SQD visit.
+    pub sqd_notified: bool,
+}
+
+/// How far past the oldest unacknowledged PSN the requester may send: the
+/// completer's to say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Window {
+    pub una: Psn,
+    pub size: u32,
+}
+
+/// What sending needs of the QP, lent for one call.
+pub(crate) struct SendCtx<'a> {
+    pub shared: &'a mut Shared,
+    pub sq: &'a mut SendQueue,
+    pub attr: &'a QpAttr,
+    pub state: QpState,
+    pub transport: Transport,
+    pub pd: PdHandle,
+    pub handle: QpHandle,
+    pub qpn: Qpn,
+    pub mtu: u32,
+    pub window: Window,
+}
+
+/// What [`Requester::poll`] produced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Sent {
+    /// A request packet of `len` bytes (unsealed) for `dst`.
+    Packet {
+        len: usize,
+        dst: SocketAddr,
+        psn: Psn,
+        /// The last packet of WQE `seq`.
+        ends_wqe: Option<u64>,
+    },
+    /// Local operations were carried out (WQEs done, to retire); nothing was sent.
+    LocalOpsDone,
+    /// WQE `seq` cannot be executed: it completes with `status`, and the send queue
+    /// fails (IBA 10.8.3.3).
+    Failed { seq: u64, status: WcStatus },
+    /// Nothing to send now.
+    Nothing,
+}
+
+/// Packets a message of `len` bytes needs at `mtu` (at least one).
+pub(crate) fn packets_for(len: u32, mtu: u32) -> u32 {
+    len.div_ceil(mtu).max(1)
+}
+
+/// How the requester moved its cursor when PSNs got acknowledged under it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Skip {
+    /// It did not need to.
+    Stayed,
+    /// It was on a READ: it now asks only for responses still missing.
+    ReadResumed,
+    /// It went forward to the oldest unacknowledged PSN.
+    MovedToUna,
+}
+
+impl Requester {
+    /// Starts over at `psn` with the WQE at `head` (RTS, RESET, ERR).
+    pub fn reset(&mut self, psn: Psn, head: u64) {
+        self.next_psn = psn;
+        self.cursor = head;
+        self.cursor_pkt = 0;
+        self.started = head;
+        self.rd_atomic_outstanding = 0;
+        self.since_ack_req = 0;
+        self.mode = Mode::Normal;
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// When the RNR wait ends, if the requester is in one.
+    pub fn deadline(&self) -> Option<Instant> {
+        match self.mode {
+            Mode::RnrWait { deadline, .. } => Some(deadline),
+            _ => None,
+        }
+    }
+
+    /// The RNR wait, if any, is over at `now`: resending starts. Returns whether it
+    /// just ended.
+    pub fn on_timer(&mut self, now: Instant) -> bool {
+        match self.mode {
+            Mode::RnrWait { deadline, until } if deadline <= now => {
+                self.mode = Mode::Retransmit { until };
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// A READ or atomic finished.
+    pub fn read_atomic_finished(&mut self) {
+        self.rd_atomic_outstanding -= 1;
+    }
+
+    /// The send queue retired WQEs below `head`: the cursor is not behind it.
+    pub fn retired(&mut self, head: u64) {
+        if self.cursor < head {
+            self.cursor = head;
+            self.cursor_pkt = 0;
+        }
+    }
+
+    /// Whether the requester has a packet it may send now.
+    #[inline]
+    pub fn ready(&self, ctx: &SendCtx<'_>) -> bool {
+        self.ready_with(ctx.state, ctx.sq, ctx.attr, ctx.window)
+    }
+
+    #[inline]
+    pub fn ready_with(&self, state: QpState, sq: &SendQueue, attr: &QpAttr, w: Window) -> bool {
+        if !matches!(state, QpState::Rts | QpState::Sqd) {
+            return false;
+        }
+        if matches!(self.mode, Mode::RnrWait { .. }) {
+            return false;
+        }
+        if self.cursor >= sq.tail {
+            return false;
+        }
+        if self.cursor == self.started {
+            // A new WQE: SQD starts none (IBA 10.3.1: SQD finishes what was begun).
+            if state == QpState::Sqd {
+                return false;
+            }
+            let wqe = sq.get(self.cursor);
+            if wqe.op.is_read_or_atomic()
+                && self.rd_atomic_outstanding >= u32::from(attr.max_rd_atomic).max(1)
+            {
+                return false;
+            }
+            // Fence: wait for earlier READs and atomics (IBA 10.8.3.3).
+            if wqe.flags.contains(SendFlags::FENCE) && self.rd_atomic_outstanding > 0 {
+                return false;
+            }
+        }
+        w.una.distance_to(self.cursor_psn(sq)) < w.size
+    }
+
+    /// PSN of the packet at the cursor.
+    #[inline]
+    fn cursor_psn(&self, sq: &SendQueue) -> Psn {
+        if self.cursor < self.started {
+            sq.get(self.cursor).first_psn.add(self.cursor_pkt)
+        } else {
+            self.next_psn
+        }
+    }
+
+    /// Whether the cursor is on a local operation (the send queue holds one there).
+    #[inline]
+    pub fn on_local_op(&self, sq: &SendQueue) -> bool {
+        self.cursor < sq.tail && sq.get(self.cursor).op.is_local()
+    }
+
+    /// Validates a WQE the first time the cursor reaches it and assigns its PSNs.
+    /// Returns the error status if the WQE cannot be executed.
+    fn start_wqe(&mut self, ctx: &mut SendCtx<'_>) -> Result<(), WcStatus> {
+        let seq = self.cursor;
+        let mtu = ctx.mtu;
+        let wqe = *ctx.sq.get(seq);
+        if wqe.length > ctx.shared.config.max_msg_size {
+            return Err(WcStatus::LocLenErr);
+        }
+        // A UD message is one packet (IBA 9.8.4).
+        if matches!(wqe.op, SendOp::UdSend { .. }) && wqe.length > mtu {
+            return Err(WcStatus::LocLenErr);
+        }
+        let local_access = if wqe.op.is_read_or_atomic() {
+            AccessFlags::LOCAL_WRITE
+        } else {
+            AccessFlags::EMPTY
+        };
+        if wqe.op.is_read_or_atomic() && wqe.flags.contains(SendFlags::INLINE) {
+            return Err(WcStatus::LocQpOpErr);
+        }
+        if wqe.op.is_atomic() && wqe.length != 8 {
+            return Err(WcStatus::LocLenErr);
+        }
+        if wqe.op.is_read_or_atomic() && ctx.attr.max_rd_atomic == 0 {
+            return Err(WcStatus::LocQpOpErr);
+        }
+        let npsn = match wqe.op {
+            SendOp::AtomicCmpSwap { .. } | SendOp::AtomicFetchAdd { .. } => 1,
+            _ => packets_for(wqe.length, mtu),
+        };
+        // A READ's responses are all in flight at once: they must take less than
+        // half the PSN space (at MTU 256, 2 GiB would take exactly half), or PSN
+        // order between its request and its last response is undefined (IBA 9.7.1).
+        if matches!(wqe.op, SendOp::RdmaRead { .. }) && npsn >= Psn::HALF_SPACE {
+            return Err(WcStatus::LocLenErr);
+        }
+        if !wqe.flags.contains(SendFlags::INLINE) {
+            ctx.shared
+                .check_sges(ctx.pd, ctx.sq.sges(seq), local_access)
+                .map_err(|_| WcStatus::LocProtErr)?;
+        }
+        self.assign_psns(ctx.sq, seq, npsn);
+        if wqe.op.is_read_or_atomic() {
+            self.rd_atomic_outstanding += 1;
+        }
+        Ok(())
+    }
+
+    /// Gives WQE `seq` its `npsn` PSNs from `next_psn` on; it is started.
+    fn assign_psns(&mut self, sq: &mut SendQueue, seq: u64, npsn: u32) {
+        let first_psn = self.next_psn;
+        let w = sq.get_mut(seq);
+        w.first_psn = first_psn;
+        w.npsn = npsn;
+        w.read_pkts_done = 0;
+        w.done = None;
+        self.next_psn = first_psn.add(npsn);
+        self.started = seq + 1;
+    }
+
+    /// Carries out the local operations (memory window bind, local invalidate) at
+    /// the send cursor: each takes effect when the cursor first reaches it, gets no
+    /// PSN (`npsn` 0) and is done at once; it retires in order. The cursor steps over
+    /// ones already done (after a go-back-N rewind).
+    pub fn run_local_ops(&mut self, ctx: &mut SendCtx<'_>) -> Sent {
+        let mut ran = false;
+        while self.cursor < ctx.sq.tail && ctx.sq.get(self.cursor).op.is_local() {
+            let seq = self.cursor;
+            if seq < self.started {
+                self.cursor += 1;
+                self.cursor_pkt = 0;
+                continue;
+            }
+            if !self.ready(ctx) {
+                break;
+            }
+            let wqe = *ctx.sq.get(seq);
+            let result = match wqe.op {
+                SendOp::BindMw { mw, rkey, info } => {
+                    ctx.shared.mrs.bind_mw(mw, rkey, &info, ctx.handle, ctx.pd)
+                }
+                SendOp::LocalInv { rkey } => ctx.shared.mrs.local_invalidate(rkey, ctx.pd),
+                _ => Ok(()),
+            };
+            self.assign_psns(ctx.sq, seq, 0);
+            if let Err(status) = result {
+                return Sent::Failed { seq, status };
+            }
+            ctx.sq.get_mut(seq).done = Some(WcStatus::Success);
+            self.cursor = seq + 1;
+            self.cursor_pkt = 0;
+            ran = true;
+        }
+        if ran {
+            Sent::LocalOpsDone
+        } else {
+            Sent::Nothing
+        }
+    }
+
+    /// Moves the send cursor back to `psn` for go-back-N retransmission; the
+    /// packets up to the newest sent are retransmissions.
+    pub fn rewind(&mut self, sq: &SendQueue, psn: Psn) {
+        let mut seq = sq.head;
+        while seq < self.started {
+            let w = sq.get(seq);
+            if w.done.is_none() && w.contains_psn(psn) {
+                break;
+            }
+            if w.done.is_none() && psn.before(w.first_psn) {
+                // A gap (PSNs of completed WQEs): restart at this WQE.
+                self.cursor = seq;
+                self.cursor_pkt = 0;
+                self.went_back();
+                return;
+            }
+            seq += 1;
+        }
+        self.cursor = seq;
+        self.cursor_pkt = if seq < self.started {
+            let w = sq.get(seq);
+            let k = w.first_psn.distance_to(psn);
+            if matches!(w.op, SendOp::RdmaRead { .. }) {
+                k.max(w.read_pkts_done)
+            } else {
+                k
+            }
+        } else {
+            0
+        };
+        self.went_back();
+    }
+
+    fn went_back(&mut self) {
+        self.since_ack_req = 0;
+        let until = self.next_psn;
+        self.mode = match self.mode {
+            // Going back during an RNR wait (a sequence NAK) does not end the wait.
+            Mode::RnrWait { deadline, .. } => Mode::RnrWait { deadline, until },
+            _ => Mode::Retransmit { until },
+        };
+    }
+
+    /// Waits out an RNR NAK until `deadline`, then resends from `psn`.
+    pub fn wait_rnr(&mut self, sq: &SendQueue, psn: Psn, deadline: Instant) {
+        self.rewind(sq, psn);
+        self.mode = Mode::RnrWait {
+            deadline,
+            until: self.next_psn,
+        };
+    }
+
+    /// PSNs up to `una` were acknowledged: a cursor left behind it (duplicates
+    /// still queued to resend) moves on.
+    pub fn skip_acknowledged(&mut self, sq: &SendQueue, una: Psn) -> Skip {
+        if self.cursor >= self.started {
+            return Skip::Stayed;
+        }
+        let w = sq.get(self.cursor);
+        let cursor_psn = w.first_psn.add(self.cursor_pkt);
+        if !cursor_psn.before(una) {
+            return Skip::Stayed;
+        }
+        if matches!(w.op, SendOp::RdmaRead { .. }) {
+            // A READ to ask again asks only for the responses still missing; left
+            // behind una, the requester would never send.
+            self.cursor_pkt = self.cursor_pkt.max(w.read_pkts_done);
+            Skip::ReadResumed
+        } else {
+            self.rewind(sq, una);
+            Skip::MovedToUna
+        }
+    }
+}

@@ -1,0 +1,264 @@
+//! The responder's answers — ACKs, NAKs, READ responses, atomic ACKs — leave in PSN
+//! order through one queue, so an ACK never overtakes the READ responses before it
+//! (IBA 9.7.5.1.6). READ responses are read from memory as they are sent.
+
+use super::Responder;
+use crate::event::AsyncEvent;
+use crate::mr::KeyError;
+use crate::shared::Shared;
+use crate::types::{AccessFlags, PdHandle, QpHandle};
+use softverbs_wire::{
+    packet, AethRepr, AethSyndrome, AtomicAckEthRepr, BthRepr, HeaderSet, NakCode, OpKind, Opcode,
+    PacketRepr, Position, Psn, Qpn, Rkey, Transport,
+};
+use std::collections::VecDeque;
+
+/// An answer waiting to be sent, in PSN order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Outgoing {
+    Ack {
+        psn: Psn,
+        msn: u32,
+    },
+    Nak {
+        psn: Psn,
+        syndrome: AethSyndrome,
+        msn: u32,
+    },
+    /// READ responses still to send: the next one has `psn` and reads `va`.
+    Read {
+        psn: Psn,
+        va: u64,
+        rkey: Rkey,
+        remaining: u32,
+        first: bool,
+        msn: u32,
+    },
+    Atomic {
+        psn: Psn,
+        orig: u64,
+        msn: u32,
+    },
+}
+
+/// The queue of answers.
+#[derive(Debug, Default)]
+pub(super) struct Answers {
+    out: VecDeque<Outgoing>,
+}
+
+impl Answers {
+    /// Sizes the queue once, so the data path does not allocate.
+    pub fn reserve(&mut self, max_dest_rd_atomic: usize) {
+        self.out.reserve(2 * max_dest_rd_atomic + 8);
+    }
+
+    pub fn push(&mut self, o: Outgoing) {
+        self.out.push_back(o);
+    }
+
+    /// Queues an ACK of everything up to `psn`; one ACK covers everything before it
+    /// (IBA 9.7.5.1.6), so it replaces an ACK queued last.
+    pub fn push_ack(&mut self, psn: Psn, msn: u32) {
+        if let Some(Outgoing::Ack { psn: p, msn: m }) = self.out.back_mut() {
+            *p = psn;
+            *m = msn;
+            return;
+        }
+        self.out.push_back(Outgoing::Ack { psn, msn });
+    }
+
+    /// Queues the responses to an RDMA READ of `dma_len` bytes at `va`, from `psn` on.
+    pub fn queue_read(&mut self, psn: Psn, va: u64, rkey: Rkey, dma_len: u32, msn: u32) {
+        self.out.push_back(Outgoing::Read {
+            psn,
+            va,
+            rkey,
+            remaining: dma_len,
+            first: true,
+            msn,
+        });
+    }
+
+    /// Drops queued answers from `psn` on (they are about to be regenerated); NAKs
+    /// stay.
+    pub fn drop_from(&mut self, psn: Psn) {
+        self.out.retain(|o| match *o {
+            Outgoing::Read { psn: p, .. }
+            | Outgoing::Atomic { psn: p, .. }
+            | Outgoing::Ack { psn: p, .. } => p.before(psn),
+            Outgoing::Nak { .. } => true,
+        });
+    }
+
+    /// Keeps only NAKs (the QP went to ERR for another reason than a refusal: the
+    /// NAKs it owes still go out).
+    pub fn keep_naks(&mut self) {
+        self.out.retain(|o| matches!(o, Outgoing::Nak { .. }));
+    }
+
+    pub fn clear(&mut self) {
+        self.out.clear();
+    }
+
+    fn has_nak(&self) -> bool {
+        self.out.iter().any(|o| matches!(o, Outgoing::Nak { .. }))
+    }
+
+    /// Whether something is to be sent; in ERR only a final NAK and the answers
+    /// queued ahead of it are.
+    pub fn has_output(&self, in_error: bool) -> bool {
+        if in_error {
+            self.has_nak()
+        } else {
+            !self.out.is_empty()
+        }
+    }
+}
+
+/// What answering needs of the QP.
+pub(crate) struct AnswerCtx<'a> {
+    pub shared: &'a mut Shared,
+    pub dest_qp: Qpn,
+    pub mtu: u32,
+    pub pd: PdHandle,
+    pub handle: QpHandle,
+    pub in_error: bool,
+}
+
+/// What polling the answer queue produced.
+pub(crate) enum Polled {
+    /// A packet of this many bytes is in the buffer (unsealed).
+    Packet(usize),
+    /// A READ's memory went away while it was being answered: a Remote Access Error
+    /// NAK now heads the queue, and the QP must go to ERR with this event.
+    Fatal(AsyncEvent),
+}
+
+impl Responder {
+    /// Builds the next answer packet into `buf`.
+    pub fn poll_answer(&mut self, ctx: AnswerCtx<'_>, buf: &mut [u8]) -> Option<Polled> {
+        let out = &mut self.answers.out;
+        let item = *out.front()?;
+        if ctx.in_error && !self.answers.has_nak() {
+            self.answers.clear();
+            return None;
+        }
+        let dest_qp = ctx.dest_qp;
+        let out = &mut self.answers.out;
+        let len = match item {
+            Outgoing::Ack { psn, msn } => {
+                out.pop_front();
+                emit_ack(dest_qp, psn, AethSyndrome::ACK_UNLIMITED, msn, buf)
+            }
+            Outgoing::Nak { psn, syndrome, msn } => {
+                out.pop_front();
+                emit_ack(dest_qp, psn, syndrome, msn, buf)
+            }
+            Outgoing::Atomic { psn, orig, msn } => {
+                out.pop_front();
+                let bth = BthRepr::new(Opcode::RcAtomicAcknowledge, dest_qp, psn);
+                let mut repr = PacketRepr::new(bth, &[]);
+                repr.aeth = Some(AethRepr {
+                    syndrome: AethSyndrome::ACK_UNLIMITED,
+                    msn,
+                });
+                repr.atomic_ack_eth = Some(AtomicAckEthRepr { orig });
+                let header_len = repr.emit_headers(0, buf).ok()?;
+                packet::finish(buf, header_len, 0).ok()
+            }
+            Outgoing::Read {
+                psn,
+                va,
+                rkey,
+                remaining,
+                first,
+                msn,
+            } => {
+                let n = remaining.min(ctx.mtu);
+                let last = remaining <= ctx.mtu;
+                let pos = match (first, last) {
+                    (true, true) => Position::Only,
+                    (true, false) => Position::First,
+                    (false, true) => Position::Last,
+                    (false, false) => Position::Middle,
+                };
+                let headers = if pos == Position::Middle {
+                    HeaderSet::NONE
+                } else {
+                    HeaderSet::AETH
+                };
+                let opcode = Opcode::find(Transport::Rc, OpKind::RdmaReadResponse, pos, headers)?;
+                let mut repr = PacketRepr::new(BthRepr::new(opcode, dest_qp, psn), &[]);
+                if headers == HeaderSet::AETH {
+                    repr.aeth = Some(AethRepr {
+                        syndrome: AethSyndrome::ACK_UNLIMITED,
+                        msn,
+                    });
+                }
+                let header_len = repr.emit_headers(n as usize, buf).ok()?;
+                let read = if n == 0 {
+                    Ok(())
+                } else {
+                    ctx.shared
+                        .mrs
+                        .resolve_remote(
+                            rkey.0,
+                            ctx.pd,
+                            ctx.handle,
+                            va,
+                            n as usize,
+                            AccessFlags::REMOTE_READ,
+                        )
+                        .and_then(|mem| {
+                            if mem.read(0, &mut buf[header_len..header_len + n as usize]) {
+                                Ok(())
+                            } else {
+                                Err(KeyError::OutOfBounds)
+                            }
+                        })
+                };
+                if read.is_err() {
+                    // The region went away while the READ was being answered
+                    // (IBA 9.7.5.1.3: a remote access error).
+                    out.pop_front();
+                    let syndrome = AethSyndrome::Nak(NakCode::RemoteAccessError);
+                    out.push_front(Outgoing::Nak { psn, syndrome, msn });
+                    ctx.shared.counters.nak_error_sent += 1;
+                    return Some(Polled::Fatal(AsyncEvent::QpAccessError(ctx.handle)));
+                }
+                if last {
+                    out.pop_front();
+                } else if let Some(Outgoing::Read {
+                    psn: p,
+                    va: v,
+                    remaining: r,
+                    first: f,
+                    ..
+                }) = out.front_mut()
+                {
+                    *p = psn.next();
+                    *v = va.wrapping_add(u64::from(n));
+                    *r = remaining - n;
+                    *f = false;
+                }
+                packet::finish(buf, header_len, n as usize).ok()
+            }
+        };
+        len.map(Polled::Packet)
+    }
+}
+
+/// An ACK or NAK (unsealed); returns its length.
+fn emit_ack(
+    dest_qp: Qpn,
+    psn: Psn,
+    syndrome: AethSyndrome,
+    msn: u32,
+    buf: &mut [u8],
+) -> Option<usize> {
+    let mut repr = PacketRepr::new(BthRepr::new(Opcode::RcAcknowledge, dest_qp, psn), &[]);
+    repr.aeth = Some(AethRepr { syndrome, msn });
+    let header_len = repr.emit_headers(0, buf).ok()?;
+    packet::finish(buf, header_len, 0).ok()
+}

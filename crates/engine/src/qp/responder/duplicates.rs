@@ -1,0 +1,165 @@
+//! Duplicate requests (IBA 9.7.5.1.1): a request with a PSN before the expected one
+//! is answered again, never executed again. SEND and RDMA WRITE are re-ACKed; READ
+//! responses are regenerated from memory, but only for what the original READ asked
+//! for; atomic results are replayed from a cache of the last max_dest_rd_atomic
+//! READs and atomics.
+
+use super::answers::Outgoing;
+use super::{RecvCtx, Responder};
+use crate::types::AccessFlags;
+use softverbs_wire::{OpKind, Psn, Rkey, RocePacket};
+use std::collections::VecDeque;
+
+/// A READ or atomic the responder executed, kept to answer duplicates.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Executed {
+    first_psn: Psn,
+    npsn: u32,
+    what: Kind,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    /// A READ's address, R_Key and length, which a duplicate must repeat.
+    Read { va: u64, rkey: Rkey, dma_len: u32 },
+    /// The original value an atomic returned.
+    Atomic { orig: u64 },
+}
+
+impl Executed {
+    pub fn read(first_psn: Psn, npsn: u32, va: u64, rkey: Rkey, dma_len: u32) -> Self {
+        Executed {
+            first_psn,
+            npsn,
+            what: Kind::Read { va, rkey, dma_len },
+        }
+    }
+
+    pub fn atomic(psn: Psn, orig: u64) -> Self {
+        Executed {
+            first_psn: psn,
+            npsn: 1,
+            what: Kind::Atomic { orig },
+        }
+    }
+
+    /// Whether a duplicate READ request at `psn` for `dma_len` bytes at `va` through
+    /// `rkey` asks for the rest of this READ from `psn` on: the same key, the address
+    /// advanced by the packets before `psn`, and the rest of the length.
+    fn repeated_by(&self, psn: Psn, mtu: u32, va: u64, rkey: Rkey, dma_len: u32) -> bool {
+        let Kind::Read {
+            va: orig_va,
+            rkey: orig_rkey,
+            dma_len: orig_len,
+        } = self.what
+        else {
+            return false;
+        };
+        let skipped = u64::from(self.first_psn.distance_to(psn)) * u64::from(mtu);
+        rkey == orig_rkey
+            && u64::from(dma_len) + skipped == u64::from(orig_len).max(skipped)
+            && va == orig_va.wrapping_add(skipped)
+    }
+}
+
+/// The last READs and atomics executed, at most max_dest_rd_atomic of them.
+#[derive(Debug, Default)]
+pub(super) struct ExecutedCache {
+    entries: VecDeque<Executed>,
+    cap: usize,
+}
+
+impl ExecutedCache {
+    /// Sizes the cache once, so the data path does not allocate.
+    pub fn reserve(&mut self, cap: usize) {
+        self.cap = cap;
+        self.entries.reserve(cap);
+    }
+
+    pub fn remember(&mut self, e: Executed) {
+        // The cap may have been lowered (SQD -> SQD): trim down to it.
+        while self.entries.len() >= self.cap.max(1) {
+            self.entries.pop_front();
+        }
+        if self.cap == 0 {
+            return;
+        }
+        self.entries.push_back(e);
+    }
+
+    /// The READ whose responses `psn` is one of.
+    fn read_with(&self, psn: Psn) -> Option<Executed> {
+        self.entries
+            .iter()
+            .find(|e| matches!(e.what, Kind::Read { .. }) && psn.in_window(e.first_psn, e.npsn))
+            .copied()
+    }
+
+    /// The result of the atomic with PSN `psn`.
+    fn atomic_result(&self, psn: Psn) -> Option<u64> {
+        self.entries
+            .iter()
+            .find(|e| e.first_psn == psn)
+            .and_then(|e| match e.what {
+                Kind::Atomic { orig } => Some(orig),
+                Kind::Read { .. } => None,
+            })
+    }
+}
+
+impl Responder {
+    /// A request with a PSN before the expected one (IBA 9.7.5.1.1).
+    pub(super) fn handle_duplicate(&mut self, ctx: &mut RecvCtx<'_>, pkt: &RocePacket<&[u8]>) {
+        ctx.shared.counters.duplicate_requests += 1;
+        let psn = pkt.bth().psn();
+        match pkt.info().kind {
+            OpKind::RdmaReadRequest => self.repeat_read(ctx, pkt),
+            OpKind::CompareSwap | OpKind::FetchAdd => {
+                // Replay, never execute again (IBA 9.7.5.1.1).
+                if let Some(orig) = self.executed.atomic_result(psn) {
+                    let msn = self.msn;
+                    self.answers.push(Outgoing::Atomic { psn, orig, msn });
+                }
+            }
+            _ => {
+                let last = self.epsn.sub(1);
+                self.answers.push_ack(last, self.msn);
+            }
+        }
+    }
+
+    /// A duplicate READ request: the original's responses from its PSN on are sent
+    /// again, read from memory now, if it asks for exactly those; anything else is
+    /// dropped and counted (it would answer past the original's PSN span).
+    fn repeat_read(&mut self, ctx: &mut RecvCtx<'_>, pkt: &RocePacket<&[u8]>) {
+        let Some(reth) = pkt.reth() else { return };
+        let psn = pkt.bth().psn();
+        let Some(original) = self.executed.read_with(psn) else {
+            return; // too old to answer: the requester will time out
+        };
+        let (va, rkey, dma_len) = (reth.va(), reth.rkey(), reth.dma_len());
+        if !original.repeated_by(psn, ctx.mtu, va, rkey, dma_len) {
+            ctx.shared.counters.drop_duplicate_mismatch += 1;
+            return;
+        }
+        if dma_len > 0
+            && ctx
+                .shared
+                .mrs
+                .resolve_remote(
+                    rkey.0,
+                    ctx.pd,
+                    ctx.handle,
+                    va,
+                    dma_len as usize,
+                    AccessFlags::REMOTE_READ,
+                )
+                .is_err()
+        {
+            return;
+        }
+        // Answers from `psn` on are about to be regenerated: drop queued ones.
+        self.answers.drop_from(psn);
+        self.answers.queue_read(psn, va, rkey, dma_len, self.msn);
+    }
+}
