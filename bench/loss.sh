@@ -19,10 +19,8 @@
 #   wire   (default) every packet on the veth, at most its 1500-byte MTU: the veth ends get
 #          gso_max_segs 1, so the sender's kernel cuts UDP GSO batches and TCP segments
 #          into wire packets before the peer's rules see them, as on a real link. The
-#          receiving softverbs device then gets kernel-split GSO segments one by one with
-#          IPv4 IDs 1, 2, ... that it cannot know, so its ICRC check would drop them
-#          (a softverbs bug, reported); softverbs runs with SOFTVERBS_ICRC=count here
-#          unless SOFTVERBS_ICRC is set in the environment (enforce shows the bug).
+#          receiving softverbs device then gets kernel-split GSO segments one by one, with
+#          IPv4 IDs 1, 2, ... its ICRC check must work out (counter icrc_ipv4_id_solved).
 #   batch  the veth keeps GSO, so a whole GSO batch (up to 64 KiB of softverbs packets, or
 #          a TCP TSO segment) is one packet to the rules and is lost as a unit (issue 15's
 #          first measurement was of this kind).
@@ -222,10 +220,8 @@ for i in 0 1; do
     ip -n "${NS[$i]}" link set lo up
 done
 log "${NS[0]} ${ADDR[0]} (servers) <-> ${NS[1]} ${ADDR[1]} (clients), veth MTU 1500"
-ICRC_ENV=()
 if [ "$UNIT" = wire ]; then
-    ICRC_ENV=(SOFTVERBS_ICRC="${SOFTVERBS_ICRC:-count}")
-    log "veth gso_max_segs 1: batches are cut into wire packets before the rules; softverbs runs with ${ICRC_ENV[0]}"
+    log "veth gso_max_segs 1: batches are cut into wire packets before the rules"
 fi
 
 # Replaces the drop rules in both namespaces: set_loss udp|tcp PERCENT
@@ -277,7 +273,7 @@ in_ns() {
     shift 4
     mkdir -p "$rundir/$side"
     timeout -k 5 "$bound" ip netns exec "${NS[$side]}" \
-        env SOFTVERBS_ADDR="${ADDR[$side]}" XDG_RUNTIME_DIR="$rundir/$side" "${ICRC_ENV[@]}" "$@" \
+        env SOFTVERBS_ADDR="${ADDR[$side]}" XDG_RUNTIME_DIR="$rundir/$side" "$@" \
         > "$logf" 2>&1 &
     BG=$!
     PIDS+=("$BG")
@@ -413,7 +409,9 @@ pair() {
     printf '%s\t%s\t%s\t%s\t%s\t%s\t%.2f\t%s\t%s\t%s\t%s\n' "$tool" "$rate" "$rep" "$status" "$reason" \
         "${figure:--}" "$(python3 -c "print($t1 - $t0)")" "$seen" "$dropped" "$retx" "$acks" >> "$RESULTS"
     local shown=${figure:--} extra=""
-    if [ "$tool" != iperf3 ]; then extra="; softverbs: $retx retransmitted, $acks ACK timeouts"; fi
+    if [ "$tool" != iperf3 ]; then
+        extra="; softverbs: $retx retransmitted, $acks ACK timeouts, $(counter "$base.counters" drop_icrc) ICRC drops"
+    fi
     log "  $(printf '%-16s %3s %%  run %s: %-8s %-22s %10s %s %s, %s of %s %s packets dropped%s' \
         "$tool" "$rate" "$rep" "$status" "$reason" "$shown" "$(unit_of "$tool")" \
         "($(python3 -c "print(round($t1 - $t0, 1))") s)" "$dropped" "$seen" "$proto" "$extra")"
