@@ -55,6 +55,7 @@ fn rping_pair(test: &str, addr: &str, count: u32, extra: &[&str]) {
             .args(extra)],
             servers_exit: true,
             clients_one_by_one: false,
+            head_start: None,
         }
     });
     r.assert_ok(test);
@@ -102,6 +103,7 @@ fn rping_persistent_server_serves_three_clients() {
             // it into a new connection later, so a second request arriving in between makes
             // two threads serve one id and leaves the other request unanswered.
             clients_one_by_one: true,
+            head_start: None,
         }
     });
     r.assert_ok(test);
@@ -149,6 +151,7 @@ fn rping_between_network_namespaces() {
             .env("SOFTVERBS_ADDR", &link.addr[1])],
             servers_exit: true,
             clients_one_by_one: false,
+            head_start: None,
         }
     });
     r.assert_ok(test);
@@ -194,6 +197,7 @@ fn rping_100_verified_with_2_percent_loss() {
             .env("SOFTVERBS_FAULTS", "loss=0.02,seed=21")],
             servers_exit: true,
             clients_one_by_one: false,
+            head_start: None,
         }
     });
     r.assert_ok(test);
@@ -239,6 +243,7 @@ fn rping_under_memcheck_is_clean() {
             )],
             servers_exit: true,
             clients_one_by_one: false,
+            head_start: None,
         }
     });
     let log_of = |o: &procs::Outcome, who: &str| {

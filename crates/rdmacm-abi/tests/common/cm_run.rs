@@ -23,18 +23,21 @@ pub const TIMEOUT: Duration = Duration::from_secs(180);
 /// How long servers that exit by themselves may take once the clients finished.
 const SERVER_GRACE: Duration = Duration::from_secs(20);
 
-/// Before the clients start: the servers get this long to listen.
+/// Before the clients start: the servers get this long to listen (unless the case says).
 const SERVER_HEAD_START: Duration = Duration::from_millis(300);
 
 /// Attempts of one case (see the module comment).
 const ATTEMPTS: u32 = 4;
 
 /// What a client prints when it reached the server before it listened.
-const NOT_LISTENING_YET: [&str; 4] = [
+const NOT_LISTENING_YET: [&str; 7] = [
     "RDMA_CM_EVENT_REJECTED, error 8",
+    "RDMA_CM_EVENT_REJECTED, error: 8",
     "RDMA_CM_EVENT_REJECTED; error: 8",
     "RDMA_CM_EVENT_UNREACHABLE, error 1",
+    "RDMA_CM_EVENT_UNREACHABLE, error: 1",
     "RDMA_CM_EVENT_UNREACHABLE; error: 1",
+    "rdma_connect: Connection refused",
 ];
 
 /// A directory with `librdmacm.so.1`, `libibverbs.so.1`, `libmlx5.so.1` and `libefa.so.1`
@@ -70,6 +73,8 @@ pub struct Case {
     pub servers_exit: bool,
     /// Start each client only when the one before it has finished (otherwise all at once).
     pub clients_one_by_one: bool,
+    /// How long the servers run before the clients start, when not the default 300 ms.
+    pub head_start: Option<Duration>,
 }
 
 /// How a case ended.
@@ -171,7 +176,7 @@ fn run_once(dropin: &Path, case: &Case, attempts: u32) -> (CaseOutcome, bool) {
         .iter()
         .map(|s| Running::spawn(s, dropin))
         .collect();
-    std::thread::sleep(SERVER_HEAD_START);
+    std::thread::sleep(case.head_start.unwrap_or(SERVER_HEAD_START));
     let clients: Vec<Outcome> = if case.clients_one_by_one {
         case.clients
             .iter()
