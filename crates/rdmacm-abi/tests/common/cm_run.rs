@@ -27,7 +27,7 @@ const SERVER_GRACE: Duration = Duration::from_secs(20);
 const SERVER_HEAD_START: Duration = Duration::from_millis(300);
 
 /// Attempts of one case (see the module comment).
-const ATTEMPTS: u32 = 4;
+const ATTEMPTS: u32 = 5;
 
 /// What a client prints when it reached the server before it listened.
 const NOT_LISTENING_YET: [&str; 7] = [
