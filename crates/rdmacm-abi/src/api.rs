@@ -1,11 +1,11 @@
 //! The rdma_cm functions (`<rdma/rdma_cma.h>`) behind the exports.
 //!
-//! Done for real: event channels, ids (create, destroy, migrate, synchronous ids), events
-//! (get, ack), devices, address lookup, ports, ECE options, destroying the verbs objects an
-//! id holds, `rdma_event_str`. The calls that need the connection manager (bind, resolve,
-//! listen, connect, accept, ...) check their id and fail with `ENOSYS`: after saying once on
-//! stderr what is missing when the loaded libibverbs.so.1 has no connection manager, and
-//! because this library does not drive it yet when it has one.
+//! Event channels, ids (create, destroy, migrate, synchronous ids), events (get, ack),
+//! devices, address lookup, ports, ECE, and every call of the connection manager (bind,
+//! resolve, listen, connect, accept, reject, disconnect, multicast, options, QPs, endpoints)
+//! through the private table of softverbs' libibverbs. When the loaded libibverbs.so.1 has no
+//! connection manager (it is not softverbs'), the calls that need it check their id and fail
+//! with `ENOSYS`, after saying once on stderr what is missing.
 //!
 //! Every pointer librdmacm handed out is checked against the live objects before use: an
 //! unknown, NULL or destroyed id, channel or event is `EINVAL`, never a crash.
