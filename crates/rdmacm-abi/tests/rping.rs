@@ -158,15 +158,15 @@ fn rping_between_network_namespaces() {
     assert_pings(&r, 100, test);
 }
 
-/// 100 verified pings with 2 % of the datagrams each process sends dropped
+/// 1000 verified pings with 2 % of the datagrams each process sends dropped
 /// (`SOFTVERBS_FAULTS=loss=0.02,seed=N`, a fixed seed per side): connection setup, data and
-/// teardown all recover. Each loss costs a retransmission timeout, and rdma_cm gives RoCE
-/// QPs Linux's: packet life time 18, so a local ACK timeout of 19 (about 2.1 s); rping
-/// sends one message at a time, so nothing else recovers it sooner. A run of 100 pings
-/// (about a thousand datagrams) takes some 40 s; the 1000 of the issue would take about
-/// seven minutes, too long for CI.
+/// teardown all recover. rping sends one message at a time, so each loss costs a whole
+/// retransmission timeout; with Linux's RoCE packet life time (18, a local ACK timeout of
+/// about 2.1 s) the two hundred or so losses of a run would take some seven minutes, so
+/// both devices say their paths' life time is 10 (`SOFTVERBS_CM_PACKET_LIFE_TIME`), which
+/// with the ACK delay of 15 gives a timeout of about 134 ms.
 #[test]
-fn rping_100_verified_with_2_percent_loss() {
+fn rping_1000_verified_with_2_percent_loss() {
     let test = "rping_loss";
     if !cm_run::have_tool("rping", "rdmacm-utils") {
         return;
@@ -178,7 +178,8 @@ fn rping_100_verified_with_2_percent_loss() {
         Case {
             servers: vec![
                 Side::new("/usr/bin/rping", &["-s", "-a", "127.0.0.1", "-p", &port])
-                    .env("SOFTVERBS_FAULTS", "loss=0.02,seed=12"),
+                    .env("SOFTVERBS_FAULTS", "loss=0.02,seed=12")
+                    .env("SOFTVERBS_CM_PACKET_LIFE_TIME", "10"),
             ],
             clients: vec![Side::new(
                 "/usr/bin/rping",
@@ -189,19 +190,20 @@ fn rping_100_verified_with_2_percent_loss() {
                     "-p",
                     &port,
                     "-C",
-                    "100",
+                    "1000",
                     "-V",
                     "-v",
                 ],
             )
-            .env("SOFTVERBS_FAULTS", "loss=0.02,seed=21")],
+            .env("SOFTVERBS_FAULTS", "loss=0.02,seed=21")
+            .env("SOFTVERBS_CM_PACKET_LIFE_TIME", "10")],
             servers_exit: true,
             clients_one_by_one: false,
             head_start: None,
         }
     });
     r.assert_ok(test);
-    assert_pings(&r, 100, test);
+    assert_pings(&r, 1000, test);
 }
 
 /// valgrind memcheck over both rping processes (5 verified pings): valgrind's own exit

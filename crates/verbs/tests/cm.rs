@@ -304,3 +304,36 @@ fn a_qp_in_rtr_reports_comm_established_once() {
         .collect();
     assert_eq!(est, [&AsyncEvent::CommEstablished(qb.handle())], "{seen:?}");
 }
+
+/// The device's `cm_packet_life_time` (SOFTVERBS_CM_PACKET_LIFE_TIME) is what routes carry,
+/// and so what the connection manager derives RC QPs' ACK timeouts from; Linux's 18 by
+/// default.
+#[test]
+fn the_configured_packet_life_time_is_the_routes() {
+    for (config, want) in [
+        (Config::default(), 18),
+        (
+            Config {
+                cm_packet_life_time: 10,
+                ..Config::default()
+            },
+            10,
+        ),
+    ] {
+        let ctx = Device::with_config("cm-plt", config).open().unwrap();
+        let channel = EventChannel::new(&ctx).unwrap();
+        let id = CmId::new(&channel, PortSpace::Tcp).unwrap();
+        id.resolve_addr(None, "127.0.0.1:7471".parse().unwrap(), T)
+            .unwrap();
+        assert_eq!(
+            channel.get_event_timeout(T).unwrap().kind(),
+            CmEventKind::AddrResolved
+        );
+        id.resolve_route().unwrap();
+        assert_eq!(
+            channel.get_event_timeout(T).unwrap().kind(),
+            CmEventKind::RouteResolved
+        );
+        assert_eq!(id.route().unwrap().packet_life_time, want);
+    }
+}
