@@ -65,7 +65,7 @@ perftest_run() {
     local out=$1 tool=$2
     shift 2
     local port srv
-    for _ in 1 2 3 4 5; do
+    for _ in $(seq 10); do
         port=$(free_port)
         timeout 120 "$SV" run -- "$tool" -p "$port" "$@" > "$out.srv" 2>&1 &
         srv=$!

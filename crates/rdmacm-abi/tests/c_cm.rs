@@ -127,8 +127,10 @@ int main(void) {
 
     struct ibv_qp_init_attr init;
     memset(&attr, 0, sizeof attr);
-    SHOW("query_qp", ibv_query_qp(cid->qp, &attr, IBV_QP_STATE | IBV_QP_TIMEOUT, &init));
-    printf("client qp rts %d timeout %d\n", attr.qp_state == IBV_QPS_RTS, attr.timeout);
+    SHOW("query_qp", ibv_query_qp(cid->qp, &attr,
+                                  IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_PATH_MTU, &init));
+    printf("client qp rts %d timeout %d path mtu %d\n", attr.qp_state == IBV_QPS_RTS,
+           attr.timeout, 128 << attr.path_mtu);
 
     struct rdma_event_channel *shared = sid->channel;
     SHOW("migrate", rdma_migrate_id(sid, NULL));
@@ -189,7 +191,7 @@ RDMA_CM_EVENT_ESTABLISHED status 0
 reply data world
 RDMA_CM_EVENT_ESTABLISHED status 0
 query_qp 0 -
-client qp rts 1 timeout 14
+client qp rts 1 timeout 14 path mtu 4096
 migrate 0 -
 own channel 1
 disconnect 0 -
