@@ -304,3 +304,49 @@ fn a_qp_in_rtr_reports_comm_established_once() {
         .collect();
     assert_eq!(est, [&AsyncEvent::CommEstablished(qb.handle())], "{seen:?}");
 }
+
+/// The first SEND after a connection comes up finds a receive when both sides posted one
+/// in the `prepare` step (before the REQ / REP): no RNR NAK, whose timer the CM sets to
+/// 655 ms (min_rnr_timer 0). Without it, a passive side that posts only after the accept
+/// returned (here 100 ms later) draws an RNR NAK for that SEND.
+#[test]
+fn receives_posted_before_the_connection_meet_the_first_send() {
+    for prepared in [true, false] {
+        let s = side();
+        let listener = RcListener::bind(&s.ctx, "127.0.0.1:0".parse().unwrap(), 1).unwrap();
+        let at = listener.local_addr().unwrap();
+        let server = std::thread::spawn(move || {
+            let (id, data) = listener.get_request(T).unwrap();
+            let opts = RcOptions::default();
+            let recv = |qp: &Qp| qp.post_recv(1, &[s.mr.sge(0, 64)]);
+            let conn = if prepared {
+                accept_request_with(id, data, &s.pd, &s.cq, &opts, recv).unwrap()
+            } else {
+                let conn = accept_request(id, data, &s.pd, &s.cq, &opts).unwrap();
+                std::thread::sleep(Duration::from_millis(100));
+                recv(&conn.qp).unwrap();
+                conn
+            };
+            assert_eq!(wait_wc(&s.cq).status, WcStatus::Success);
+            conn.wait_disconnected(T).unwrap();
+            s.ctx.counters().rnr_nak_sent
+        });
+        let c = side();
+        let conn = connect_rc_with(&c.pd, &c.cq, at, &RcOptions::default(), |qp| {
+            qp.post_recv(7, &[c.mr.sge(64, 64)])
+        })
+        .unwrap();
+        let sge = [c.mr.sge(0, 8)];
+        conn.qp
+            .post_send(&SendWr::new(9, SendOp::Send, &sge))
+            .unwrap();
+        assert_eq!(wait_wc(&c.cq).status, WcStatus::Success);
+        conn.disconnect(T).unwrap();
+        let rnr_naks = server.join().unwrap();
+        if prepared {
+            assert_eq!(rnr_naks, 0, "the receive was there before the REP");
+        } else {
+            assert!(rnr_naks > 0, "a receive posted late draws an RNR NAK");
+        }
+    }
+}
