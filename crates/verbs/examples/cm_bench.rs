@@ -4,14 +4,15 @@
 //! - sequential: N connects one after another (resolve address, resolve route, create the
 //!   QP, REQ / REP / RTU until ESTABLISHED), each closed before the next; median and p99;
 //! - concurrent: C clients connect at once (a thread each); connects per second over the
-//!   whole batch.
+//!   whole batch, the batch run R times (one batch alone is at the mercy of the
+//!   scheduler on a shared machine): the median rate and the slowest and fastest batch.
 //!
 //! Both measured twice: with the listening device in this process (each device its own
 //! 127.83.x.y endpoint and progress thread), and across two processes, the listener in a
 //! child (`cm_bench --serve`) as real programs meet. TCP connect to a listener in the same
 //! place is measured beside each.
 //!
-//! Usage: cm_bench [N] [C]
+//! Usage: cm_bench [N] [C] [R]   (defaults 1000, 100, 10)
 
 use softverbs::cm::{connect_rc, CmEventKind, CmId, EventChannel, PortSpace, RcOptions};
 use softverbs::{Config, Context, Cq, Device, Pd, QpCap};
@@ -37,11 +38,17 @@ fn report(what: &str, mut t: Vec<Duration>) {
     );
 }
 
-fn report_rate(what: &str, c: usize, took: Duration) {
+/// Connects per second of batches of `c` connects that took `took` each: the median
+/// batch, then the slowest and fastest.
+fn report_rate(what: &str, c: usize, mut took: Vec<Duration>) {
+    took.sort();
+    let rate = |d: Duration| c as f64 / d.as_secs_f64();
     println!(
-        "{what:<48} {:>8.1} ms, {:>6.0} connects/s",
-        took.as_secs_f64() * 1e3,
-        c as f64 / took.as_secs_f64()
+        "{what:<48} {:>6.0} connects/s median of {} batches ({:.0} .. {:.0})",
+        rate(percentile(&took, 0.5)),
+        took.len(),
+        rate(took[took.len() - 1]),
+        rate(took[0]),
     );
 }
 
@@ -109,8 +116,8 @@ fn tcp_serve(stop: Arc<AtomicBool>) -> (SocketAddr, std::thread::JoinHandle<()>)
     (at, h)
 }
 
-/// N sequential and C concurrent rdma_cm connects to `at`.
-fn cm_rounds(pd: &Pd, cq: &Cq, at: SocketAddr, n: usize, c: usize, place: &str) {
+/// N sequential and R batches of C concurrent rdma_cm connects to `at`.
+fn cm_rounds(pd: &Pd, cq: &Cq, at: SocketAddr, [n, c, r]: [usize; 3], place: &str) {
     let opts = RcOptions {
         cap: small_cap(),
         ..RcOptions::default()
@@ -123,26 +130,32 @@ fn cm_rounds(pd: &Pd, cq: &Cq, at: SocketAddr, n: usize, c: usize, place: &str) 
         drop(conn);
     }
     report(&format!("rdma_cm connect, sequential ({place})"), times);
-    let start = Instant::now();
-    let conns: Vec<_> = (0..c)
+    let batches = (0..r)
         .map(|_| {
-            let (pd, cq, opts) = (pd.clone(), cq.clone(), opts.clone());
-            std::thread::spawn(move || connect_rc(&pd, &cq, at, &opts).expect("connect"))
+            let start = Instant::now();
+            let conns: Vec<_> = (0..c)
+                .map(|_| {
+                    let (pd, cq, opts) = (pd.clone(), cq.clone(), opts.clone());
+                    std::thread::spawn(move || connect_rc(&pd, &cq, at, &opts).expect("connect"))
+                })
+                .collect::<Vec<_>>()
+                .into_iter()
+                .map(|t| t.join().unwrap())
+                .collect();
+            let took = start.elapsed();
+            drop(conns);
+            took
         })
-        .collect::<Vec<_>>()
-        .into_iter()
-        .map(|t| t.join().unwrap())
         .collect();
     report_rate(
         &format!("rdma_cm {c} concurrent connects ({place})"),
         c,
-        start.elapsed(),
+        batches,
     );
-    drop(conns);
 }
 
-/// N sequential and C concurrent TCP connects to `at`.
-fn tcp_rounds(at: SocketAddr, n: usize, c: usize, place: &str) {
+/// N sequential and R batches of C concurrent TCP connects to `at`.
+fn tcp_rounds(at: SocketAddr, [n, c, r]: [usize; 3], place: &str) {
     let mut times = Vec::with_capacity(n);
     for _ in 0..n {
         let t = Instant::now();
@@ -151,19 +164,25 @@ fn tcp_rounds(at: SocketAddr, n: usize, c: usize, place: &str) {
         drop(s);
     }
     report(&format!("TCP connect, sequential ({place})"), times);
-    let start = Instant::now();
-    let socks: Vec<_> = (0..c)
-        .map(|_| std::thread::spawn(move || TcpStream::connect(at).unwrap()))
-        .collect::<Vec<_>>()
-        .into_iter()
-        .map(|t| t.join().unwrap())
+    let batches = (0..r)
+        .map(|_| {
+            let start = Instant::now();
+            let socks: Vec<_> = (0..c)
+                .map(|_| std::thread::spawn(move || TcpStream::connect(at).unwrap()))
+                .collect::<Vec<_>>()
+                .into_iter()
+                .map(|t| t.join().unwrap())
+                .collect();
+            let took = start.elapsed();
+            drop(socks);
+            took
+        })
         .collect();
     report_rate(
         &format!("TCP {c} concurrent connects ({place})"),
         c,
-        start.elapsed(),
+        batches,
     );
-    drop(socks);
 }
 
 /// The child of a two-process run: serves rdma_cm and TCP, prints both addresses, and
@@ -192,6 +211,12 @@ fn main() {
     }
     let n: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(1000);
     let c: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(100);
+    let r: usize = args
+        .next()
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(10)
+        .max(1);
+    let counts = [n.max(1), c, r];
 
     let client = Device::with_config("bench-c", Config::default())
         .open()
@@ -205,12 +230,12 @@ fn main() {
         .open()
         .unwrap();
     let (at, h) = serve(server, Arc::clone(&stop));
-    cm_rounds(&pd, &cq, at, n, c, "one process");
+    cm_rounds(&pd, &cq, at, counts, "one process");
     stop.store(true, Ordering::Relaxed);
     let _ = h.join();
     let tstop = Arc::new(AtomicBool::new(false));
     let (tat, acceptor) = tcp_serve(Arc::clone(&tstop));
-    tcp_rounds(tat, n, c, "one process");
+    tcp_rounds(tat, counts, "one process");
     tstop.store(true, Ordering::Relaxed);
     let _ = TcpStream::connect(tat);
     let _ = acceptor.join();
@@ -231,8 +256,8 @@ fn main() {
         ["cm", cm, "tcp", tcp] => (cm.parse().unwrap(), tcp.parse().unwrap()),
         _ => panic!("the child said {line:?}"),
     };
-    cm_rounds(&pd, &cq, cm_at, n, c, "two processes");
-    tcp_rounds(tcp_at, n, c, "two processes");
+    cm_rounds(&pd, &cq, cm_at, counts, "two processes");
+    tcp_rounds(tcp_at, counts, "two processes");
     drop(child.stdin.take());
     let _ = child.wait();
 }
