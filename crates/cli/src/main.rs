@@ -1,9 +1,10 @@
 //! `softverbs`: the command-line tool of softverbs.
 //!
 //! Device information (`devinfo`), counters (`stat`), an `ibv_rc_pingpong`-like
-//! ping-pong (`pingpong`) and perftest-like benchmarks (`perf`). Peers exchange
-//! connection data over TCP as the classic tools do; the data path is softverbs
-//! RoCEv2-in-UDP.
+//! ping-pong (`pingpong`), perftest-like benchmarks (`perf`), rdmacm-utils-like tools
+//! (`rping`, `udaddy`) and multicast (`mcast`). Peers exchange connection data over TCP
+//! as the classic tools do, or meet through the connection manager (`--cm`, as
+//! perftest's `-R`); the data path is softverbs RoCEv2-in-UDP.
 
 mod cmlink;
 mod cmpingpong;
