@@ -222,7 +222,9 @@ fn pingpong_and_perf_between_two_namespaces() {
 }
 
 /// The connection manager across a real link: rping (RC connect through rendezvous
-/// socket and QP1, RDMA READ and WRITE, disconnect), clean and with 2 % loss.
+/// socket and QP1, RDMA READ and WRITE, disconnect), clean and with 2 % loss. And
+/// address resolution where the kernel has no route (the namespaces have only their
+/// /24): ADDR_ERROR with ENETUNREACH's status, for RC (rping) and UD (udaddy) alike.
 #[test]
 fn rping_between_two_namespaces() {
     if !can_run("rping_between_two_namespaces") {
@@ -230,6 +232,14 @@ fn rping_between_two_namespaces() {
     }
     let link = Link::new(2);
     let peer = link.addr[0].clone();
+    for tool in ["rping", "udaddy"] {
+        let (ok, out) = finish(link.spawn(1, &[tool, "-c", "-a", "10.9.9.9", "-C", "1"], &[]));
+        assert!(!ok, "{tool} to an address with no route succeeded:\n{out}");
+        assert!(
+            out.contains("AddrError") && out.contains("NetworkUnreachable"),
+            "{tool}: {out}"
+        );
+    }
     for env in [&[][..], &[("SOFTVERBS_FAULTS", "loss=0.02,seed=11")][..]] {
         pair(
             &link,

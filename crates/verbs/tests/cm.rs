@@ -350,3 +350,45 @@ fn receives_posted_before_the_connection_meet_the_first_send() {
         }
     }
 }
+
+/// Address and route resolution through the kernel: the route's hop limit (the default
+/// TTL for a destination of this host) and MTU (loopback's, capped by the device's) in
+/// the path record; and a source address that is not this host's ends in ADDR_ERROR
+/// with EADDRNOTAVAIL's status, the id back in ADDR_BOUND (bound to that source, as
+/// Linux leaves an id whose resolution failed).
+#[test]
+fn resolution_reports_the_kernels_route_and_its_failures() {
+    let ctx = device();
+    let channel = EventChannel::new(&ctx).unwrap();
+    let id = CmId::new(&channel, PortSpace::Tcp).unwrap();
+    let next = |want: CmEventKind| {
+        let ev = channel.get_event_timeout(T).expect("an event");
+        assert_eq!(ev.kind(), want, "{:?}", ev.status());
+        ev.status()
+    };
+    let dst: SocketAddr = "127.0.0.1:7174".parse().unwrap();
+    // TEST-NET-1 (RFC 5737): never an address of this host.
+    id.resolve_addr(Some("192.0.2.1".parse().unwrap()), dst, T)
+        .unwrap();
+    assert_eq!(
+        next(CmEventKind::AddrError),
+        EventStatus::Resolve(softverbs_cm::ResolveError::AddressNotAvailable)
+    );
+    assert_eq!(id.state().unwrap(), IdState::AddrBound);
+    drop(id);
+    let id = CmId::new(&channel, PortSpace::Tcp).unwrap();
+    id.resolve_addr(None, dst, T).unwrap();
+    assert_eq!(next(CmEventKind::AddrResolved), EventStatus::Ok);
+    id.resolve_route().unwrap();
+    assert_eq!(next(CmEventKind::RouteResolved), EventStatus::Ok);
+    let path = id.route().expect("a path record");
+    let ttl: u8 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_default_ttl")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(path.hop_limit, ttl);
+    // Loopback's MTU (65536) is above every IB MTU: the device's own (4096) is the cap.
+    assert_eq!(path.mtu, softverbs_cm::IbMtu::Mtu4096);
+    assert!(id.local_addr().unwrap().ip().is_loopback());
+}
