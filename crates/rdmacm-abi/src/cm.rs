@@ -294,12 +294,15 @@ pub fn on_fetch(event: &mut Event) -> Fetched {
             id.set_connect_error();
             sync_qp_state(&id);
         }
-        RDMA_CM_EVENT_REJECTED | RDMA_CM_EVENT_DISCONNECTED => {
+        RDMA_CM_EVENT_REJECTED => {
             if id.connect_error() {
                 return Fetched::Swallow;
             }
             sync_qp_state(&id);
         }
+        // rdma-core leaves the QP alone here: programs (rping) destroy it with
+        // ibv_destroy_qp while another thread still reads events, so `id->qp` may dangle.
+        RDMA_CM_EVENT_DISCONNECTED if id.connect_error() => return Fetched::Swallow,
         RDMA_CM_EVENT_ESTABLISHED => sync_qp_state(&id),
         _ => {}
     }

@@ -12,7 +12,10 @@
 
 mod common;
 
-use common::{build_program, can_build_programs, dropin, run_on, C_PRELUDE};
+use common::{
+    build_program, can_build_programs, dropin, run_on, run_on_under_memcheck, tools_present,
+    C_PRELUDE,
+};
 
 const PROGRAM: &str = r#"
 #include <pthread.h>
@@ -141,6 +144,9 @@ int main(void) {
     SHOW("disconnect", rdma_disconnect(cid));
     expect(sid->channel, RDMA_CM_EVENT_DISCONNECTED, &ev);
     SHOW("server_disconnect", rdma_disconnect(sid));
+    /* As rping does: the QP rdma_create_qp made destroyed with ibv_destroy_qp before the
+     * last event is read (librdmacm must not touch id->qp then). */
+    ibv_destroy_qp(cid->qp);
     expect(cch, RDMA_CM_EVENT_DISCONNECTED, NULL);
     /* The server still holds its DISCONNECTED event: destroy waits for the ack. */
     pthread_t t;
@@ -150,7 +156,6 @@ int main(void) {
     printf("destroy returned after the ack %d\n", acked);
     pthread_join(t, NULL);
 
-    rdma_destroy_qp(cid);
     SHOW("destroy_client", rdma_destroy_id(cid));
     SHOW("destroy_listen", rdma_destroy_id(listen_id));
     rdma_destroy_event_channel(cch);
@@ -214,4 +219,18 @@ fn connect_accept_options_migrate_and_destroy_in_one_process() {
     let out = run_on(&exe, &dropin(name, true));
     assert_eq!(out.stdout, EXPECTED, "stderr:\n{}", out.stderr);
     assert!(out.success, "exit status; stderr:\n{}", out.stderr);
+}
+
+/// The same program under valgrind memcheck: no invalid access (the QP destroyed with
+/// ibv_destroy_qp before the last event is read included), no definite leak.
+#[test]
+fn the_same_under_memcheck_is_clean() {
+    if !can_build_programs() || !tools_present(&["valgrind"]) {
+        return;
+    }
+    let name = "c-cm-memcheck";
+    let exe = build_program(name, &format!("{C_PRELUDE}{PROGRAM}"));
+    let out = run_on_under_memcheck(&exe, &dropin(name, true));
+    assert_eq!(out.stdout, EXPECTED, "stderr:\n{}", out.stderr);
+    assert!(out.success, "memcheck:\n{}", out.stderr);
 }
