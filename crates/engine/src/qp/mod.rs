@@ -61,6 +61,8 @@ pub(crate) struct Qp {
     /// A completion of this QP was lost to a full CQ: the QP goes to ERR once the
     /// operation under way is over (see `Engine::after_activity`).
     pub lost_completion: bool,
+    /// Communication Established was reported since the QP last entered RTR.
+    pub comm_established: bool,
 }
 
 impl Qp {
@@ -89,6 +91,7 @@ impl Qp {
             port_mtu: crate::types::Mtu::Mtu4096,
             srq: None,
             lost_completion: false,
+            comm_established: false,
         }
     }
 
