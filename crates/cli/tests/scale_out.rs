@@ -197,17 +197,35 @@ impl Running {
                 break Some(st);
             }
             if Instant::now() > deadline {
-                for pid in descendants(self.child.id()) {
-                    // SAFETY: kill has no memory preconditions; pid is a process this test
-                    // started (directly or through the program it ran).
-                    unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
-                }
-                let _ = self.child.kill();
-                let _ = self.child.wait();
+                self.kill_all();
                 break None;
             }
             std::thread::sleep(Duration::from_millis(10));
         };
+        self.outcome(status)
+    }
+
+    /// Stops a program that runs until killed (a server): kills it and everything it
+    /// started; its status is None.
+    fn stop(mut self) -> Outcome {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            return self.outcome(Some(status));
+        }
+        self.kill_all();
+        self.outcome(None)
+    }
+
+    fn kill_all(&mut self) {
+        for pid in descendants(self.child.id()) {
+            // SAFETY: kill has no memory preconditions; pid is a process this test
+            // started (directly or through the program it ran).
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    fn outcome(self, status: Option<ExitStatus>) -> Outcome {
         Outcome {
             what: self.what,
             status,
@@ -684,11 +702,14 @@ fn mpi_programs() -> &'static (PathBuf, PathBuf) {
     })
 }
 
-/// How MPI reaches the network: UCX (rc_verbs, ud_verbs) or libfabric's verbs provider.
+/// How MPI reaches the network: UCX (rc_verbs, ud_verbs) or libfabric's verbs provider,
+/// with its reliable-datagram layer over UD (`ofi_rxd`) or over RC (`ofi_rxm`, whose
+/// connections are made with rdma_cm).
 #[derive(Clone, Copy, Debug)]
 enum Stack {
     Ucx,
     OfiVerbs,
+    OfiVerbsRxm,
 }
 
 impl Stack {
@@ -705,6 +726,17 @@ impl Stack {
                 "--mca",
                 "mtl_ofi_provider_include",
                 "verbs;ofi_rxd",
+            ],
+            Stack::OfiVerbsRxm => &[
+                "--mca",
+                "pml",
+                "cm",
+                "--mca",
+                "mtl",
+                "ofi",
+                "--mca",
+                "mtl_ofi_provider_include",
+                "verbs;ofi_rxm",
             ],
         }
     }
@@ -823,16 +855,16 @@ fn netpipe_over_libfabric_verbs() {
     netpipe("netpipe_over_libfabric_verbs", Stack::OfiVerbs);
 }
 
-/// fi_pingpong over libfabric's verbs provider: the RDM endpoint of `verbs;ofi_rxd` and the
-/// datagram endpoint underneath, every size with its data check (`-c`).
-#[test]
-fn fi_pingpong_over_verbs_rxd_and_dgram() {
-    let test = "fi_pingpong_over_verbs_rxd_and_dgram";
+/// fi_pingpong over libfabric's verbs provider, each `(provider, endpoint type)` with its
+/// data check (`-c`) on every size.
+fn fi_pingpong(test: &str, cases: &[(&str, &str)]) {
     if !tools(test, &[("fi_pingpong", "libfabric-bin")]) {
         return;
     }
     let _one = serial();
-    for (provider, endpoint) in [("verbs;ofi_rxd", "rdm"), ("verbs", "dgram")] {
+    for &(provider, endpoint) in cases {
+        // fi_pingpong's own out-of-band TCP connection uses this port, so `pair` sees the
+        // server listen on it.
         let port = free_tcp_port();
         let p = port.to_string();
         let common = ["-p", provider, "-e", endpoint, "-I", "100", "-c"];
@@ -860,6 +892,123 @@ fn fi_pingpong_over_verbs_rxd_and_dgram() {
                 .unwrap_or(0.0);
             assert!(mbps > 0.0, "zero throughput in {row:?}\n{}", cli.report());
         }
+    }
+}
+
+/// The RDM endpoint of `verbs;ofi_rxd` and the datagram endpoint underneath.
+#[test]
+fn fi_pingpong_over_verbs_rxd_and_dgram() {
+    fi_pingpong(
+        "fi_pingpong_over_verbs_rxd_and_dgram",
+        &[("verbs;ofi_rxd", "rdm"), ("verbs", "dgram")],
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// What needs rdma_cm connections (librdmacm with a connection manager: issue 12)
+// ---------------------------------------------------------------------------------------------
+
+/// The `verbs` MSG endpoint (connected with rdma_cm) and the `verbs;ofi_rxm` RDM endpoint
+/// built on it.
+#[test]
+#[ignore = "needs the drop-in librdmacm's connection manager (issue 12)"]
+fn fi_pingpong_over_verbs_msg_and_rxm() {
+    fi_pingpong(
+        "fi_pingpong_over_verbs_msg_and_rxm",
+        &[("verbs", "msg"), ("verbs;ofi_rxm", "rdm")],
+    );
+}
+
+/// Open MPI over `mtl ofi` with `verbs;ofi_rxm`: the validating programs at -np 2 and 4.
+#[test]
+#[ignore = "needs the drop-in librdmacm's connection manager (issue 12)"]
+fn mpi_over_libfabric_verbs_rxm_validates_every_byte() {
+    let test = "mpi_over_libfabric_verbs_rxm_validates_every_byte";
+    if tools(test, &[("fi_info", "libfabric-bin")]) {
+        mpi_validated(test, Stack::OfiVerbsRxm);
+    }
+}
+
+/// UCX's rdmacm connection manager: io_demo's UCP client connects to its listener by
+/// socket address, only the rdmacm CM allowed (`UCX_SOCKADDR_TLS_PRIORITY=rdmacm` chooses
+/// it among UCX's connection managers, as `UCX_TLS` chooses the transports), and runs
+/// reads and writes with io_demo's data check (`-q`: a corrupt byte aborts it). The
+/// listener is an rdma_cm id, not a TCP socket, so the client retries until it is up.
+#[test]
+#[ignore = "needs the drop-in librdmacm's connection manager (issue 12)"]
+fn ucx_rdmacm_connection_manager_connects() {
+    let test = "ucx_rdmacm_connection_manager_connects";
+    if !tools(test, &[("io_demo", "ucx-utils")]) {
+        return;
+    }
+    let _one = serial();
+    let port = free_tcp_port().to_string();
+    let env = [
+        ("UCX_TLS", UCX_TLS),
+        ("UCX_SOCKADDR_TLS_PRIORITY", "rdmacm"),
+    ];
+    // Both sides must know the largest message.
+    const SIZES: &str = "1:65536";
+    let deadline = Instant::now() + TIMEOUT;
+    let server = start(
+        &format!("{test}: io_demo server"),
+        softverbs_run("io_demo", &["-p", &port, "-q", "-d", SIZES], &env, None),
+    );
+    let server_addr = format!("127.0.0.1:{port}");
+    let client_args = [
+        "-q",
+        "-i",
+        "200",
+        "-o",
+        "read,write",
+        "-d",
+        "1:65536",
+        "-c",
+        "40",
+        "-y",
+        "0.25s",
+        "-t",
+        "30s",
+        &server_addr,
+    ];
+    let cli = start(
+        &format!("{test}: io_demo client"),
+        softverbs_run("io_demo", &client_args, &env, None),
+    )
+    .finish(deadline);
+    let srv = server.stop();
+    let report = format!("{}\n{}", cli.report(), srv.report());
+    assert!(cli.ok(), "{report}");
+    assert!(
+        cli.stdout.contains("Client exit with status 'OK'"),
+        "{report}"
+    );
+    // Each progress report counts the operations completed since the last one
+    // (`[DEMO] total min:.. max:.. total:N | read ... | write ...`): all 200 ran.
+    let done: u64 = cli
+        .stdout
+        .lines()
+        .filter_map(|l| l.split_once("[DEMO] total min:"))
+        .filter_map(|(_, rest)| {
+            rest.split_whitespace()
+                .nth(2)?
+                .strip_prefix("total:")?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum();
+    assert_eq!(done, 200, "{report}");
+    assert!(
+        srv.status.is_none(),
+        "the server exited on its own:\n{report}"
+    );
+    // The connection went through rdmacm: no other connection manager was allowed, and
+    // neither side reports an error.
+    for out in [&cli, &srv] {
+        assert!(
+            !out.stdout.contains("ERROR") && !out.stderr.contains("ERROR"),
+            "{report}"
+        );
     }
 }
 
