@@ -37,7 +37,10 @@ pub(crate) mod sys;
 
 pub use channel::{Event, EventChannel};
 pub use id::CmId;
-pub use rc::{accept_request, connect_rc, RcConnection, RcListener, RcOptions};
+pub use rc::{
+    accept_request, accept_request_with, connect_rc, connect_rc_with, RcConnection, RcListener,
+    RcOptions,
+};
 pub use softverbs_cm::{
     AhAttr, CmEvent, CmEventKind, CmIdHandle, ConnEventParam, ConnParam, EventParam, EventStatus,
     IdOptions, IdState, PathRecord, PortSpace, QpAttrs, QpBinding, RejReason, SidrStatus,
@@ -100,6 +103,10 @@ pub enum CmError {
     /// The QP could not be moved to the state the connection needs.
     #[error("moving the QP failed: {0}")]
     Qp(#[from] crate::error::ModifyQpError),
+    /// Posting work before connecting failed (the `prepare` step of
+    /// [`connect_rc_with`] / [`accept_request_with`]).
+    #[error("posting to the QP failed: {0}")]
+    Post(#[from] crate::error::PostError),
     /// The event channel's fd failed (`EAGAIN` on a non-blocking channel, `EINTR`).
     #[error(transparent)]
     Io(#[from] std::io::Error),
