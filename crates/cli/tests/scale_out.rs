@@ -911,7 +911,6 @@ fn fi_pingpong_over_verbs_rxd_and_dgram() {
 /// The `verbs` MSG endpoint (connected with rdma_cm) and the `verbs;ofi_rxm` RDM endpoint
 /// built on it.
 #[test]
-#[ignore = "needs the drop-in librdmacm's connection manager (issue 12)"]
 fn fi_pingpong_over_verbs_msg_and_rxm() {
     fi_pingpong(
         "fi_pingpong_over_verbs_msg_and_rxm",
@@ -921,7 +920,6 @@ fn fi_pingpong_over_verbs_msg_and_rxm() {
 
 /// Open MPI over `mtl ofi` with `verbs;ofi_rxm`: the validating programs at -np 2 and 4.
 #[test]
-#[ignore = "needs the drop-in librdmacm's connection manager (issue 12)"]
 fn mpi_over_libfabric_verbs_rxm_validates_every_byte() {
     let test = "mpi_over_libfabric_verbs_rxm_validates_every_byte";
     if tools(test, &[("fi_info", "libfabric-bin")]) {
@@ -935,7 +933,6 @@ fn mpi_over_libfabric_verbs_rxm_validates_every_byte() {
 /// reads and writes with io_demo's data check (`-q`: a corrupt byte aborts it). The
 /// listener is an rdma_cm id, not a TCP socket, so the client retries until it is up.
 #[test]
-#[ignore = "needs the drop-in librdmacm's connection manager (issue 12)"]
 fn ucx_rdmacm_connection_manager_connects() {
     let test = "ucx_rdmacm_connection_manager_connects";
     if !tools(test, &[("io_demo", "ucx-utils")]) {
