@@ -2,7 +2,7 @@
 //! `cq_mod`, and divide the bytes moved by the time from the first post to the
 //! last completion.
 
-use super::{Plan, Side, Step, RX_DEPTH};
+use super::{ud, Plan, Side, Step, RX_DEPTH};
 use crate::conn::{check_wc, Spin};
 use crate::progress::Progress;
 use crate::stats::peak_rate;
@@ -21,6 +21,8 @@ pub struct BwResult {
     pub avg_mbs: f64,
     pub msg_rate_mpps: f64,
     pub seconds: f64,
+    /// UD: the messages that arrived (all QPs); the rest were lost.
+    pub received: Option<u64>,
 }
 
 /// The work request a QP repeats.
@@ -50,11 +52,14 @@ const TIMED_SAMPLES: u32 = 1024;
 
 /// The client's side: posts and measures. A run of a given duration posts
 /// until the time is up, then up to the next signaled WR, and waits for that.
+/// Over UD the SENDs carry `tag` and the run ends with [`ud::client_end`]: the
+/// figures are those of the messages that arrived.
 pub fn bw_client(
     side: &Side,
     op: Op,
     step: &Step,
     plan: &Plan,
+    tag: u32,
     progress: &mut Progress,
 ) -> Result<BwResult> {
     let nq = side.qps.len();
@@ -73,7 +78,12 @@ pub fn bw_client(
         .iter()
         .map(|e| [e.mr.sge(side.region, len)])
         .collect();
-    let ops: Vec<SendOp> = (0..nq).map(|q| op_for(side, q, op)).collect();
+    let ops: Vec<SendOp> = (0..nq)
+        .map(|q| match side.qps[q].ud {
+            Some(p) if op == Op::Send => p.ah.send(p.qpn, p.qkey, Some(tag)),
+            _ => op_for(side, q, op),
+        })
+        .collect();
     let index: HashMap<u32, usize> = side
         .qps
         .iter()
@@ -176,18 +186,27 @@ pub fn bw_client(
         }
     }
     let seconds = samples.last().map_or(0.0, |s| s.0).max(1e-9);
+    let received = if side.qps.iter().any(|e| e.ud.is_some()) {
+        Some(ud::client_end(side, tag)?.iter().sum::<u64>())
+    } else {
+        None
+    };
     let bytes_per_msg = len as f64;
-    let msgs = total as f64;
+    // What arrived of what was sent (UD may drop datagrams).
+    let delivered = received.map_or(1.0, |r| r.min(total) as f64 / total.max(1) as f64);
+    let msgs = total as f64 * delivered;
     // Peak: the best stretch covering a sixteenth of the run (at least one
     // moderation period per QP).
     let window = (total / 16).max(cq_mod * nq as u64).min(total);
-    let peak_msgs = peak_rate(&samples, window).max(msgs / seconds);
+    // The sender's best stretch, scaled by the share that arrived.
+    let peak_msgs = (peak_rate(&samples, window) * delivered).max(msgs / seconds);
     Ok(BwResult {
         iters,
         peak_mbs: peak_msgs * bytes_per_msg / MB,
         avg_mbs: msgs * bytes_per_msg / seconds / MB,
         msg_rate_mpps: msgs / seconds / 1e6,
         seconds,
+        received,
     })
 }
 
