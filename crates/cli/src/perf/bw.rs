@@ -185,9 +185,12 @@ pub fn bw_client(
             spin.idle("waiting for send completions")?;
         }
     }
-    let seconds = samples.last().map_or(0.0, |s| s.0).max(1e-9);
+    let mut seconds = samples.last().map_or(0.0, |s| s.0).max(1e-9);
     let received = if side.qps.iter().any(|e| e.ud.is_some()) {
-        Some(ud::client_end(side, tag)?.iter().sum::<u64>())
+        let got = ud::client_end(side, tag)?;
+        // A receiver that fell behind took longer than the sender to see what arrived.
+        seconds = seconds.max(got.seconds);
+        Some(got.per_qp.iter().sum::<u64>())
     } else {
         None
     };

@@ -11,8 +11,9 @@
 //!   earlier run is never counted in a later one;
 //! - after its last data SEND completed, the client sends an *end-of-test marker* (the
 //!   tag with [`MARKER`] set) on every QP, and repeats it every [`MARKER_RETRY`] until
-//!   that QP's answer arrives: the tag and how many data messages the server received on
-//!   the QP. Marker and answer are datagrams too and may be lost; the marker follows the
+//!   that QP's answer arrives: the tag, how many data messages the server received on
+//!   the QP, and the time from the first to the last data message the server received
+//!   on any QP. Marker and answer are datagrams too and may be lost; the marker follows the
 //!   data on the same path, so the count it draws covers everything that arrived;
 //! - the server answers every marker it gets until the client says `FIN` on the control
 //!   connection (the client does once every QP was answered), since it cannot know
@@ -21,7 +22,9 @@
 //!   completions) and brings them back to RTS, so the next run starts with none of this
 //!   run's receives left posted.
 //!
-//! The client reports messages received and lost, and bandwidth from what arrived.
+//! The client reports messages received and lost, and bandwidth from what arrived, over
+//! the longer of its own time (first post to last send completion) and the server's (a
+//! receiver that fell behind is still draining its socket when the sender is done).
 
 use super::{Side, RX_DEPTH};
 use crate::conn::{check_wc, Spin, STALL};
@@ -38,8 +41,9 @@ pub const MARKER: u32 = 1 << 31;
 const MARKER_RETRY: Duration = Duration::from_millis(20);
 /// The GRH area at the start of every UD receive buffer.
 const GRH: usize = 40;
-/// An answer: the tag (BE32), then the data messages received (BE64).
-const ANSWER_LEN: usize = 12;
+/// An answer: the tag (BE32), the data messages received on the QP (BE64), the
+/// nanoseconds from the first to the last data message received (BE64).
+const ANSWER_LEN: usize = 20;
 /// Work request ids of the exchange (data SENDs use 1, 2, ...).
 const MARKER_WR: u64 = u64::MAX;
 const ANSWER_WR: u64 = u64::MAX - 1;
@@ -61,9 +65,16 @@ fn is_recv(wc: &WorkCompletion) -> bool {
     matches!(wc.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm)
 }
 
+/// What the server says at the end of a run.
+pub struct Received {
+    /// Data messages received, per QP.
+    pub per_qp: Vec<u64>,
+    /// From the first to the last data message received (any QP).
+    pub seconds: f64,
+}
+
 /// The client, after its last data SEND completed: markers until every QP is answered.
-/// Returns the data messages the server received on each QP.
-pub fn client_end(side: &Side, tag: u32) -> Result<Vec<u64>> {
+pub fn client_end(side: &Side, tag: u32) -> Result<Received> {
     let nq = side.qps.len();
     let index = qp_index(side);
     // The whole first region: any datagram fits, so none completes in error.
@@ -73,6 +84,7 @@ pub fn client_end(side: &Side, tag: u32) -> Result<Vec<u64>> {
     }
     let marker = (tag | MARKER).to_be_bytes();
     let mut received: Vec<Option<u64>> = vec![None; nq];
+    let mut span_ns = 0u64;
     let mut marker_out = vec![false; nq];
     let mut answered = 0;
     let started = Instant::now();
@@ -125,9 +137,13 @@ pub fn client_end(side: &Side, tag: u32) -> Result<Vec<u64>> {
                 && answer[..4] == tag.to_be_bytes()
                 && received[q].is_none();
             if ours {
-                let mut count = [0u8; 8];
-                count.copy_from_slice(&answer[4..]);
-                received[q] = Some(u64::from_be_bytes(count));
+                let word = |at: usize| {
+                    let mut w = [0u8; 8];
+                    w.copy_from_slice(&answer[at..at + 8]);
+                    u64::from_be_bytes(w)
+                };
+                received[q] = Some(word(4));
+                span_ns = span_ns.max(word(12));
                 answered += 1;
             } else {
                 // Not this run's answer (a repeat, or a straggler): wait for the next.
@@ -157,7 +173,10 @@ pub fn client_end(side: &Side, tag: u32) -> Result<Vec<u64>> {
             spin.idle("waiting for the last marker's completion")?;
         }
     }
-    Ok(received.into_iter().map(|r| r.unwrap_or(0)).collect())
+    Ok(Received {
+        per_qp: received.into_iter().map(|r| r.unwrap_or(0)).collect(),
+        seconds: span_ns as f64 * 1e-9,
+    })
 }
 
 /// The server's preparation: a full receive queue on every QP, each receive the
@@ -179,6 +198,9 @@ pub fn server_receive(side: &Side, tag: u32, fin: &AtomicBool) -> Result<()> {
     let index = qp_index(side);
     let recv_len = side.region as u32;
     let mut got = vec![0u64; nq];
+    // First and last data message of the run.
+    let mut first: Option<Instant> = None;
+    let mut last_ns = 0u64;
     let mut answers_out = vec![0u32; nq];
     let max_answers = side.max_send_wr.saturating_sub(1).max(1);
     let mut wcs = [WorkCompletion::default(); 64];
@@ -197,7 +219,11 @@ pub fn server_receive(side: &Side, tag: u32, fin: &AtomicBool) -> Result<()> {
             let e = &side.qps[q];
             e.qp.post_recv(wc.wr_id, &[e.mr.sge(0, recv_len)])?;
             match wc.imm_data {
-                Some(imm) if imm == tag => got[q] += 1,
+                Some(imm) if imm == tag => {
+                    got[q] += 1;
+                    let start = *first.get_or_insert_with(Instant::now);
+                    last_ns = start.elapsed().as_nanos().try_into().unwrap_or(u64::MAX);
+                }
                 // A full send queue drops this answer; the client asks again.
                 Some(imm) if imm == tag | MARKER && answers_out[q] < max_answers => {
                     let Some(peer) = e.ud else {
@@ -205,7 +231,8 @@ pub fn server_receive(side: &Side, tag: u32, fin: &AtomicBool) -> Result<()> {
                     };
                     let mut answer = [0u8; ANSWER_LEN];
                     answer[..4].copy_from_slice(&tag.to_be_bytes());
-                    answer[4..].copy_from_slice(&got[q].to_be_bytes());
+                    answer[4..12].copy_from_slice(&got[q].to_be_bytes());
+                    answer[12..].copy_from_slice(&last_ns.to_be_bytes());
                     e.qp.post_send(&SendWr {
                         wr_id: ANSWER_WR,
                         op: peer.ah.send(peer.qpn, peer.qkey, None),
