@@ -617,16 +617,15 @@ fn perf_ud_bw(iters: u64, env: &[(&str, &str)]) -> serde_json::Value {
     v
 }
 
-/// UD bandwidth over ten times the receives the server keeps posted: the sender may
-/// outrun the receiver and UD may drop datagrams, but the run ends with an account of
-/// what arrived instead of waiting for messages that never come.
+/// UD bandwidth over ten times the receives the server keeps posted: the run ends with
+/// an account of what arrived (UD may drop datagrams) instead of waiting for a count.
 #[test]
 fn perf_ud_bw_outlasts_the_receive_queue() {
     perf_ud_bw(5000, &[]);
 }
 
-/// With injected loss a UD bandwidth run still ends (the end-of-test marker and its
-/// answer are datagrams too, and are retried) and reports the loss.
+/// With injected loss a UD bandwidth run still ends (checkpoints and their answers are
+/// datagrams too, and are repeated) and reports the loss.
 #[test]
 fn perf_ud_bw_reports_injected_loss() {
     let v = perf_ud_bw(5000, &[("SOFTVERBS_FAULTS", "loss=0.05,seed=7")]);

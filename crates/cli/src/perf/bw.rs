@@ -52,8 +52,7 @@ const TIMED_SAMPLES: u32 = 1024;
 
 /// The client's side: posts and measures. A run of a given duration posts
 /// until the time is up, then up to the next signaled WR, and waits for that.
-/// Over UD the SENDs carry `tag` and the run ends with [`ud::client_end`]: the
-/// figures are those of the messages that arrived.
+/// SENDs over UD go by [`ud::client_run`] (tagged with `tag`).
 pub fn bw_client(
     side: &Side,
     op: Op,
@@ -62,6 +61,9 @@ pub fn bw_client(
     tag: u32,
     progress: &mut Progress,
 ) -> Result<BwResult> {
+    if op == Op::Send && side.qps.iter().any(|e| e.ud.is_some()) {
+        return ud_bw_client(side, step, plan, tag, progress);
+    }
     let nq = side.qps.len();
     let timed = step.duration;
     // Per QP; a timed run learns it when the time is up.
@@ -78,12 +80,7 @@ pub fn bw_client(
         .iter()
         .map(|e| [e.mr.sge(side.region, len)])
         .collect();
-    let ops: Vec<SendOp> = (0..nq)
-        .map(|q| match side.qps[q].ud {
-            Some(p) if op == Op::Send => p.ah.send(p.qpn, p.qkey, Some(tag)),
-            _ => op_for(side, q, op),
-        })
-        .collect();
+    let ops: Vec<SendOp> = (0..nq).map(|q| op_for(side, q, op)).collect();
     let index: HashMap<u32, usize> = side
         .qps
         .iter()
@@ -185,31 +182,50 @@ pub fn bw_client(
             spin.idle("waiting for send completions")?;
         }
     }
-    let mut seconds = samples.last().map_or(0.0, |s| s.0).max(1e-9);
-    let received = if side.qps.iter().any(|e| e.ud.is_some()) {
-        let got = ud::client_end(side, tag)?;
-        // A receiver that fell behind took longer than the sender to see what arrived.
-        seconds = seconds.max(got.seconds);
-        Some(got.per_qp.iter().sum::<u64>())
-    } else {
-        None
-    };
+    let seconds = samples.last().map_or(0.0, |s| s.0).max(1e-9);
     let bytes_per_msg = len as f64;
-    // What arrived of what was sent (UD may drop datagrams).
-    let delivered = received.map_or(1.0, |r| r.min(total) as f64 / total.max(1) as f64);
-    let msgs = total as f64 * delivered;
+    let msgs = total as f64;
     // Peak: the best stretch covering a sixteenth of the run (at least one
     // moderation period per QP).
     let window = (total / 16).max(cq_mod * nq as u64).min(total);
-    // The sender's best stretch, scaled by the share that arrived.
-    let peak_msgs = (peak_rate(&samples, window) * delivered).max(msgs / seconds);
+    let peak_msgs = peak_rate(&samples, window).max(msgs / seconds);
     Ok(BwResult {
         iters,
         peak_mbs: peak_msgs * bytes_per_msg / MB,
         avg_mbs: msgs * bytes_per_msg / seconds / MB,
         msg_rate_mpps: msgs / seconds / 1e6,
         seconds,
-        received,
+        received: None,
+    })
+}
+
+/// UD: figures from the messages that arrived, over the longer of the sender's and the
+/// receiver's time (a receiver that fell behind is still draining its socket when the
+/// sender is done).
+fn ud_bw_client(
+    side: &Side,
+    step: &Step,
+    plan: &Plan,
+    tag: u32,
+    progress: &mut Progress,
+) -> Result<BwResult> {
+    let r = ud::client_run(side, step, plan, tag, progress)?;
+    let iters = step.iters as u64;
+    let total = iters * side.qps.len() as u64;
+    let seconds = r.sender_seconds.max(r.receiver_seconds).max(1e-9);
+    let msgs = r.received as f64;
+    let delivered = msgs / total.max(1) as f64;
+    // The sender's best stretch, scaled by the share that arrived.
+    let cq_mod = plan.cq_mod.max(1) as u64;
+    let peak = (ud::peak_msgs(&r, total, cq_mod) * delivered).max(msgs / seconds);
+    let bytes = step.size as f64;
+    Ok(BwResult {
+        iters,
+        peak_mbs: peak * bytes / MB,
+        avg_mbs: msgs * bytes / seconds / MB,
+        msg_rate_mpps: msgs / seconds / 1e6,
+        seconds,
+        received: Some(r.received),
     })
 }
 
