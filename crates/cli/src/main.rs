@@ -10,6 +10,7 @@ mod cmlink;
 mod cmpingpong;
 mod conn;
 mod devinfo;
+mod devnode;
 mod json;
 mod mcast;
 mod perf;
@@ -94,7 +95,11 @@ perftest...) on softverbs.\n\n\
 Finds libsoftverbs_ibverbs.so next to this softverbs binary (cargo builds both into \
 target/<profile>/), makes a directory dropin/ there holding a symlink libibverbs.so.1 to it, \
 and runs CMD with that directory prepended to LD_LIBRARY_PATH. The device is configured by the \
-SOFTVERBS_* environment variables as usual. Example: softverbs run -- ibv_devinfo -v"
+SOFTVERBS_* environment variables as usual. Example: softverbs run -- ibv_devinfo -v\n\n\
+UCX uses a device only if /dev/infiniband/<dev_name> is a character device, so CMD runs in a \
+private mount namespace (a user namespace too when not root) whose /dev also holds \
+infiniband/softverbs0, a bind mount of /dev/null; nothing outside CMD and its children sees it. \
+--dev-node off leaves /dev alone; see docs/scale-out.md."
     )]
     Run(run::RunArgs),
 }

@@ -67,6 +67,24 @@ fn finish(mut child: Child) -> (bool, String) {
 }
 
 /// A free UDP port on `ip` (rdma_cm ports are UDP ports here).
+/// Waits (bounded) until some process has a UDP socket bound at `port` (the server's
+/// rendezvous socket): a fixed head start was overrun on a loaded machine, and a client that
+/// comes too early is refused at once.
+fn wait_bound(port: &str) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let filter = format!("sport = :{port}");
+    while Instant::now() < deadline {
+        let out = Command::new("ss")
+            .args(["-Hlnu", &filter])
+            .output()
+            .expect("run ss");
+        if !String::from_utf8_lossy(&out.stdout).trim().is_empty() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn free_port(ip: &str) -> String {
     std::net::UdpSocket::bind((ip, 0))
         .unwrap()
@@ -79,7 +97,7 @@ fn free_port(ip: &str) -> String {
 fn rping(listen: &str, connect: &str, extra: &[&str], env: &[(&str, &str)]) -> String {
     let port = free_port(listen);
     let srv = spawn(&["rping", "-s", "-a", listen, "-p", &port, "-v"], env);
-    std::thread::sleep(Duration::from_millis(300));
+    wait_bound(&port);
     let mut args = vec!["rping", "-c", "-a", connect, "-p", &port, "-V", "-v"];
     args.extend_from_slice(extra);
     let cli = spawn(&args, env);
@@ -120,7 +138,7 @@ fn rping_with_two_percent_loss() {
 fn a_second_server_on_the_port_fails_and_a_closed_port_is_refused() {
     let port = free_port("127.0.0.1");
     let first = spawn(&["rping", "-s", "-a", "127.0.0.1", "-p", &port], &[]);
-    std::thread::sleep(Duration::from_millis(300));
+    wait_bound(&port);
     let (ok, out) = finish(spawn(&["rping", "-s", "-a", "127.0.0.1", "-p", &port], &[]));
     assert!(!ok && out.contains("address and port in use"), "{out}");
     // Let the first server finish: one client, one ping.
@@ -167,7 +185,7 @@ fn pingpong_connects_through_the_cm() {
         ],
         &[],
     );
-    std::thread::sleep(Duration::from_millis(300));
+    wait_bound(&port);
     let (cok, cout) = finish(spawn(
         &[
             "pingpong",
@@ -334,7 +352,7 @@ fn udaddy(listen: Option<&str>, connect: &str, extra: &[&str], env: &[(&str, &st
         sargs.extend(["-a", l]);
     }
     let srv = spawn(&sargs, env);
-    std::thread::sleep(Duration::from_millis(300));
+    wait_bound(&port);
     let mut args = vec!["udaddy", "-c", "-a", connect, "-p", &port, "-V"];
     args.extend_from_slice(extra);
     let (cok, cout) = finish(spawn(&args, env));

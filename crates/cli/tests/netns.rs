@@ -111,6 +111,34 @@ impl Link {
     }
 }
 
+impl Link {
+    /// Waits (bounded) until process `pid` in namespace `i` listens: a TCP listener or an
+    /// unconnected UDP socket of its own beside the device's socket at 4791 (the rdma_cm
+    /// rendezvous socket, or the out-of-band exchange's listener). A fixed head start was
+    /// not enough on a loaded machine: a client that comes too early is refused.
+    fn wait_listening(&self, i: usize, pid: u32) {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        let owner = format!("pid={pid},");
+        while Instant::now() < deadline {
+            let out = Command::new("ip")
+                .args(["netns", "exec", &self.ns[i], "ss", "-Hlnptu"])
+                .output()
+                .expect("run ss in the namespace");
+            let listing = String::from_utf8_lossy(&out.stdout);
+            let ready = listing.lines().any(|l| {
+                l.contains(&owner)
+                    && l.split_whitespace()
+                        .nth(4)
+                        .is_some_and(|local| !local.ends_with(":4791"))
+            });
+            if ready {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
 impl Drop for Link {
     fn drop(&mut self) {
         for n in &self.ns {
@@ -158,7 +186,7 @@ fn finish_stderr(mut child: Child) -> (bool, String) {
 
 fn pair(link: &Link, server: &[&str], client: &[&str], env: &[(&str, &str)]) -> (String, String) {
     let srv = link.spawn(0, server, env);
-    std::thread::sleep(Duration::from_millis(300));
+    link.wait_listening(0, srv.id());
     let cli = link.spawn(1, client, env);
     let (cok, cout) = finish(cli);
     let (sok, sout) = finish(srv);
