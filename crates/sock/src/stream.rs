@@ -608,7 +608,13 @@ impl StreamCore {
     /// see (SHUTDOWN when this side still reads, else DISCONNECT); [`Self::poll_ctrl`] emits
     /// it.
     pub fn shutdown(&mut self, how: Shutdown) {
-        if !self.connected {
+        let after = match how {
+            Shutdown::Read => (false, self.writable),
+            Shutdown::Write => (self.readable, false),
+            Shutdown::Both => (false, false),
+        };
+        if !self.connected || after == (self.readable, self.writable) {
+            // Already shut that way: nothing new to tell the peer.
             return;
         }
         let ctrl = match how {

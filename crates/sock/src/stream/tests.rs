@@ -193,6 +193,12 @@ fn shutdown_rules_follow_rsocket() {
     let c = a.poll_ctrl().unwrap();
     assert_eq!(c.imm, Some(Msg::Ctrl(Ctrl::Shutdown).to_imm()));
     assert!(a.write_ready(), "a write fails at once");
+    a.shutdown(Shutdown::Write);
+    assert_eq!(
+        a.poll_ctrl().map(|c| c.imm),
+        Some(Some(Msg::Sgl(16).to_imm())),
+        "no second SHUTDOWN"
+    );
     assert_eq!(a.start_data(10), None);
 
     // SHUT_RD while writable sends nothing.

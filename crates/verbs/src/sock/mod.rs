@@ -23,7 +23,11 @@
 
 mod listener;
 mod stream;
+#[cfg(feature = "tokio")]
+mod tokio;
 
+#[cfg(feature = "tokio")]
+pub use self::tokio::{AsyncRdmaListener, AsyncRdmaStream};
 pub use listener::RdmaListener;
 pub use softverbs_sock::Config as StreamConfig;
 pub use stream::{RdmaStream, StreamOptions};

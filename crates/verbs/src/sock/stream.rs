@@ -15,7 +15,7 @@ use softverbs_sock::{
 };
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -66,6 +66,9 @@ pub struct RdmaStream {
     sbuf: Mr<Vec<u8>>,
     core: Mutex<StreamCore>,
     nonblocking: AtomicBool,
+    // Completions and connection events handled so far (async waiters use it to tell
+    // whether one task's progress may have readied another's operation).
+    handled: AtomicU64,
     epoch: Instant,
     linger: Duration,
     _pd: Pd,
@@ -134,7 +137,8 @@ impl Resources {
             .normalized()
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         let pd = ctx.alloc_pd().map_err(io::Error::other)?;
-        let channel = ctx.create_comp_channel()?;
+        // Waits poll(2) the fd, then take events without blocking (async streams too).
+        let channel = CompletionChannel::new_nonblocking(ctx)?;
         let cq = ctx
             .create_cq(
                 u32::from(cfg.sq_size) + u32::from(cfg.rq_size),
@@ -218,6 +222,7 @@ impl Resources {
             sbuf: self.sbuf,
             core: Mutex::new(self.core),
             nonblocking: AtomicBool::new(false),
+            handled: AtomicU64::new(0),
             epoch: Instant::now(),
             linger,
             _pd: self.pd,
@@ -316,12 +321,16 @@ impl RdmaStream {
             std::net::Shutdown::Write => softverbs_sock::Shutdown::Write,
             std::net::Shutdown::Both => softverbs_sock::Shutdown::Both,
         };
-        let mut core = self.lock();
-        core.shutdown(how);
-        self.post_pending(&mut core)?;
-        drop(core);
+        self.start_shutdown(how)?;
         self.wait(|c| c.all_sends_done(), Some(self.linger), true)
             .map(drop)
+    }
+
+    /// Queues the shutdown's control message and posts it.
+    pub(crate) fn start_shutdown(&self, how: softverbs_sock::Shutdown) -> io::Result<()> {
+        let mut core = self.lock();
+        core.shutdown(how);
+        self.post_pending(&mut core)
     }
 
     /// Handles every completion waiting, then posts what the core wants sent.
@@ -329,6 +338,7 @@ impl RdmaStream {
         let mut wcs = [WorkCompletion::default(); 32];
         loop {
             let n = self.cq.poll(&mut wcs);
+            self.handled.fetch_add(n as u64, Ordering::Relaxed);
             for wc in &wcs[..n] {
                 self.complete(core, wc);
             }
@@ -371,6 +381,7 @@ impl RdmaStream {
 
     fn drain_cm_events(&self, core: &mut StreamCore) {
         while let Some(ev) = self.id.channel().try_get_event() {
+            self.handled.fetch_add(1, Ordering::Relaxed);
             if ev.kind() == CmEventKind::Disconnected {
                 core.handle_disconnected();
                 // Answer the peer's DREQ (nothing to do when we sent one).
@@ -380,7 +391,7 @@ impl RdmaStream {
     }
 
     /// Posts control messages, iomap publications and keep-alives the core has ready.
-    fn post_pending(&self, core: &mut StreamCore) -> io::Result<()> {
+    pub(crate) fn post_pending(&self, core: &mut StreamCore) -> io::Result<()> {
         let now = self.epoch.elapsed();
         loop {
             let next = core
@@ -461,6 +472,51 @@ impl RdmaStream {
         })
     }
 
+    /// One non-blocking attempt at `op`, once `ready` holds; otherwise the CQ is left armed
+    /// (so the completion channel's fd turns readable when something happens) and the
+    /// answer is `WouldBlock`.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn attempt<R>(
+        &self,
+        ready: impl Fn(&StreamCore) -> bool,
+        op: impl FnOnce(&Self, &mut StreamCore) -> io::Result<R>,
+    ) -> io::Result<R> {
+        let mut core = self.lock();
+        self.progress(&mut core)?;
+        if !ready(&core) {
+            self.take_channel_events();
+            self.cq.req_notify(false).map_err(io::Error::other)?;
+            self.progress(&mut core)?;
+            if !ready(&core) {
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+        }
+        op(self, &mut core)
+    }
+
+    /// How many completions and connection events were handled so far.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn handled(&self) -> u64 {
+        self.handled.load(Ordering::Relaxed)
+    }
+
+    /// The completion channel's fd: readable after an [`Self::attempt`] returned
+    /// `WouldBlock` and something happened since.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn channel_fd(&self) -> std::os::fd::RawFd {
+        self.channel.fd()
+    }
+
+    fn take_channel_events(&self) {
+        let mut events = 0;
+        while self.channel.try_get_event().is_some() {
+            events += 1;
+        }
+        if events > 0 {
+            self.cq.ack_events(events);
+        }
+    }
+
     /// Runs the connection until `ready` holds: spins briefly, then sleeps on the
     /// completion channel (and the id's event channel, for a disconnect). `WouldBlock` in
     /// non-blocking mode (unless `force_block`), `TimedOut` after `limit`.
@@ -516,17 +572,11 @@ impl RdmaStream {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
             }
-            let mut events = 0;
-            while self.channel.try_get_event().is_some() {
-                events += 1;
-            }
-            if events > 0 {
-                self.cq.ack_events(events);
-            }
+            self.take_channel_events();
         }
     }
 
-    fn read_locked(&self, core: &mut StreamCore, buf: &mut [u8]) -> io::Result<usize> {
+    pub(crate) fn read_locked(&self, core: &mut StreamCore, buf: &mut [u8]) -> io::Result<usize> {
         let mut got = 0;
         while got < buf.len() {
             let Some(chunk) = core.recv_chunk() else {
@@ -549,7 +599,7 @@ impl RdmaStream {
         }
     }
 
-    fn write_locked(&self, core: &mut StreamCore, buf: &[u8]) -> io::Result<usize> {
+    pub(crate) fn write_locked(&self, core: &mut StreamCore, buf: &[u8]) -> io::Result<usize> {
         if !core.is_writable() {
             return Err(match core.error() {
                 Some(e) => reset(e),
