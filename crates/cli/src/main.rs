@@ -15,6 +15,7 @@ mod pingpong;
 mod plot;
 mod progress;
 mod rping;
+mod rstream;
 mod run;
 mod stat;
 mod stats;
@@ -79,6 +80,9 @@ Every process that opens a softverbs device publishes that device's counters (at
     /// RDMA ping through the connection manager (like rdmacm-utils' rping): the server READs
     /// the client's buffer and WRITEs it back into another.
     Rping(RpingArgs),
+    /// Stream sockets over RDMA (like librdmacm's rstream, same wire protocol, options and
+    /// output): latency and bandwidth between a server and a client.
+    Rstream(rstream::RstreamArgs),
     /// UD multicast between processes: attach to a group and print what arrives, or send to it.
     Mcast(mcast::McastArgs),
     /// Run an unmodified rdma-core program on softverbs (the drop-in libibverbs.so.1).
@@ -294,6 +298,7 @@ fn main() -> ExitCode {
         Cmd::Perf(a) => perf::run(&a),
         Cmd::Mcast(a) => mcast::run(&a),
         Cmd::Rping(a) => rping::run(&a),
+        Cmd::Rstream(a) => rstream::run(&a),
         Cmd::Run(a) => run::run(&a),
     };
     match result {

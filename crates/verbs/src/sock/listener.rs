@@ -62,6 +62,11 @@ impl RdmaListener {
     /// Waits for a connection request and accepts it (a request whose connection data is
     /// not rsocket's is rejected, as rsocket.c does, and the wait goes on).
     pub fn accept(&self) -> io::Result<(RdmaStream, SocketAddr)> {
+        self.accept_with(&self.opts)
+    }
+
+    /// [`Self::accept`] with other options for this stream (ring sizes, inline size).
+    pub fn accept_with(&self, opts: &StreamOptions) -> io::Result<(RdmaStream, SocketAddr)> {
         loop {
             let wait = if self.nonblocking.load(Ordering::Relaxed) {
                 Duration::ZERO
@@ -93,20 +98,20 @@ impl RdmaListener {
                     continue;
                 }
             };
-            let res = Resources::new(&self.ctx, self.opts.config)?;
+            let res = Resources::new(&self.ctx, opts.config)?;
             let qp = res.create_qp(&id)?;
             id.accept(Some(res.conn_param())).map_err(cm_to_io)?;
             crate::cm::rc::expect(
                 id.channel(),
                 CmEventKind::Established,
                 "accept",
-                self.opts.connect_timeout,
+                opts.connect_timeout,
             )
             .map_err(cm_to_io)?;
             let addr = id
                 .peer_addr()
                 .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
-            return Ok((res.into_stream(id, qp, &peer, self.opts.linger), addr));
+            return Ok((res.into_stream(id, qp, &peer, opts.linger), addr));
         }
     }
 
