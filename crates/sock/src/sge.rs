@@ -129,14 +129,18 @@ impl IomapEntry {
     }
 
     /// Where a write of `len` bytes at mapping offset `offset` goes, and how much of it fits
-    /// before the end of this entry; `None` when `offset` is outside it.
+    /// before the end of this entry; `None` when `offset` is outside it, or the entry (a
+    /// peer's, so anything) would wrap around the address space.
     pub fn locate(&self, offset: u64, len: u64) -> Option<(u64, u64)> {
         let rel = offset.checked_sub(self.offset)?;
         let room = u64::from(self.sge.length).checked_sub(rel)?;
         if room == 0 {
             return None;
         }
-        Some((self.sge.addr.wrapping_add(rel), room.min(len)))
+        let addr = self.sge.addr.checked_add(rel)?;
+        let fits = room.min(len);
+        addr.checked_add(fits)?;
+        Some((addr, fits))
     }
 }
 
@@ -183,5 +187,16 @@ mod tests {
         assert_eq!(e.locate(1090, 50), Some((0x10000 + 90, 10)));
         assert_eq!(e.locate(1100, 1), None);
         assert_eq!(e.locate(u64::MAX, 1), None);
+        // A hostile entry at the top of the address space does not wrap (found by fuzzing).
+        let top = IomapEntry {
+            offset: 0,
+            sge: RsSge {
+                addr: u64::MAX - 10,
+                key: 1,
+                length: 100,
+            },
+        };
+        assert_eq!(top.locate(20, 1), None);
+        assert_eq!(top.locate(0, 100), None);
     }
 }
