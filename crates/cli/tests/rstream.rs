@@ -39,6 +39,24 @@ fn finish(mut child: Child) -> (bool, String) {
     (status.success(), out)
 }
 
+/// Waits (bounded) until some process has a UDP socket bound at `port` (the server's
+/// rendezvous socket): a client that comes too early is refused at once, and a fixed head
+/// start is overrun on a loaded machine.
+fn wait_bound(port: &str) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let filter = format!("sport = :{port}");
+    while Instant::now() < deadline {
+        let out = Command::new("ss")
+            .args(["-Hlnu", &filter])
+            .output()
+            .expect("run ss");
+        if !String::from_utf8_lossy(&out.stdout).trim().is_empty() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn free_port() -> String {
     std::net::UdpSocket::bind(("127.0.0.1", 0))
         .unwrap()
@@ -54,7 +72,7 @@ fn rstream(test: &[&str], env: &[(&str, &str)]) -> String {
     let mut sargs = vec!["rstream", "-b", "127.0.0.1", "-p", &port];
     sargs.extend_from_slice(test);
     let srv = spawn(&sargs, env);
-    std::thread::sleep(Duration::from_millis(300));
+    wait_bound(&port);
     let mut cargs = vec!["rstream", "-s", "127.0.0.1", "-p", &port];
     cargs.extend_from_slice(test);
     let (cok, cout) = finish(spawn(&cargs, env));
