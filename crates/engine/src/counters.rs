@@ -15,6 +15,11 @@ pub struct Counters {
     pub retransmitted_packets: u64,
     /// Local ACK timeouts that fired.
     pub ack_timeouts: u64,
+    /// Early retransmission timeouts (from the measured RTT) that sent the
+    /// requester back: they count no transport retry.
+    pub early_retransmits: u64,
+    /// Tail-loss probes sent (the newest packet again, on the early timer).
+    pub tail_loss_probes: u64,
     /// PSN sequence error NAKs sent.
     pub nak_seq_sent: u64,
     /// PSN sequence error NAKs received.
@@ -67,7 +72,7 @@ pub struct Counters {
 
 impl Counters {
     /// Every counter with its name, in declaration order.
-    pub fn named(&self) -> [(&'static str, u64); 28] {
+    pub fn named(&self) -> [(&'static str, u64); 30] {
         [
             ("tx_packets", self.tx_packets),
             ("tx_bytes", self.tx_bytes),
@@ -75,6 +80,8 @@ impl Counters {
             ("rx_bytes", self.rx_bytes),
             ("retransmitted_packets", self.retransmitted_packets),
             ("ack_timeouts", self.ack_timeouts),
+            ("early_retransmits", self.early_retransmits),
+            ("tail_loss_probes", self.tail_loss_probes),
             ("nak_seq_sent", self.nak_seq_sent),
             ("nak_seq_received", self.nak_seq_received),
             ("nak_error_sent", self.nak_error_sent),

@@ -3,13 +3,14 @@
 //! (IBA 9.7.5.2, 9.7.6).
 //!
 //! It owns the oldest unacknowledged PSN, the retry counts, the ACK timer and the
-//! loss-adaptive window. It marks WQEs done in the send queue lent to it in a
+//! early recovery state (`recovery.rs`: RTT, early timer, in-flight cap). It marks WQEs done in the send queue lent to it in a
 //! [`CompleteCtx`] and places READ data and atomic results, and returns a
 //! [`Verdict`] for what the requester and the QP must do: move the send cursor on
 //! or back, wait out an RNR NAK, count a READ or atomic finished, or fail a WQE.
 
 use super::attr::QpAttr;
 use super::queues::SendQueue;
+use super::recovery::{EarlyAction, Recovery};
 use crate::shared::Shared;
 use crate::time::Instant;
 use crate::timers::{self, RNR_RETRY_INFINITE};
@@ -17,9 +18,6 @@ use crate::types::PdHandle;
 use crate::wc::WcStatus;
 use crate::wr::SendOp;
 use softverbs_wire::{AethSyndrome, NakCode, OpKind, Psn, RocePacket};
-
-/// The smallest loss-adaptive window, in PSNs.
-const MIN_WINDOW: u32 = 16;
 
 /// Completer state of one QP.
 #[derive(Debug, Clone, Default)]
@@ -36,8 +34,8 @@ pub(crate) struct Completer {
     /// the same loss, e.g. from every READ response after a gap); cleared on
     /// progress past it.
     rewound_to: Option<Psn>,
-    /// Loss-adaptive window in PSNs (0: none, the configured window applies).
-    cwnd: u32,
+    /// RTT, the early retransmission timer and the in-flight cap.
+    recovery: Recovery,
 }
 
 /// What the completer works with besides its own state, lent for one call.
@@ -66,16 +64,38 @@ pub(crate) struct Verdict {
     pub rnr_until: Option<Instant>,
     /// READs and atomics that finished.
     pub read_atomic_done: u32,
+    /// Send the newest packet again (a tail-loss probe).
+    pub probe: bool,
     /// WQE `.0` fails with status `.1`: the send queue fails (IBA 10.8.3.3).
     pub fail: Option<(u64, WcStatus)>,
 }
 
 impl Completer {
+    /// A completer whose early timer is never shorter than `min_rto`.
+    pub fn new(min_rto: core::time::Duration) -> Completer {
+        Completer {
+            recovery: Recovery::new(min_rto),
+            ..Completer::default()
+        }
+    }
+
     /// Starts over at `psn`, with the retry counts of `attr`.
     pub fn reset(&mut self, psn: Psn) {
         self.una = psn;
         self.ack_deadline = None;
+        self.recovery.stop();
+        self.recovery.on_resend();
         self.rewound_to = None;
+    }
+
+    /// The early timer's floor.
+    pub fn min_rto(&self) -> core::time::Duration {
+        self.recovery.min_rto()
+    }
+
+    /// The smoothed round-trip time, once measured.
+    pub fn srtt(&self) -> Option<core::time::Duration> {
+        self.recovery.srtt()
     }
 
     /// The retry counts were set (RTR to RTS, or changed in RTS).
@@ -84,36 +104,40 @@ impl Completer {
         self.rnr_retry_left = attr.rnr_retry;
     }
 
-    /// The ACK timer's deadline, if armed.
+    /// The earliest of the ACK timer and the early timer, if armed.
     pub fn deadline(&self) -> Option<Instant> {
-        self.ack_deadline
+        match (self.ack_deadline, self.recovery.deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     pub fn stop_timer(&mut self) {
         self.ack_deadline = None;
+        self.recovery.stop();
     }
 
     /// How far past una the requester may send: `configured` PSNs, bounded by half
-    /// the PSN space whatever the configuration, and by the loss-adaptive window
-    /// while one is in force.
+    /// the PSN space whatever the configuration, and by the in-flight cap the
+    /// measured bandwidth-delay product gives.
     #[inline]
     pub fn window(&self, configured: u32) -> super::requester::Window {
         let configured = configured.min(Psn::HALF_SPACE);
-        let size = match self.cwnd {
-            0 => configured,
-            cwnd => cwnd.min(configured),
-        };
         super::requester::Window {
             una: self.una,
-            size,
+            size: self.recovery.cap().min(configured),
         }
     }
 
-    /// A reliable request packet went out: the ACK timer runs if it did not.
-    pub fn on_request_sent(&mut self, now: Instant, timeout: u8) {
+    /// A reliable request packet `psn` went out; `fresh` if it was never sent
+    /// before and asks for an ACK (its answer times the round trip). The ACK timer
+    /// runs if it did not, and so does the early timer.
+    #[inline]
+    pub fn on_request_sent(&mut self, now: Instant, timeout: u8, psn: Psn, fresh: bool) {
         if self.ack_deadline.is_none() {
             self.ack_deadline = timers::ack_timeout(timeout).map(|d| now + d);
         }
+        self.recovery.on_sent(now, psn, fresh, self.ack_deadline);
     }
 
     /// An unreliable (UC) request packet went out: nothing comes back, so it counts
@@ -122,22 +146,10 @@ impl Completer {
         self.una = psn.next();
     }
 
-    /// A packet was lost (timeout, NAK, a gap in READ responses): shrink the window
-    /// so go-back-N does not resend a whole full window into the same loss again.
-    /// Halve it, or drop to the floor after a timeout; it grows back by one PSN per
-    /// PSN acknowledged.
-    fn on_loss(&mut self, configured: u32, timeout: bool) {
-        let current = self.window(configured).size;
-        self.cwnd = if timeout {
-            MIN_WINDOW
-        } else {
-            (current / 2).max(MIN_WINDOW)
-        };
-    }
-
     /// Sends the requester back to `psn` (go-back-N).
     fn rewind(&mut self, v: &mut Verdict, psn: Psn) {
         self.rewound_to = Some(psn);
+        self.recovery.on_resend();
         v.rewind = Some(psn);
     }
 
@@ -152,7 +164,6 @@ impl Completer {
     pub fn on_response(
         &mut self,
         ctx: &mut CompleteCtx<'_>,
-        configured_window: u32,
         now: Instant,
         pkt: &RocePacket<&[u8]>,
     ) -> Verdict {
@@ -168,36 +179,28 @@ impl Completer {
         let aeth = pkt
             .aeth()
             .and_then(|h| AethSyndrome::from_byte(h.syndrome()).ok());
-        let w = configured_window;
         match pkt.info().kind {
             OpKind::Acknowledge => match aeth {
-                Some(AethSyndrome::Ack { .. }) => self.ack_through(ctx, &mut v, w, now, psn),
+                Some(AethSyndrome::Ack { .. }) => self.ack_through(ctx, &mut v, now, psn),
                 Some(AethSyndrome::RnrNak { timer }) => {
-                    self.on_rnr_nak(ctx, &mut v, w, now, psn, timer)
+                    self.on_rnr_nak(ctx, &mut v, now, psn, timer)
                 }
-                Some(AethSyndrome::Nak(code)) => self.on_nak(ctx, &mut v, w, now, psn, code),
+                Some(AethSyndrome::Nak(code)) => self.on_nak(ctx, &mut v, now, psn, code),
                 None => ctx.shared.counters.drop_malformed += 1,
             },
             OpKind::AtomicAcknowledge => {
                 if let Some(orig) = pkt.atomic_ack_eth().map(|h| h.orig()) {
-                    self.on_atomic_ack(ctx, &mut v, w, now, psn, orig);
+                    self.on_atomic_ack(ctx, &mut v, now, psn, orig);
                 }
             }
-            OpKind::RdmaReadResponse => self.on_read_response(ctx, &mut v, w, now, psn, pkt),
+            OpKind::RdmaReadResponse => self.on_read_response(ctx, &mut v, now, psn, pkt),
             _ => ctx.shared.counters.drop_bad_state += 1,
         }
         v
     }
 
     /// Everything up to and including `psn` is acknowledged.
-    fn ack_through(
-        &mut self,
-        ctx: &mut CompleteCtx<'_>,
-        v: &mut Verdict,
-        window: u32,
-        now: Instant,
-        psn: Psn,
-    ) {
+    fn ack_through(&mut self, ctx: &mut CompleteCtx<'_>, v: &mut Verdict, now: Instant, psn: Psn) {
         let next_una = psn.next();
         if !self.una.before(next_una) {
             return; // nothing new
@@ -220,7 +223,6 @@ impl Completer {
                         let missing = wqe.first_psn.add(wqe.read_pkts_done);
                         una = missing;
                         if self.rewound_to != Some(missing) {
-                            self.on_loss(window, false);
                             self.rewind(v, missing);
                         }
                         break;
@@ -246,9 +248,6 @@ impl Completer {
         }
         let acked = self.una.distance_to(una);
         self.una = una;
-        if self.cwnd != 0 {
-            self.cwnd = self.cwnd.saturating_add(acked);
-        }
         self.retry_left = ctx.attr.retry_cnt;
         if self.rnr_retry_left != RNR_RETRY_INFINITE {
             self.rnr_retry_left = ctx.attr.rnr_retry;
@@ -257,11 +256,14 @@ impl Completer {
             self.rewound_to = None;
         }
         v.progress = true;
-        self.ack_deadline = if self.una == ctx.next_psn {
-            None
-        } else {
+        let outstanding = self.una != ctx.next_psn;
+        self.ack_deadline = if outstanding {
             timers::ack_timeout(ctx.attr.timeout).map(|d| now + d)
+        } else {
+            None
         };
+        self.recovery
+            .on_progress(now, una, acked, outstanding, self.ack_deadline);
     }
 
     /// Whether a NAK names a PSN acknowledged since (a delayed duplicate, or
@@ -280,7 +282,6 @@ impl Completer {
         &mut self,
         ctx: &mut CompleteCtx<'_>,
         v: &mut Verdict,
-        window: u32,
         now: Instant,
         psn: Psn,
         timer: u8,
@@ -295,7 +296,7 @@ impl Completer {
             ctx.shared.counters.drop_out_of_sequence += 1;
             return;
         }
-        self.ack_through(ctx, v, window, now, psn.sub(1));
+        self.ack_through(ctx, v, now, psn.sub(1));
         if self.rnr_retry_left == 0 {
             v.fail = wqe_with_psn(ctx, psn).map(|seq| (seq, WcStatus::RnrRetryExcErr));
             return;
@@ -315,7 +316,6 @@ impl Completer {
         &mut self,
         ctx: &mut CompleteCtx<'_>,
         v: &mut Verdict,
-        window: u32,
         now: Instant,
         psn: Psn,
         code: NakCode,
@@ -325,19 +325,16 @@ impl Completer {
             if self.nak_is_stale(ctx, psn) {
                 return;
             }
-            // Everything before the expected PSN arrived (IBA 9.7.5.2.5).
-            self.ack_through(ctx, v, window, now, psn.sub(1));
+            // Everything before the expected PSN arrived (IBA 9.7.5.2.5): resend
+            // from there at once. This costs no transport retry: retry_cnt counts
+            // local ACK timeouts that pass without progress, and a responder sends
+            // one sequence NAK per lost PSN and then stays quiet until it arrives,
+            // so a peer cannot keep a requester resending by NAKs alone.
+            self.ack_through(ctx, v, now, psn.sub(1));
             let from = self.resend_from(psn);
             if self.rewound_to == Some(from) {
                 return;
             }
-            if self.retry_left == 0 {
-                let seq = wqe_with_psn(ctx, from).unwrap_or(ctx.sq.head);
-                v.fail = Some((seq, WcStatus::RetryExcErr));
-                return;
-            }
-            self.retry_left -= 1;
-            self.on_loss(window, false);
             self.rewind(v, from);
             return;
         }
@@ -345,7 +342,7 @@ impl Completer {
         if self.nak_is_stale(ctx, psn) {
             return;
         }
-        self.ack_through(ctx, v, window, now, psn.sub(1));
+        self.ack_through(ctx, v, now, psn.sub(1));
         // The error NAKs and the completion status each gives (IBA 9.7.5.2.4,
         // table 46; 11.6.2).
         let status = match code {
@@ -362,7 +359,6 @@ impl Completer {
         &mut self,
         ctx: &mut CompleteCtx<'_>,
         v: &mut Verdict,
-        window: u32,
         now: Instant,
         psn: Psn,
         orig: u64,
@@ -376,7 +372,7 @@ impl Completer {
             ctx.shared.counters.drop_out_of_sequence += 1;
             return;
         }
-        self.ack_through(ctx, v, window, now, psn.sub(1));
+        self.ack_through(ctx, v, now, psn.sub(1));
         // Responses are taken in PSN order (IBA 9.7.5.2.2): while an earlier READ
         // or atomic lacks its response, this one is out of order. ack_through went
         // back for the earlier one; this one is replayed by the responder later.
@@ -404,7 +400,6 @@ impl Completer {
         &mut self,
         ctx: &mut CompleteCtx<'_>,
         v: &mut Verdict,
-        window: u32,
         now: Instant,
         psn: Psn,
         pkt: &RocePacket<&[u8]>,
@@ -419,7 +414,7 @@ impl Completer {
             return;
         }
         // A READ response acknowledges every request before the READ.
-        self.ack_through(ctx, v, window, now, wqe.first_psn.sub(1));
+        self.ack_through(ctx, v, now, wqe.first_psn.sub(1));
         let expected = wqe.first_psn.add(wqe.read_pkts_done);
         if self.una != expected {
             // An earlier READ or atomic lacks its response: out of order, as for
@@ -431,7 +426,6 @@ impl Completer {
             if expected.before(psn) {
                 // A response was lost: ask again from the missing one, once.
                 if self.rewound_to != Some(expected) {
-                    self.on_loss(window, false);
                     self.rewind(v, expected);
                 }
             }
@@ -476,29 +470,45 @@ impl Completer {
         }
     }
 
-    /// The ACK timer may have expired at `now` (the QP is in RTS or SQD).
-    pub fn on_timeout(&mut self, ctx: &mut CompleteCtx<'_>, window: u32, now: Instant) -> Verdict {
+    /// The ACK timer or the early timer may have expired at `now` (the QP is in
+    /// RTS or SQD).
+    pub fn on_timeout(&mut self, ctx: &mut CompleteCtx<'_>, now: Instant) -> Verdict {
         let mut v = Verdict::default();
-        let Some(deadline) = self.ack_deadline else {
-            return v;
-        };
-        if deadline > now {
+        if self.ack_deadline.is_some_and(|d| d <= now) {
+            self.ack_deadline = None;
+            self.recovery.stop();
+            if self.una == ctx.next_psn {
+                return v;
+            }
+            // The IBTA local ACK timeout (IBA 9.7.6.1.3): only these count.
+            ctx.shared.counters.ack_timeouts += 1;
+            if self.retry_left == 0 {
+                let seq = wqe_with_psn(ctx, self.una).unwrap_or(ctx.sq.head);
+                v.fail = Some((seq, WcStatus::RetryExcErr));
+                return v;
+            }
+            self.retry_left -= 1;
+            let una = self.una;
+            self.rewind(&mut v, una);
             return v;
         }
-        self.ack_deadline = None;
-        if self.una == ctx.next_psn {
+        if self.una == ctx.next_psn || ctx.rnr_waiting {
+            self.recovery.stop();
             return v;
         }
-        ctx.shared.counters.ack_timeouts += 1;
-        if self.retry_left == 0 {
-            let seq = wqe_with_psn(ctx, self.una).unwrap_or(ctx.sq.head);
-            v.fail = Some((seq, WcStatus::RetryExcErr));
-            return v;
+        // The early timer: extra packets, no retry counted.
+        match self.recovery.on_timeout(now) {
+            Some(EarlyAction::Probe) => {
+                ctx.shared.counters.tail_loss_probes += 1;
+                v.probe = true;
+            }
+            Some(EarlyAction::Retransmit) => {
+                ctx.shared.counters.early_retransmits += 1;
+                let una = self.una;
+                self.rewind(&mut v, una);
+            }
+            None => {}
         }
-        self.retry_left -= 1;
-        self.on_loss(window, true);
-        let una = self.una;
-        self.rewind(&mut v, una);
         v
     }
 }

@@ -16,6 +16,7 @@ pub(crate) mod completer;
 mod lifecycle;
 mod modify;
 pub(crate) mod queues;
+mod recovery;
 pub(crate) mod requester;
 pub(crate) mod responder;
 pub mod state;
@@ -61,10 +62,20 @@ pub(crate) struct Qp {
     /// A completion of this QP was lost to a full CQ: the QP goes to ERR once the
     /// operation under way is over (see `Engine::after_activity`).
     pub lost_completion: bool,
+    /// Request packets in flight, as last counted in the engine's total.
+    pub inflight: u32,
+    /// In the engine's list of QPs waiting for room under the device window.
+    pub device_blocked: bool,
 }
 
 impl Qp {
-    pub fn new(handle: QpHandle, qpn: Qpn, init: QpInitAttr, req_window: u32) -> Qp {
+    pub fn new(
+        handle: QpHandle,
+        qpn: Qpn,
+        init: QpInitAttr,
+        req_window: u32,
+        min_rto: core::time::Duration,
+    ) -> Qp {
         let cap = init.cap;
         Qp {
             handle,
@@ -81,7 +92,7 @@ impl Qp {
             ),
             rq: RecvQueue::new(cap.max_recv_wr as usize, cap.max_recv_sge as usize),
             req: Requester::default(),
-            comp: Completer::default(),
+            comp: Completer::new(min_rto),
             resp: Responder::new(0),
             scheduled: false,
             timer_entry: None,
@@ -89,6 +100,8 @@ impl Qp {
             port_mtu: crate::types::Mtu::Mtu4096,
             srq: None,
             lost_completion: false,
+            inflight: 0,
+            device_blocked: false,
         }
     }
 
@@ -182,6 +195,23 @@ impl Qp {
 
     // ----- the requester -----
 
+    /// Whether the requester may send under the device window: there is room, or
+    /// it has nothing in flight (it is never starved), or it resends.
+    #[inline]
+    pub fn device_room(&self, inflight: u64, window: u32) -> bool {
+        inflight < u64::from(window) || self.inflight == 0 || self.req.resending(&self.sq)
+    }
+
+    /// Request PSNs sent and not yet acknowledged.
+    pub fn outstanding(&self) -> u32 {
+        let (una, frontier) = (self.comp.una, self.req.frontier());
+        if self.transport() == Transport::Rc && una.before(frontier) {
+            una.distance_to(frontier)
+        } else {
+            0
+        }
+    }
+
     /// Whether the requester has a packet it may send now.
     #[inline]
     pub fn requester_ready(&self) -> bool {
@@ -233,9 +263,11 @@ impl Qp {
                 dst,
                 psn,
                 ends_wqe,
+                fresh,
             } => {
                 if self.transport() == Transport::Rc {
-                    self.comp.on_request_sent(now, self.attr.timeout);
+                    self.comp
+                        .on_request_sent(now, self.attr.timeout, psn, fresh);
                 } else {
                     // UC and UD: nothing comes back; the WQE is done once its last
                     // packet is sent.
@@ -306,9 +338,8 @@ impl Qp {
             shared.counters.drop_bad_state += 1;
             return;
         }
-        let window = self.req_window;
         let (comp, mut ctx) = self.complete_ctx(shared);
-        let verdict = comp.on_response(&mut ctx, window, now, pkt);
+        let verdict = comp.on_response(&mut ctx, now, pkt);
         self.apply_verdict(shared, verdict);
         self.retire(shared);
     }
@@ -325,9 +356,8 @@ impl Qp {
             }
             return;
         }
-        let window = self.req_window;
         let (comp, mut ctx) = self.complete_ctx(shared);
-        let verdict = comp.on_timeout(&mut ctx, window, now);
+        let verdict = comp.on_timeout(&mut ctx, now);
         self.apply_verdict(shared, verdict);
     }
 
@@ -341,6 +371,9 @@ impl Qp {
             (Some(psn), Some(deadline)) => self.req.wait_rnr(&self.sq, psn, deadline),
             (Some(psn), None) => self.req.rewind(&self.sq, psn),
             _ => {}
+        }
+        if v.probe {
+            self.req.probe(&self.sq, self.comp.una);
         }
         // After a go-back the cursor is at or past una; otherwise it may have been
         // left behind PSNs acknowledged since.

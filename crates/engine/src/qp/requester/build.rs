@@ -217,6 +217,7 @@ impl Requester {
         } else {
             self.cursor_pkt += 1;
         }
+        let fresh = self.advance_frontier(ctx.sq, psn) && bth.ack_req;
         if let Mode::Retransmit { until } = self.mode {
             if psn.before(until) {
                 ctx.shared.counters.retransmitted_packets += 1;
@@ -229,6 +230,7 @@ impl Requester {
             dst,
             psn,
             ends_wqe: last_packet.then_some(seq),
+            fresh,
         }
     }
 }

@@ -51,6 +51,8 @@ pub(crate) struct Requester {
     cursor_pkt: u32,
     /// WQEs below this sequence number have PSNs assigned.
     pub started: u64,
+    /// The PSN after the newest packet sent (for a READ, after its responses).
+    frontier: Psn,
     /// READs and atomics started and not complete.
     rd_atomic_outstanding: u32,
     /// Packets sent since the last AckReq.
@@ -92,6 +94,9 @@ pub(crate) enum Sent {
         psn: Psn,
         /// The last packet of WQE `seq`.
         ends_wqe: Option<u64>,
+        /// Sent for the first time, asking for an ACK: its answer times the
+        /// round trip.
+        fresh: bool,
     },
     /// Local operations were carried out (WQEs done, to retire); nothing was sent.
     LocalOpsDone,
@@ -122,6 +127,7 @@ impl Requester {
     /// Starts over at `psn` with the WQE at `head` (RTS, RESET, ERR).
     pub fn reset(&mut self, psn: Psn, head: u64) {
         self.next_psn = psn;
+        self.frontier = psn;
         self.cursor = head;
         self.cursor_pkt = 0;
         self.started = head;
@@ -132,6 +138,18 @@ impl Requester {
 
     pub fn mode(&self) -> Mode {
         self.mode
+    }
+
+    /// The PSN after the newest packet sent.
+    pub fn frontier(&self) -> Psn {
+        self.frontier
+    }
+
+    /// Whether the packet at the cursor was sent before (the requester is going
+    /// back over packets): resending adds nothing in flight.
+    #[inline]
+    pub fn resending(&self, sq: &SendQueue) -> bool {
+        self.cursor < sq.tail && self.cursor_psn(sq).before(self.frontier)
     }
 
     /// When the RNR wait ends, if the requester is in one.
@@ -355,7 +373,7 @@ impl Requester {
 
     fn went_back(&mut self) {
         self.since_ack_req = 0;
-        let until = self.next_psn;
+        let until = self.frontier;
         self.mode = match self.mode {
             // Going back during an RNR wait (a sequence NAK) does not end the wait.
             Mode::RnrWait { deadline, .. } => Mode::RnrWait { deadline, until },
@@ -368,8 +386,29 @@ impl Requester {
         self.rewind(sq, psn);
         self.mode = Mode::RnrWait {
             deadline,
-            until: self.next_psn,
+            until: self.frontier,
         };
+    }
+
+    /// A tail-loss probe: the newest packet sent goes out again (then sending goes
+    /// on where it was). Nothing happens if nothing is outstanding past `una`.
+    pub fn probe(&mut self, sq: &SendQueue, una: Psn) {
+        if matches!(self.mode, Mode::RnrWait { .. }) || !una.before(self.frontier) {
+            return;
+        }
+        self.rewind(sq, self.frontier.sub(1));
+    }
+
+    /// Records that the packet at `psn` was sent and the cursor moved on: returns
+    /// whether it was sent for the first time.
+    #[inline]
+    fn advance_frontier(&mut self, sq: &SendQueue, psn: Psn) -> bool {
+        let fresh = !psn.before(self.frontier);
+        let at = self.cursor_psn(sq);
+        if self.frontier.before(at) {
+            self.frontier = at;
+        }
+        fresh
     }
 
     /// PSNs up to `una` were acknowledged: a cursor left behind it (duplicates

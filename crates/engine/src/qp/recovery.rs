@@ -1,0 +1,314 @@
+//! Loss recovery ahead of the IBTA timer, for the completer: the round-trip time
+//! measured from ACK timing, an early retransmission timer derived from it with a
+//! tail-loss probe, and a cap on packets in flight tied to the measured
+//! bandwidth-delay product.
+//!
+//! None of this changes IBTA's semantics. The local ACK timer (IBA 9.7.6.1.3) runs
+//! beside the early timer, untouched by it, and only its expiries without forward
+//! progress count toward retry_cnt: early retransmissions and probes are extra
+//! packets, duplicates to a responder that already has them (IBA 9.7.5.1.1 answers
+//! those without executing them again). So a dead peer still ends in
+//! RETRY_EXC_ERR after (retry_cnt + 1) local ACK timeouts, and with no RTT sample
+//! yet (a peer that never answered) the early timer is not armed at all.
+//!
+//! The RTT estimator follows RFC 6298 (SRTT, RTTVAR, Karn's rule: no sample from a
+//! retransmitted packet); the early timer is TCP's RTO, and its first expiry sends a
+//! tail-loss probe (RFC 8985 section 7): the newest packet again, whose answer —
+//! an ACK, a sequence NAK or a selective acknowledgement — shows what is missing.
+//! The in-flight cap follows IRN (Mittal et al., SIGCOMM 2018): no more than about
+//! two bandwidth-delay products unacknowledged, the bandwidth being the fastest
+//! delivery rate seen over an RTT and the delay the shortest RTT seen.
+
+use crate::time::Instant;
+use core::time::Duration;
+use softverbs_wire::Psn;
+
+/// Packets a QP may have in flight before it has measured anything.
+pub(crate) const INITIAL_CAP: u32 = 64;
+/// The cap never goes below this many packets.
+pub(crate) const MIN_CAP: u32 = 16;
+
+/// The RTT estimator of RFC 6298, in nanoseconds.
+#[derive(Debug, Clone, Copy, Default)]
+struct RttEstimator {
+    srtt: u64,
+    rttvar: u64,
+    min_rtt: u64,
+    sampled: bool,
+}
+
+impl RttEstimator {
+    fn sample(&mut self, rtt: u64) {
+        let rtt = rtt.max(1);
+        if !self.sampled {
+            self.sampled = true;
+            self.srtt = rtt;
+            self.rttvar = rtt / 2;
+            self.min_rtt = rtt;
+            return;
+        }
+        // RFC 6298 2.3: beta = 1/4, alpha = 1/8.
+        let err = self.srtt.abs_diff(rtt);
+        self.rttvar = (3 * self.rttvar + err) / 4;
+        self.srtt = (7 * self.srtt + rtt) / 8;
+        self.min_rtt = self.min_rtt.min(rtt);
+    }
+}
+
+/// What the early timer does when it expires.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EarlyAction {
+    /// Send the newest packet again (tail-loss probe).
+    Probe,
+    /// Go back to the oldest unacknowledged packet and resend (no retry counted).
+    Retransmit,
+}
+
+/// Early loss recovery state of one QP's completer.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Recovery {
+    rtt: RttEstimator,
+    /// The packet being timed: its PSN, when it was sent, and `delivered` then.
+    timed: Option<(Psn, Instant, u64)>,
+    /// PSNs acknowledged so far.
+    delivered: u64,
+    /// Fastest delivery rate seen, in packets per second (scaled by 1024).
+    max_rate: u64,
+    /// The in-flight cap (0: not yet set, [`INITIAL_CAP`] applies).
+    cap: u32,
+    /// The early timer.
+    deadline: Option<Instant>,
+    /// Early expiries since the last progress (each doubles the timer).
+    backoff: u32,
+    /// The smallest early timeout (configuration).
+    min_rto: Duration,
+}
+
+impl Recovery {
+    /// Starts over (a QP reset or new PSNs), keeping nothing measured.
+    pub fn new(min_rto: Duration) -> Recovery {
+        Recovery {
+            min_rto,
+            ..Recovery::default()
+        }
+    }
+
+    /// The early timer's floor.
+    pub fn min_rto(&self) -> Duration {
+        self.min_rto
+    }
+
+    /// The smoothed RTT, once measured.
+    pub fn srtt(&self) -> Option<Duration> {
+        self.rtt
+            .sampled
+            .then(|| Duration::from_nanos(self.rtt.srtt))
+    }
+
+    /// How many packets may be in flight.
+    #[inline]
+    pub fn cap(&self) -> u32 {
+        if self.cap == 0 {
+            INITIAL_CAP
+        } else {
+            self.cap
+        }
+    }
+
+    /// The early retransmission timeout: SRTT + 4 RTTVAR (RFC 6298 2.3), at least
+    /// twice SRTT and the configured floor, doubled per expiry since progress.
+    fn rto(&self) -> Option<Duration> {
+        if !self.rtt.sampled {
+            return None;
+        }
+        let base = (self.rtt.srtt + 4 * self.rtt.rttvar).max(2 * self.rtt.srtt);
+        let base = Duration::from_nanos(base).max(self.min_rto);
+        Some(base.saturating_mul(1 << self.backoff.min(20)))
+    }
+
+    /// The early timer's deadline, if armed.
+    #[inline]
+    pub fn deadline(&self) -> Option<Instant> {
+        self.deadline
+    }
+
+    pub fn stop(&mut self) {
+        self.deadline = None;
+    }
+
+    /// A request packet went out at `now`; `fresh` if it was never sent before and
+    /// asks for an ACK (so its answer times the round trip). The early timer runs
+    /// if it did not, unless it would not fire before the IBTA timer does.
+    #[inline]
+    pub fn on_sent(&mut self, now: Instant, psn: Psn, fresh: bool, ibta: Option<Instant>) {
+        if fresh && self.timed.is_none() {
+            self.timed = Some((psn, now, self.delivered));
+        }
+        if self.deadline.is_none() {
+            self.arm(now, ibta);
+        }
+    }
+
+    fn arm(&mut self, now: Instant, ibta: Option<Instant>) {
+        self.deadline = self
+            .rto()
+            .map(|rto| now + rto)
+            .filter(|&d| ibta.is_none_or(|ibta| d < ibta));
+    }
+
+    /// The oldest unacknowledged PSN moved on to `una`, `acked` PSNs: measure, and
+    /// restart the early timer if anything is still outstanding.
+    pub fn on_progress(
+        &mut self,
+        now: Instant,
+        una: Psn,
+        acked: u32,
+        outstanding: bool,
+        ibta: Option<Instant>,
+    ) {
+        self.delivered += u64::from(acked);
+        self.backoff = 0;
+        if let Some((psn, sent, delivered_then)) = self.timed {
+            if psn.before(una) {
+                self.timed = None;
+                let rtt = (now - sent).as_nanos() as u64;
+                self.rtt.sample(rtt);
+                self.update_cap(rtt, self.delivered - delivered_then);
+            }
+        }
+        self.deadline = None;
+        if outstanding {
+            self.arm(now, ibta);
+        }
+    }
+
+    /// One RTT sample of `rtt` ns over which `delivered` PSNs were acknowledged:
+    /// the cap becomes twice the bandwidth-delay product, the bandwidth the
+    /// fastest seen (decaying by 1/8 per sample so a slower path is learnt), the
+    /// delay the shortest RTT seen.
+    fn update_cap(&mut self, rtt: u64, delivered: u64) {
+        let rtt = rtt.max(1);
+        let rate = (delivered.max(1) << 10).saturating_mul(1_000_000_000) / rtt;
+        self.max_rate = rate.max(self.max_rate - self.max_rate / 8);
+        let bdp = (u128::from(self.max_rate) * u128::from(self.rtt.min_rtt) / 1_000_000_000 / 1024)
+            as u64;
+        // Until the path pushes back, delivery keeps up with the cap: let it double
+        // per round trip (slow start) rather than stay at what it allowed.
+        let grown = if delivered + 1 >= u64::from(self.cap()) {
+            u64::from(self.cap()) * 2
+        } else {
+            0
+        };
+        let cap = (2 * bdp).max(grown).max(u64::from(MIN_CAP));
+        self.cap = cap.min(u64::from(u32::MAX / 2)) as u32;
+    }
+
+    /// Anything was resent: the packet being timed may be answered by its copy,
+    /// so it gives no sample (Karn's rule).
+    pub fn on_resend(&mut self) {
+        self.timed = None;
+    }
+
+    /// The early timer expired at `now`: what to do, if anything. The timer backs
+    /// off; it is re-armed when the resent packets go out.
+    pub fn on_timeout(&mut self, now: Instant) -> Option<EarlyAction> {
+        let deadline = self.deadline?;
+        if deadline > now {
+            return None;
+        }
+        self.deadline = None;
+        self.timed = None;
+        let action = if self.backoff == 0 {
+            EarlyAction::Probe
+        } else {
+            EarlyAction::Retransmit
+        };
+        self.backoff += 1;
+        Some(action)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(us: u64) -> Instant {
+        Instant::from_nanos(us * 1000)
+    }
+
+    #[test]
+    fn rtt_estimate_and_rto_follow_rfc_6298() {
+        let mut r = Recovery::new(Duration::from_micros(10));
+        assert_eq!(r.rto(), None, "no sample, no early timer");
+        r.on_sent(at(0), Psn::new(5), true, None);
+        assert_eq!(r.deadline(), None);
+        r.on_progress(at(100), Psn::new(6), 1, false, None);
+        assert_eq!(r.srtt(), Some(Duration::from_micros(100)));
+        // SRTT 100, RTTVAR 50: 100 + 200.
+        assert_eq!(r.rto(), Some(Duration::from_micros(300)));
+        r.on_sent(at(200), Psn::new(6), true, None);
+        assert_eq!(r.deadline(), Some(at(500)));
+        r.on_progress(at(220), Psn::new(7), 1, false, None);
+        // err 80: RTTVAR (150 + 80) / 4 = 57.5; SRTT (700 + 20) / 8 = 90.
+        assert_eq!(r.srtt(), Some(Duration::from_micros(90)));
+        assert_eq!(r.rtt.min_rtt, 20_000);
+        assert_eq!(r.deadline(), None);
+    }
+
+    #[test]
+    fn karn_no_sample_from_a_resent_packet() {
+        let mut r = Recovery::new(Duration::ZERO);
+        r.on_sent(at(0), Psn::new(1), true, None);
+        r.on_resend();
+        r.on_progress(at(50), Psn::new(2), 1, false, None);
+        assert_eq!(r.srtt(), None);
+    }
+
+    #[test]
+    fn probe_then_backed_off_retransmissions_before_the_ibta_timer() {
+        let mut r = Recovery::new(Duration::from_micros(100));
+        r.on_sent(at(0), Psn::new(1), true, None);
+        r.on_progress(at(10), Psn::new(2), 1, false, None);
+        // RTO floor 100 µs.
+        let ibta = Some(at(1000));
+        r.on_sent(at(20), Psn::new(2), true, ibta);
+        assert_eq!(r.deadline(), Some(at(120)));
+        assert_eq!(r.on_timeout(at(119)), None);
+        assert_eq!(r.on_timeout(at(120)), Some(EarlyAction::Probe));
+        r.on_sent(at(120), Psn::new(2), false, ibta);
+        assert_eq!(r.deadline(), Some(at(320)));
+        assert_eq!(r.on_timeout(at(320)), Some(EarlyAction::Retransmit));
+        r.on_sent(at(320), Psn::new(2), false, ibta);
+        assert_eq!(r.deadline(), Some(at(720)));
+        assert_eq!(r.on_timeout(at(720)), Some(EarlyAction::Retransmit));
+        // 720 + 800 is past the IBTA timer: that one takes over.
+        r.on_sent(at(720), Psn::new(2), false, ibta);
+        assert_eq!(r.deadline(), None);
+    }
+
+    #[test]
+    fn the_cap_grows_while_delivery_keeps_up_and_settles_at_twice_the_bdp() {
+        let mut r = Recovery::new(Duration::ZERO);
+        assert_eq!(r.cap(), INITIAL_CAP);
+        // Every round trip of 100 µs delivers what the cap allowed: it doubles.
+        let mut t = 0;
+        let mut una = 0u32;
+        for _ in 0..4 {
+            let cap = r.cap();
+            r.on_sent(at(t), Psn::new(una), true, None);
+            una += cap;
+            t += 100;
+            r.on_progress(at(t), Psn::new(una), cap, false, None);
+            assert_eq!(r.cap(), 2 * cap);
+        }
+        // Now the path delivers only 100 packets per 100 µs round trip: the
+        // fastest rate seen decays to it, and the cap comes down to 2 x 100.
+        for _ in 0..40 {
+            r.on_sent(at(t), Psn::new(una), true, None);
+            una += 100;
+            t += 100;
+            r.on_progress(at(t), Psn::new(una), 100, false, None);
+        }
+        assert!(r.cap() >= 200 && r.cap() < 260, "cap {}", r.cap());
+    }
+}
