@@ -1134,6 +1134,11 @@ impl Net {
 
     fn report(&self) -> String {
         let mut out = format!(
+            "srtt A {:?} B {:?}\n",
+            self.sim.node(self.ids[0].node).e.qp_srtt(self.ids[0].qp),
+            self.sim.node(self.ids[1].node).e.qp_srtt(self.ids[1].qp)
+        );
+        out += &format!(
             "net {:?}\nA {:?}\nB {:?}",
             self.sim.stats(),
             self.sim.node(self.ids[0].node).e.counters(),

@@ -11,6 +11,7 @@
 use super::attr::QpAttr;
 use super::queues::SendQueue;
 use super::recovery::{EarlyAction, Recovery};
+use super::selective::{self, Peer, Scoreboard};
 use crate::shared::Shared;
 use crate::time::Instant;
 use crate::timers::{self, RNR_RETRY_INFINITE};
@@ -36,6 +37,8 @@ pub(crate) struct Completer {
     rewound_to: Option<Psn>,
     /// RTT, the early retransmission timer and the in-flight cap.
     recovery: Recovery,
+    /// Selective repeat: what the peer is, and which packets it holds.
+    pub sr: Scoreboard,
 }
 
 /// What the completer works with besides its own state, lent for one call.
@@ -66,6 +69,9 @@ pub(crate) struct Verdict {
     pub read_atomic_done: u32,
     /// Send the newest packet again (a tail-loss probe).
     pub probe: bool,
+    /// Selective repeat: resend the packets in `[.0, .1)` the responder does not
+    /// hold, then go on where sending was.
+    pub selective: Option<(Psn, Psn)>,
     /// WQE `.0` fails with status `.1`: the send queue fails (IBA 10.8.3.3).
     pub fail: Option<(u64, WcStatus)>,
 }
@@ -83,9 +89,10 @@ impl Completer {
     pub fn reset(&mut self, psn: Psn) {
         self.una = psn;
         self.ack_deadline = None;
-        self.recovery.stop();
-        self.recovery.on_resend();
+        self.recovery = Recovery::new(self.recovery.min_rto());
         self.rewound_to = None;
+        self.sr = Scoreboard::default();
+        self.sr.clear(psn);
     }
 
     /// The early timer's floor.
@@ -146,10 +153,10 @@ impl Completer {
         self.una = psn.next();
     }
 
-    /// Sends the requester back to `psn` (go-back-N).
-    fn rewind(&mut self, v: &mut Verdict, psn: Psn) {
+    /// Sends the requester back to `psn` (go-back-N) at `now`.
+    fn rewind(&mut self, v: &mut Verdict, now: Instant, psn: Psn) {
         self.rewound_to = Some(psn);
-        self.recovery.on_resend();
+        self.recovery.on_resend(now);
         v.rewind = Some(psn);
     }
 
@@ -179,6 +186,28 @@ impl Completer {
         let aeth = pkt
             .aeth()
             .and_then(|h| AethSyndrome::from_byte(h.syndrome()).ok());
+        // Whether the peer does selective repeat: its answers say so in Resv7
+        // (see `qp/selective.rs`); one without means plain IBA from now on.
+        let resv7 = pkt.bth().resv7();
+        if ctx.shared.config.selective_repeat && self.sr.peer == Peer::Unknown {
+            self.sr.peer = if resv7 == 0 {
+                Peer::Plain
+            } else {
+                Peer::Selective
+            };
+        }
+        let sack = matches!(resv7, selective::SACK_HELD | selective::SACK_SEEN)
+            && self.sr.peer == Peer::Selective
+            && pkt.info().kind == OpKind::Acknowledge
+            && matches!(aeth, Some(AethSyndrome::Ack { .. }));
+        if sack {
+            ctx.shared.counters.sack_received += 1;
+            self.ack_through(ctx, &mut v, now, psn);
+            if let Some(seen) = pkt.aeth().map(|h| Psn::new(h.msn())) {
+                self.on_sack(ctx, &mut v, now, seen, resv7 == selective::SACK_HELD);
+            }
+            return v;
+        }
         match pkt.info().kind {
             OpKind::Acknowledge => match aeth {
                 Some(AethSyndrome::Ack { .. }) => self.ack_through(ctx, &mut v, now, psn),
@@ -197,6 +226,42 @@ impl Completer {
             _ => ctx.shared.counters.drop_bad_state += 1,
         }
         v
+    }
+
+    /// A selective ACK: the responder saw `seen`, and holds it if `held`. The
+    /// packets before it that it does not hold are resent at once (each once per
+    /// report; the early timer covers a resent one lost again).
+    fn on_sack(
+        &mut self,
+        ctx: &CompleteCtx<'_>,
+        v: &mut Verdict,
+        now: Instant,
+        seen: Psn,
+        held: bool,
+    ) {
+        let una = self.una;
+        if seen.before(una)
+            || una.distance_to(seen) >= selective::WINDOW
+            || !seen.before(ctx.next_psn)
+        {
+            return;
+        }
+        self.recovery.on_seen(now, seen);
+        if held {
+            self.sr.set_held(seen);
+        }
+        let until = if held { seen } else { seen.next() };
+        let walked = self.sr.walked_to;
+        let from = if una.before(walked) && walked.before(ctx.next_psn) {
+            walked
+        } else {
+            una
+        };
+        if from.before(until) {
+            self.sr.walked_to = until;
+            self.recovery.on_resend_range(now, from, until);
+            v.selective = Some((from, until));
+        }
     }
 
     /// Everything up to and including `psn` is acknowledged.
@@ -223,7 +288,7 @@ impl Completer {
                         let missing = wqe.first_psn.add(wqe.read_pkts_done);
                         una = missing;
                         if self.rewound_to != Some(missing) {
-                            self.rewind(v, missing);
+                            self.rewind(v, now, missing);
                         }
                         break;
                     }
@@ -247,6 +312,7 @@ impl Completer {
             return;
         }
         let acked = self.una.distance_to(una);
+        self.sr.acked(self.una, una);
         self.una = una;
         self.retry_left = ctx.attr.retry_cnt;
         if self.rnr_retry_left != RNR_RETRY_INFINITE {
@@ -307,7 +373,10 @@ impl Completer {
         // Wait, then resend from the refused packet (IBA 9.7.5.2.8), or from an
         // earlier READ or atomic still lacking its response.
         let from = self.resend_from(psn);
-        self.rewind(v, from);
+        // A packet the responder kept ahead (selective repeat) and could not commit
+        // for want of a receive WQE: it must come again.
+        self.sr.clear_held(psn);
+        self.rewind(v, now, from);
         v.rnr_until = Some(now + timers::rnr_delay(timer));
         self.ack_deadline = None;
     }
@@ -335,7 +404,7 @@ impl Completer {
             if self.rewound_to == Some(from) {
                 return;
             }
-            self.rewind(v, from);
+            self.rewind(v, now, from);
             return;
         }
         ctx.shared.counters.nak_error_received += 1;
@@ -426,7 +495,7 @@ impl Completer {
             if expected.before(psn) {
                 // A response was lost: ask again from the missing one, once.
                 if self.rewound_to != Some(expected) {
-                    self.rewind(v, expected);
+                    self.rewind(v, now, expected);
                 }
             }
             ctx.shared.counters.drop_out_of_sequence += 1;
@@ -489,7 +558,11 @@ impl Completer {
             }
             self.retry_left -= 1;
             let una = self.una;
-            self.rewind(&mut v, una);
+            self.rewind(&mut v, now, una);
+            // Selective repeat falls back to plain go-back-N here: everything
+            // unacknowledged goes again, whatever the responder said it held.
+            self.sr.clear(una);
+            self.sr.walked_to = ctx.next_psn;
             return v;
         }
         if self.una == ctx.next_psn || ctx.rnr_waiting {
@@ -505,7 +578,8 @@ impl Completer {
             Some(EarlyAction::Retransmit) => {
                 ctx.shared.counters.early_retransmits += 1;
                 let una = self.una;
-                self.rewind(&mut v, una);
+                self.rewind(&mut v, now, una);
+                self.sr.walked_to = ctx.next_psn;
             }
             None => {}
         }

@@ -19,6 +19,7 @@ pub(crate) mod queues;
 mod recovery;
 pub(crate) mod requester;
 pub(crate) mod responder;
+pub(crate) mod selective;
 pub mod state;
 
 pub use modify::ModifyQpError;
@@ -33,6 +34,7 @@ use completer::{CompleteCtx, Completer};
 use queues::{RecvQueue, SendQueue};
 use requester::{SendCtx, Sent, Skip};
 use responder::{AnswerCtx, Polled, RecvCtx};
+use selective::Peer;
 use softverbs_wire::{Qpn, RocePacket, Transport};
 use std::net::SocketAddr;
 
@@ -141,7 +143,12 @@ impl Qp {
     fn send_ctx<'a>(&'a mut self, shared: &'a mut Shared) -> (&'a mut Requester, SendCtx<'a>) {
         let window = self.comp.window(self.req_window);
         let (state, transport, mtu) = (self.state(), self.transport(), self.mtu());
+        let offer_sr = transport == Transport::Rc
+            && shared.config.selective_repeat
+            && self.comp.sr.peer != Peer::Plain;
         let ctx = SendCtx {
+            offer_sr,
+            board: &self.comp.sr,
             shared,
             sq: &mut self.sq,
             attr: &self.attr,
@@ -349,6 +356,8 @@ impl Qp {
         if self.req.on_timer(now) {
             // The RNR wait is over: sending resumes from the refused packet.
             self.comp.stop_timer();
+            let skipped = self.req.skip_held(&self.sq, &self.comp.sr, self.comp.una);
+            shared.counters.sr_skipped += u64::from(skipped);
         }
         if !matches!(self.state(), QpState::Rts | QpState::Sqd) {
             if self.comp.deadline().is_some_and(|d| d <= now) {
@@ -375,11 +384,16 @@ impl Qp {
         if v.probe {
             self.req.probe(&self.sq, self.comp.una);
         }
+        if let Some((from, until)) = v.selective {
+            self.req.walk(&self.sq, from, until);
+        }
         // After a go-back the cursor is at or past una; otherwise it may have been
         // left behind PSNs acknowledged since.
         if v.progress && self.req.skip_acknowledged(&self.sq, self.comp.una) == Skip::MovedToUna {
             self.comp.forget_rewind();
         }
+        let skipped = self.req.skip_held(&self.sq, &self.comp.sr, self.comp.una);
+        shared.counters.sr_skipped += u64::from(skipped);
         if let Some((seq, status)) = v.fail {
             self.fail_wqe(shared, seq, status);
         }

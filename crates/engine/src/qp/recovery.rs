@@ -55,6 +55,18 @@ impl RttEstimator {
     }
 }
 
+/// The packet whose answer times a round trip.
+#[derive(Debug, Clone, Copy)]
+struct Timed {
+    psn: Psn,
+    sent: Instant,
+    delivered: u64,
+    /// When it may have been resent last: its answer is then ambiguous (Karn's
+    /// rule) and is used only as a first estimate, measured from then (the early
+    /// timer's floor covers an estimate too short).
+    resent: Option<Instant>,
+}
+
 /// What the early timer does when it expires.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum EarlyAction {
@@ -68,8 +80,9 @@ pub(crate) enum EarlyAction {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Recovery {
     rtt: RttEstimator,
-    /// The packet being timed: its PSN, when it was sent, and `delivered` then.
-    timed: Option<(Psn, Instant, u64)>,
+    /// The packet being timed: its PSN, when it was first sent, `delivered`
+    /// then, and whether it may have been resent since.
+    timed: Option<Timed>,
     /// PSNs acknowledged so far.
     delivered: u64,
     /// Fastest delivery rate seen, in packets per second (scaled by 1024).
@@ -142,7 +155,12 @@ impl Recovery {
     #[inline]
     pub fn on_sent(&mut self, now: Instant, psn: Psn, fresh: bool, ibta: Option<Instant>) {
         if fresh && self.timed.is_none() {
-            self.timed = Some((psn, now, self.delivered));
+            self.timed = Some(Timed {
+                psn,
+                sent: now,
+                delivered: self.delivered,
+                resent: None,
+            });
         }
         if self.deadline.is_none() {
             self.arm(now, ibta);
@@ -168,12 +186,20 @@ impl Recovery {
     ) {
         self.delivered += u64::from(acked);
         self.backoff = 0;
-        if let Some((psn, sent, delivered_then)) = self.timed {
-            if psn.before(una) {
+        if let Some(t) = self.timed {
+            if t.psn.before(una) {
                 self.timed = None;
-                let rtt = (now - sent).as_nanos() as u64;
-                self.rtt.sample(rtt);
-                self.update_cap(rtt, self.delivered - delivered_then);
+                match t.resent {
+                    None => {
+                        let rtt = (now - t.sent).as_nanos() as u64;
+                        self.rtt.sample(rtt);
+                        self.update_cap(rtt, self.delivered - t.delivered);
+                    }
+                    Some(at) if !self.rtt.sampled => {
+                        self.rtt.sample((now - at).as_nanos() as u64);
+                    }
+                    Some(_) => {}
+                }
             }
         }
         self.deadline = None;
@@ -203,10 +229,40 @@ impl Recovery {
         self.cap = cap.min(u64::from(u32::MAX / 2)) as u32;
     }
 
-    /// Anything was resent: the packet being timed may be answered by its copy,
-    /// so it gives no sample (Karn's rule).
-    pub fn on_resend(&mut self) {
+    /// Everything outstanding may be resent: the packet being timed may be
+    /// answered by its copy, so it gives no sample (Karn's rule).
+    pub fn on_resend(&mut self, now: Instant) {
+        if let Some(t) = &mut self.timed {
+            t.resent = Some(now);
+        }
+    }
+
+    /// The packets in `[from, until)` may be resent: as [`Recovery::on_resend`] if
+    /// the packet being timed is among them.
+    pub fn on_resend_range(&mut self, now: Instant, from: Psn, until: Psn) {
+        if let Some(t) = &mut self.timed {
+            if t.psn.in_window(from, from.distance_to(until)) {
+                t.resent = Some(now);
+            }
+        }
+    }
+
+    /// The responder reported seeing `psn` (a selective ACK): if it is the packet
+    /// being timed, that times the round trip (the cumulative ACK may wait for a
+    /// hole before it).
+    pub fn on_seen(&mut self, now: Instant, psn: Psn) {
+        let Some(t) = self.timed else {
+            return;
+        };
+        if t.psn != psn {
+            return;
+        }
         self.timed = None;
+        match t.resent {
+            None => self.rtt.sample((now - t.sent).as_nanos() as u64),
+            Some(at) if !self.rtt.sampled => self.rtt.sample((now - at).as_nanos() as u64),
+            Some(_) => {}
+        }
     }
 
     /// The early timer expired at `now`: what to do, if anything. The timer backs
@@ -217,7 +273,7 @@ impl Recovery {
             return None;
         }
         self.deadline = None;
-        self.timed = None;
+        self.on_resend(now);
         let action = if self.backoff == 0 {
             EarlyAction::Probe
         } else {
@@ -256,12 +312,17 @@ mod tests {
     }
 
     #[test]
-    fn karn_no_sample_from_a_resent_packet() {
+    fn karn_no_sample_from_a_resent_packet_but_a_first_estimate() {
         let mut r = Recovery::new(Duration::ZERO);
         r.on_sent(at(0), Psn::new(1), true, None);
-        r.on_resend();
+        r.on_resend(at(30));
         r.on_progress(at(50), Psn::new(2), 1, false, None);
-        assert_eq!(r.srtt(), None);
+        // No estimate yet: the ambiguous answer gives one, from the resend.
+        assert_eq!(r.srtt(), Some(Duration::from_micros(20)));
+        r.on_sent(at(60), Psn::new(2), true, None);
+        r.on_resend(at(60));
+        r.on_progress(at(70), Psn::new(3), 1, false, None);
+        assert_eq!(r.srtt(), Some(Duration::from_micros(20)), "Karn's rule");
     }
 
     #[test]

@@ -106,6 +106,12 @@ impl Requester {
             self.since_ack_req = 0;
         }
         bth.solicited = pos.ends_message() && wqe.flags.contains(SendFlags::SOLICITED);
+        if ctx.offer_sr {
+            // The packet's index in its message lets a responder doing selective
+            // repeat place it ahead (see `qp/selective.rs`).
+            let index = if is_read || wqe.op.is_atomic() { 0 } else { k };
+            bth.resv7 = crate::qp::selective::offer(index);
+        }
         let mut repr = PacketRepr::new(bth, &[]);
         let offset = k * mtu;
         let payload_len = if is_read || wqe.op.is_atomic() {
@@ -218,6 +224,8 @@ impl Requester {
             self.cursor_pkt += 1;
         }
         let fresh = self.advance_frontier(ctx.sq, psn) && bth.ack_req;
+        let skipped = self.skip_held(ctx.sq, ctx.board, ctx.window.una);
+        ctx.shared.counters.sr_skipped += u64::from(skipped);
         if let Mode::Retransmit { until } = self.mode {
             if psn.before(until) {
                 ctx.shared.counters.retransmitted_packets += 1;

@@ -17,6 +17,7 @@ mod build;
 
 use super::attr::QpAttr;
 use super::queues::SendQueue;
+use super::selective::Scoreboard;
 use crate::shared::Shared;
 use crate::time::Instant;
 use crate::types::{AccessFlags, PdHandle, QpHandle, QpState};
@@ -82,6 +83,10 @@ pub(crate) struct SendCtx<'a> {
     pub qpn: Qpn,
     pub mtu: u32,
     pub window: Window,
+    /// Offer selective repeat on requests (see `qp/selective.rs`).
+    pub offer_sr: bool,
+    /// What the responder holds (selective repeat).
+    pub board: &'a Scoreboard,
 }
 
 /// What [`Requester::poll`] produced.
@@ -341,6 +346,75 @@ impl Requester {
     /// Moves the send cursor back to `psn` for go-back-N retransmission; the
     /// packets up to the newest sent are retransmissions.
     pub fn rewind(&mut self, sq: &SendQueue, psn: Psn) {
+        if self.seek(sq, psn) {
+            self.went_back();
+        }
+    }
+
+    /// Resends the packets in `[from, until)` the responder does not hold
+    /// (selective repeat), then goes on where sending was. A walk under way is
+    /// extended instead.
+    pub fn walk(&mut self, sq: &SendQueue, from: Psn, until: Psn) {
+        match self.mode {
+            Mode::RnrWait { .. } => {}
+            Mode::Retransmit { until: u } => {
+                if u.before(until) {
+                    self.mode = Mode::Retransmit { until };
+                }
+            }
+            Mode::Normal => {
+                self.seek(sq, from);
+                self.since_ack_req = 0;
+                self.mode = Mode::Retransmit { until };
+            }
+        }
+    }
+
+    /// While going back, steps the cursor over packets the responder holds, and
+    /// once past the end of a selective walk, back to where sending was. Returns
+    /// how many packets it stepped over.
+    pub fn skip_held(&mut self, sq: &SendQueue, board: &Scoreboard, una: Psn) -> u32 {
+        let mut skipped = 0;
+        loop {
+            let Mode::Retransmit { until } = self.mode else {
+                return skipped;
+            };
+            if self.cursor >= self.started || self.cursor >= sq.tail {
+                return skipped;
+            }
+            let psn = self.cursor_psn(sq);
+            if !psn.before(until) {
+                if until.before(self.frontier) {
+                    let frontier = self.frontier;
+                    self.seek(sq, frontier);
+                }
+                self.mode = Mode::Normal;
+                return skipped;
+            }
+            let w = sq.get(self.cursor);
+            // Only SEND and WRITE packets are ever held; the oldest unacknowledged
+            // one always goes again (the responder holds it but could not commit
+            // it, e.g. its RNR NAK was lost).
+            let held = psn != una
+                && !w.op.is_local()
+                && !w.op.is_read_or_atomic()
+                && board.holds(una, psn);
+            if !held {
+                return skipped;
+            }
+            skipped += 1;
+            if self.cursor_pkt + 1 >= w.npsn {
+                self.cursor += 1;
+                self.cursor_pkt = 0;
+            } else {
+                self.cursor_pkt += 1;
+            }
+        }
+    }
+
+    /// Moves the send cursor to `psn` (mode unchanged); false if nothing is
+    /// started there.
+    fn seek(&mut self, sq: &SendQueue, psn: Psn) -> bool {
         let mut seq = sq.head;
         while seq < self.started {
             let w = sq.get(seq);
@@ -351,8 +425,7 @@ impl Requester {
                 // A gap (PSNs of completed WQEs): restart at this WQE.
                 self.cursor = seq;
                 self.cursor_pkt = 0;
-                self.went_back();
-                return;
+                return true;
             }
             seq += 1;
         }
@@ -368,7 +441,7 @@ impl Requester {
         } else {
             0
         };
-        self.went_back();
+        true
     }
 
     fn went_back(&mut self) {
@@ -427,6 +500,10 @@ impl Requester {
             // behind una, the requester would never send.
             self.cursor_pkt = self.cursor_pkt.max(w.read_pkts_done);
             Skip::ReadResumed
+        } else if matches!(self.mode, Mode::Retransmit { .. }) {
+            // Going back already: on from una, to the same end.
+            self.seek(sq, una);
+            Skip::MovedToUna
         } else {
             self.rewind(sq, una);
             Skip::MovedToUna

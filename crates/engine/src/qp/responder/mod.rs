@@ -13,6 +13,7 @@
 //! attributes and receive queue, the device's memory and CQs — is lent to each call
 //! as a [`RecvCtx`]; what the QP must do afterwards is returned as a [`Verdict`].
 
+mod ahead;
 mod answers;
 mod checks;
 mod duplicates;
@@ -24,6 +25,7 @@ use crate::event::AsyncEvent;
 use crate::node::Route;
 use crate::qp::attr::QpAttr;
 use crate::qp::queues::RecvQueue;
+use crate::qp::selective::Reorder;
 use crate::shared::Shared;
 use crate::types::{CqHandle, PdHandle, QpHandle, QpState, SrqHandle};
 use crate::wc::{WcOpcode, WcStatus, WorkCompletion};
@@ -73,6 +75,10 @@ pub(crate) struct Responder {
     /// Message sequence number: messages completed (24 bits).
     pub msn: u32,
     msg: Option<InMessage>,
+    /// The PSN of the first packet of the message in progress.
+    msg_first: Psn,
+    /// Selective repeat: packets kept ahead of `epsn` (see `qp/selective.rs`).
+    sr: Reorder,
     /// A sequence-error or RNR NAK was sent; stay quiet until `epsn` arrives.
     nak_outstanding: bool,
     /// A refusal moved the QP to ERR: the answers queued before its NAK still go
@@ -124,6 +130,8 @@ impl Responder {
             epsn: Psn::new(epsn),
             msn: 0,
             msg: None,
+            msg_first: Psn::new(epsn),
+            sr: Reorder::default(),
             nak_outstanding: false,
             refused: false,
             answers: Answers::default(),
@@ -142,6 +150,7 @@ impl Responder {
     /// everything queued still goes out (the NAK last); otherwise only NAKs owed.
     pub fn on_qp_error(&mut self) {
         self.msg = None;
+        self.sr.clear();
         if !self.refused {
             self.answers.keep_naks();
         }
@@ -166,10 +175,19 @@ impl Responder {
         }
         let psn = pkt.bth().psn();
         let epsn = self.epsn;
+        // A softverbs requester offering selective repeat (see `qp/selective.rs`).
+        if pkt.bth().resv7() != 0 && ctx.shared.config.selective_repeat {
+            self.sr.activate();
+        }
         // Check 1, PSN (IBA 9.7.5.1.1): expected, duplicate, or out of sequence.
         if psn != epsn {
             if psn.before(epsn) {
                 self.handle_duplicate(ctx, pkt);
+            } else if self.sr.active && !self.nak_outstanding {
+                // Selective repeat relaxes 9.7.5.1.1 here: kept, not dropped. (Not
+                // while an RNR NAK is outstanding: the requester comes back to the
+                // refused packet and nothing behind it is placed meanwhile.)
+                self.handle_ahead(ctx, &Request::new(pkt));
             } else if !self.nak_outstanding {
                 self.nak_outstanding = true;
                 self.answers.push(Outgoing::Nak {
@@ -183,13 +201,28 @@ impl Responder {
             }
             return Verdict::Done;
         }
-        let refusal = match self.check_and_execute(ctx, &Request::new(pkt)) {
+        // The packet itself replaces any copy kept ahead of it.
+        if self.sr.count > 0 {
+            self.sr.take(psn);
+        }
+        let executed = self.check_and_execute(ctx, &Request::new(pkt));
+        // Packets kept ahead that are next now are committed in order.
+        let executed = executed.and_then(|()| {
+            if self.sr.count > 0 {
+                self.commit_held(ctx)
+            } else {
+                Ok(())
+            }
+        });
+        let refusal = match executed {
             Ok(()) => {
                 self.nak_outstanding = false;
                 return Verdict::Done;
             }
             Err(refusal) => refusal,
         };
+        // The packet refused: this one, or one kept ahead that was next.
+        let psn = self.epsn;
         let verdict = refusal.verdict();
         if let Some(status) = verdict.recv_status {
             ctx.fail_recv(status);
