@@ -23,6 +23,8 @@ pub struct Counters {
     /// Request packets a responder kept ahead of the expected PSN (selective
     /// repeat).
     pub sr_held_ahead: u64,
+    /// READ responses placed ahead of the one expected (selective repeat).
+    pub read_responses_ahead: u64,
     /// Selective ACKs sent.
     pub sack_sent: u64,
     /// Selective ACKs received.
@@ -82,7 +84,7 @@ pub struct Counters {
 
 impl Counters {
     /// Every counter with its name, in declaration order.
-    pub fn named(&self) -> [(&'static str, u64); 34] {
+    pub fn named(&self) -> [(&'static str, u64); 35] {
         [
             ("tx_packets", self.tx_packets),
             ("tx_bytes", self.tx_bytes),
@@ -93,6 +95,7 @@ impl Counters {
             ("early_retransmits", self.early_retransmits),
             ("tail_loss_probes", self.tail_loss_probes),
             ("sr_held_ahead", self.sr_held_ahead),
+            ("read_responses_ahead", self.read_responses_ahead),
             ("sack_sent", self.sack_sent),
             ("sack_received", self.sack_received),
             ("sr_skipped", self.sr_skipped),

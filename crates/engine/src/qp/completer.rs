@@ -196,7 +196,7 @@ impl Completer {
                 Peer::Selective
             };
         }
-        let sack = matches!(resv7, selective::SACK_HELD | selective::SACK_SEEN)
+        let sack = resv7 >= selective::SACK_SEEN
             && self.sr.peer == Peer::Selective
             && pkt.info().kind == OpKind::Acknowledge
             && matches!(aeth, Some(AethSyndrome::Ack { .. }));
@@ -204,7 +204,8 @@ impl Completer {
             ctx.shared.counters.sack_received += 1;
             self.ack_through(ctx, &mut v, now, psn);
             if let Some(seen) = pkt.aeth().map(|h| Psn::new(h.msn())) {
-                self.on_sack(ctx, &mut v, now, seen, resv7 == selective::SACK_HELD);
+                let held = u32::from(resv7 - selective::SACK_SEEN);
+                self.on_sack(ctx, &mut v, now, seen, held);
             }
             return v;
         }
@@ -228,29 +229,31 @@ impl Completer {
         v
     }
 
-    /// A selective ACK: the responder saw `seen`, and holds it if `held`. The
-    /// packets before it that it does not hold are resent at once (each once per
-    /// report; the early timer covers a resent one lost again).
+    /// A selective ACK: the responder holds the `held` packets from `seen` on, or
+    /// (0) saw `seen` and did not keep it. The packets before them that it does
+    /// not hold are resent at once (each once per report; the early timer covers
+    /// a resent one lost again).
     fn on_sack(
         &mut self,
         ctx: &CompleteCtx<'_>,
         v: &mut Verdict,
         now: Instant,
         seen: Psn,
-        held: bool,
+        held: u32,
     ) {
         let una = self.una;
-        if seen.before(una)
-            || una.distance_to(seen) >= selective::WINDOW
-            || !seen.before(ctx.next_psn)
+        let end = seen.add(held.max(1));
+        if seen.before(una) || una.distance_to(end) > selective::WINDOW || ctx.next_psn.before(end)
         {
             return;
         }
-        self.recovery.on_seen(now, seen);
-        if held {
-            self.sr.set_held(seen);
+        for k in 0..held.max(1) {
+            self.recovery.on_seen(now, seen.add(k));
         }
-        let until = if held { seen } else { seen.next() };
+        for k in 0..held {
+            self.sr.set_held(seen.add(k));
+        }
+        let until = if held > 0 { seen } else { seen.next() };
         let walked = self.sr.walked_to;
         let from = if una.before(walked) && walked.before(ctx.next_psn) {
             walked
@@ -485,47 +488,119 @@ impl Completer {
         // A READ response acknowledges every request before the READ.
         self.ack_through(ctx, v, now, wqe.first_psn.sub(1));
         let expected = wqe.first_psn.add(wqe.read_pkts_done);
-        if self.una != expected {
-            // An earlier READ or atomic lacks its response: out of order, as for
-            // atomic acknowledges above.
-            ctx.shared.counters.drop_out_of_sequence += 1;
-            return;
-        }
-        if psn != expected {
-            if expected.before(psn) {
+        if self.una != expected || psn != expected {
+            if self.una == expected && expected.before(psn) {
                 // A response was lost: ask again from the missing one, once.
                 if self.rewound_to != Some(expected) {
                     self.rewind(v, now, expected);
                 }
             }
+            // With selective repeat on, a response ahead of the one expected is
+            // placed now (its place in the READ's buffer follows from its PSN)
+            // and counted when the ones before it arrive: the READ is asked
+            // again from the first one missing, as IBA does (9.7.5.1.3), but
+            // what came is not thrown away. Only this requester's memory is
+            // touched, and the READ completes only once every response is in.
+            let ahead = ctx.shared.config.selective_repeat
+                && expected.before(psn)
+                && self.una.distance_to(psn) < selective::WINDOW;
+            if ahead && self.sr.has(psn) {
+                // A copy of a response held: the run asked again before it was lost
+                // again (see `requester/build.rs`): ask once more.
+                ctx.shared.counters.drop_out_of_sequence += 1;
+                if self.una == expected && v.rewind.is_none() {
+                    self.rewind(v, now, expected);
+                }
+                return;
+            }
+            if ahead {
+                let k = wqe.first_psn.distance_to(psn);
+                if let Err(status) = place_read_response(ctx, seq, k, pkt) {
+                    v.fail = Some((seq, status));
+                    return;
+                }
+                self.sr.set_held(psn);
+                ctx.shared.counters.read_responses_ahead += 1;
+                return;
+            }
             ctx.shared.counters.drop_out_of_sequence += 1;
             return;
         }
         let k = wqe.read_pkts_done;
-        let offset = k * ctx.mtu;
-        let want = (wqe.length - offset.min(wqe.length)).min(ctx.mtu) as usize;
-        let last = k + 1 == wqe.npsn;
-        let payload = pkt.payload();
-        if payload.len() != want || pkt.info().position.ends_message() != last {
-            // Not what this READ asked for.
-            v.fail = Some((seq, WcStatus::BadRespErr));
+        if let Err(status) = place_read_response(ctx, seq, k, pkt) {
+            v.fail = Some((seq, status));
             return;
         }
-        if ctx
-            .shared
-            .scatter(ctx.pd, ctx.sq.sges(seq), offset, payload)
-            .is_err()
-        {
-            v.fail = Some((seq, WcStatus::LocProtErr));
-            return;
+        self.read_progress(ctx, v, now, seq);
+    }
+
+    /// READ `seq` got its next response: count it and those placed ahead that
+    /// follow it, complete it when all are in, and go on to the next READ when
+    /// its responses too were placed ahead.
+    fn read_progress(
+        &mut self,
+        ctx: &mut CompleteCtx<'_>,
+        v: &mut Verdict,
+        now: Instant,
+        seq: u64,
+    ) {
+        let mut seq = seq;
+        loop {
+            let w = ctx.sq.get_mut(seq);
+            w.read_pkts_done += 1;
+            while w.read_pkts_done < w.npsn && self.sr.has(w.first_psn.add(w.read_pkts_done)) {
+                self.sr.clear_held(w.first_psn.add(w.read_pkts_done));
+                w.read_pkts_done += 1;
+            }
+            let w = *w;
+            let complete = w.read_pkts_done == w.npsn;
+            if complete {
+                ctx.sq.get_mut(seq).done = Some(WcStatus::Success);
+                v.read_atomic_done += 1;
+            }
+            self.progress(ctx, v, now, w.first_psn.add(w.read_pkts_done));
+            if !complete {
+                // Responses ahead but the next one missing: ask again from it.
+                let next = w.first_psn.add(w.read_pkts_done);
+                let held_beyond = (w.read_pkts_done..w.npsn.min(selective::WINDOW))
+                    .any(|k| self.sr.has(w.first_psn.add(k)));
+                if held_beyond && self.rewound_to != Some(next) && v.rewind.is_none() {
+                    self.rewind(v, now, next);
+                }
+                return;
+            }
+            // The next READ, if its first response missing was placed ahead: the
+            // requests before it are acknowledged by it.
+            let next = (seq + 1..ctx.started).find(|&s| {
+                let n = ctx.sq.get(s);
+                n.done.is_none() && n.op.is_read_or_atomic()
+            });
+            let Some(n) = next else { return };
+            let nw = *ctx.sq.get(n);
+            let at = nw.first_psn.add(nw.read_pkts_done);
+            if !matches!(nw.op, SendOp::RdmaRead { .. }) {
+                return;
+            }
+            if !self.sr.has(at) {
+                // Its next response is missing but later ones came: the requests
+                // before it are acknowledged, and it is asked again at once.
+                let held_beyond = (nw.read_pkts_done..nw.npsn.min(selective::WINDOW))
+                    .any(|k| self.sr.has(nw.first_psn.add(k)));
+                if held_beyond {
+                    self.ack_through(ctx, v, now, nw.first_psn.sub(1));
+                    if self.una == at && self.rewound_to != Some(at) && v.rewind.is_none() {
+                        self.rewind(v, now, at);
+                    }
+                }
+                return;
+            }
+            self.ack_through(ctx, v, now, nw.first_psn.sub(1));
+            if self.una != at {
+                return;
+            }
+            self.sr.clear_held(at);
+            seq = n;
         }
-        let placed = ctx.sq.get_mut(seq);
-        placed.read_pkts_done += 1;
-        if last {
-            placed.done = Some(WcStatus::Success);
-            v.read_atomic_done += 1;
-        }
-        self.progress(ctx, v, now, psn.next());
     }
 
     /// Where to resend from after a NAK for `psn`: `psn`, unless an earlier READ
@@ -570,7 +645,7 @@ impl Completer {
             return v;
         }
         // The early timer: extra packets, no retry counted.
-        match self.recovery.on_timeout(now) {
+        match self.recovery.on_timeout(now, self.ack_deadline) {
             Some(EarlyAction::Probe) => {
                 ctx.shared.counters.tail_loss_probes += 1;
                 v.probe = true;
@@ -585,6 +660,28 @@ impl Completer {
         }
         v
     }
+}
+
+/// Places response `k` of READ `seq`: it must be as long as the READ asked for
+/// there, and end the message exactly at its last response.
+fn place_read_response(
+    ctx: &mut CompleteCtx<'_>,
+    seq: u64,
+    k: u32,
+    pkt: &RocePacket<&[u8]>,
+) -> Result<(), WcStatus> {
+    let wqe = *ctx.sq.get(seq);
+    let offset = k * ctx.mtu;
+    let want = (wqe.length - offset.min(wqe.length)).min(ctx.mtu) as usize;
+    let last = k + 1 == wqe.npsn;
+    let payload = pkt.payload();
+    if payload.len() != want || pkt.info().position.ends_message() != last {
+        // Not what this READ asked for.
+        return Err(WcStatus::BadRespErr);
+    }
+    ctx.shared
+        .scatter(ctx.pd, ctx.sq.sges(seq), offset, payload)
+        .map_err(|_| WcStatus::LocProtErr)
 }
 
 /// The started WQE whose PSN range holds `psn`.

@@ -27,6 +27,8 @@ use softverbs_wire::Psn;
 pub(crate) const INITIAL_CAP: u32 = 64;
 /// The cap never goes below this many packets.
 pub(crate) const MIN_CAP: u32 = 16;
+/// Round trips without a quarter more delivery rate that end the start-up.
+const STARTUP_STALLS: u32 = 3;
 
 /// The RTT estimator of RFC 6298, in nanoseconds.
 #[derive(Debug, Clone, Copy, Default)]
@@ -89,6 +91,9 @@ pub(crate) struct Recovery {
     max_rate: u64,
     /// The in-flight cap (0: not yet set, [`INITIAL_CAP`] applies).
     cap: u32,
+    /// Samples in a row in which the delivery rate did not grow by a quarter:
+    /// after [`STARTUP_STALLS`] the path is full and the cap stops doubling.
+    stalls: u32,
     /// The early timer.
     deadline: Option<Instant>,
     /// Early expiries since the last progress (each doubles the timer).
@@ -211,16 +216,21 @@ impl Recovery {
     /// One RTT sample of `rtt` ns over which `delivered` PSNs were acknowledged:
     /// the cap becomes twice the bandwidth-delay product, the bandwidth the
     /// fastest seen (decaying by 1/8 per sample so a slower path is learnt), the
-    /// delay the shortest RTT seen.
+    /// delay the shortest RTT seen. While the delivery rate still grows (start-up,
+    /// as BBR's), a cap the delivery kept up with doubles instead.
     fn update_cap(&mut self, rtt: u64, delivered: u64) {
         let rtt = rtt.max(1);
         let rate = (delivered.max(1) << 10).saturating_mul(1_000_000_000) / rtt;
+        if rate > self.max_rate + self.max_rate / 4 {
+            self.stalls = 0;
+        } else {
+            self.stalls = self.stalls.saturating_add(1);
+        }
         self.max_rate = rate.max(self.max_rate - self.max_rate / 8);
         let bdp = (u128::from(self.max_rate) * u128::from(self.rtt.min_rtt) / 1_000_000_000 / 1024)
             as u64;
-        // Until the path pushes back, delivery keeps up with the cap: let it double
-        // per round trip (slow start) rather than stay at what it allowed.
-        let grown = if delivered + 1 >= u64::from(self.cap()) {
+        let starting = self.stalls < STARTUP_STALLS && delivered + 1 >= u64::from(self.cap());
+        let grown = if starting {
             u64::from(self.cap()) * 2
         } else {
             0
@@ -266,8 +276,8 @@ impl Recovery {
     }
 
     /// The early timer expired at `now`: what to do, if anything. The timer backs
-    /// off; it is re-armed when the resent packets go out.
-    pub fn on_timeout(&mut self, now: Instant) -> Option<EarlyAction> {
+    /// off and runs again (unless the IBTA timer, at `ibta`, comes first).
+    pub fn on_timeout(&mut self, now: Instant, ibta: Option<Instant>) -> Option<EarlyAction> {
         let deadline = self.deadline?;
         if deadline > now {
             return None;
@@ -280,6 +290,7 @@ impl Recovery {
             EarlyAction::Retransmit
         };
         self.backoff += 1;
+        self.arm(now, ibta);
         Some(action)
     }
 }
@@ -334,14 +345,14 @@ mod tests {
         let ibta = Some(at(1000));
         r.on_sent(at(20), Psn::new(2), true, ibta);
         assert_eq!(r.deadline(), Some(at(120)));
-        assert_eq!(r.on_timeout(at(119)), None);
-        assert_eq!(r.on_timeout(at(120)), Some(EarlyAction::Probe));
+        assert_eq!(r.on_timeout(at(119), ibta), None);
+        assert_eq!(r.on_timeout(at(120), ibta), Some(EarlyAction::Probe));
         r.on_sent(at(120), Psn::new(2), false, ibta);
         assert_eq!(r.deadline(), Some(at(320)));
-        assert_eq!(r.on_timeout(at(320)), Some(EarlyAction::Retransmit));
+        assert_eq!(r.on_timeout(at(320), ibta), Some(EarlyAction::Retransmit));
         r.on_sent(at(320), Psn::new(2), false, ibta);
         assert_eq!(r.deadline(), Some(at(720)));
-        assert_eq!(r.on_timeout(at(720)), Some(EarlyAction::Retransmit));
+        assert_eq!(r.on_timeout(at(720), ibta), Some(EarlyAction::Retransmit));
         // 720 + 800 is past the IBTA timer: that one takes over.
         r.on_sent(at(720), Psn::new(2), false, ibta);
         assert_eq!(r.deadline(), None);
@@ -362,6 +373,23 @@ mod tests {
             r.on_progress(at(t), Psn::new(una), cap, false, None);
             assert_eq!(r.cap(), 2 * cap);
         }
+        // A path that delivers what the cap allows, but only by queueing (the round
+        // trip grows with it): the rate stops growing, start-up ends.
+        for _ in 0..3 {
+            let cap = r.cap();
+            r.on_sent(at(t), Psn::new(una), true, None);
+            una += cap;
+            // 512 packets per 100 µs, the last rate seen.
+            t += 100 * u64::from(cap) / 512;
+            r.on_progress(at(t), Psn::new(una), cap, false, None);
+        }
+        assert!(
+            r.stalls >= STARTUP_STALLS,
+            "stalls {} cap {} rate {}",
+            r.stalls,
+            r.cap(),
+            r.max_rate
+        );
         // Now the path delivers only 100 packets per 100 µs round trip: the
         // fastest rate seen decays to it, and the cap comes down to 2 x 100.
         for _ in 0..40 {

@@ -22,9 +22,10 @@
 //! - A responder with selective repeat on that receives such a request answers
 //!   that requester with Resv7 set on every answer ([`ANSWER`]), and only then
 //!   keeps packets ahead of the expected PSN and reports them in selective
-//!   acknowledgements ([`SACK_HELD`], [`SACK_SEEN`]): RC Acknowledge packets that
+//!   acknowledgements ([`SACK_SEEN`], [`sack_run`]): RC Acknowledge packets that
 //!   are plain cumulative ACKs (BTH PSN = expected PSN - 1) whose AETH MSN field
-//!   carries the PSN the report is about. They go only to a requester that
+//!   carries the PSN the report is about (a packet seen but not kept, or the
+//!   first of a run of kept ones, Resv7 giving the run's length). They go only to a requester that
 //!   offered, so no foreign peer ever has to read them; read as plain IBA they
 //!   are still a correct cumulative ACK.
 //! - A responder that does not offer it (a foreign one, or softverbs with it off)
@@ -58,11 +59,18 @@ pub(crate) const WINDOW: u32 = 256;
 
 /// Resv7 on an answer from a responder doing selective repeat.
 pub(crate) const ANSWER: u8 = 1;
-/// Resv7 of a selective ACK: the packet whose PSN is in the MSN field is held.
-pub(crate) const SACK_HELD: u8 = 2;
 /// Resv7 of a selective ACK: the packet whose PSN is in the MSN field arrived
 /// but could not be kept (it must be resent).
-pub(crate) const SACK_SEEN: u8 = 3;
+pub(crate) const SACK_SEEN: u8 = 2;
+/// Resv7 of a selective ACK of a held run: `SACK_SEEN + n` says the `n` packets
+/// from the PSN in the MSN field on are held (1 <= n <= [`MAX_RUN`]).
+pub(crate) const MAX_RUN: u32 = 125;
+
+/// Resv7 of a selective ACK of a run of `n` held packets.
+#[inline]
+pub(crate) fn sack_run(n: u32) -> u8 {
+    SACK_SEEN + n.clamp(1, MAX_RUN) as u8
+}
 /// The largest message-relative index an offer carries; larger ones are sent as
 /// this, meaning "unknown" (such packets are not kept ahead).
 pub(crate) const UNKNOWN_DISTANCE: u32 = 126;
@@ -124,6 +132,14 @@ impl Scoreboard {
         self.held[w] & b != 0
     }
 
+    /// Whether `psn`'s bit is set, whatever the peer (the requester also marks
+    /// READ responses it placed ahead).
+    #[inline]
+    pub fn has(&self, psn: Psn) -> bool {
+        let (w, b) = Self::bit(psn);
+        self.held[w] & b != 0
+    }
+
     pub fn set_held(&mut self, psn: Psn) {
         let (w, b) = Self::bit(psn);
         self.held[w] |= b;
@@ -178,6 +194,18 @@ pub(crate) struct AheadWrite {
     pub dma_len: u32,
 }
 
+/// A message some packet of which arrived ahead of the expected PSN: where it
+/// starts, and once known where it ends and whether it takes a receive WQE.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct AheadMessage {
+    pub first: Psn,
+    pub last: Option<Psn>,
+    pub takes_wqe: Option<bool>,
+}
+
+/// Most messages ahead tracked at once.
+const AHEAD_MESSAGES: usize = 64;
+
 /// Most WRITEs whose first packet may be kept ahead at once.
 const AHEAD_WRITES: usize = 64;
 
@@ -188,6 +216,7 @@ pub(crate) struct Reorder {
     pub active: bool,
     slots: Vec<Option<Held>>,
     writes: Vec<AheadWrite>,
+    messages: Vec<AheadMessage>,
     /// Packets held now.
     pub count: u32,
 }
@@ -200,7 +229,46 @@ impl Reorder {
             self.active = true;
             self.slots = vec![None; WINDOW as usize];
             self.writes = Vec::with_capacity(AHEAD_WRITES);
+            self.messages = Vec::with_capacity(AHEAD_MESSAGES);
         }
+    }
+
+    /// What a packet that arrived ahead says of its message (which starts at
+    /// `first`): where it ends, if this is its last packet, and whether it takes
+    /// a receive WQE, if that is known now. Messages that ended before `epsn`
+    /// are forgotten to make room.
+    pub fn note_message(
+        &mut self,
+        epsn: Psn,
+        first: Psn,
+        last: Option<Psn>,
+        takes_wqe: Option<bool>,
+    ) {
+        let entry = match self.messages.iter_mut().find(|m| m.first == first) {
+            Some(m) => m,
+            None => {
+                if self.messages.len() >= AHEAD_MESSAGES {
+                    self.messages
+                        .retain(|m| m.last.is_none_or(|l| !l.before(epsn)));
+                }
+                if self.messages.len() >= AHEAD_MESSAGES {
+                    return;
+                }
+                self.messages.push(AheadMessage {
+                    first,
+                    last: None,
+                    takes_wqe: None,
+                });
+                self.messages.last_mut().expect("just pushed")
+            }
+        };
+        entry.last = entry.last.or(last);
+        entry.takes_wqe = entry.takes_wqe.or(takes_wqe);
+    }
+
+    /// The message starting at `first`, if a packet of it arrived ahead.
+    pub fn message(&self, first: Psn) -> Option<AheadMessage> {
+        self.messages.iter().find(|m| m.first == first).copied()
     }
 
     #[inline]
@@ -223,6 +291,16 @@ impl Reorder {
             self.count += 1;
         }
         *slot = Some(h);
+    }
+
+    /// The run of held packets that ends at `last`, at most [`MAX_RUN`] long:
+    /// its first PSN and length (0 if `last` is not held).
+    pub fn run_ending_at(&self, last: Psn) -> (Psn, u32) {
+        let mut n = 0;
+        while n < MAX_RUN && self.get(last.sub(n)).is_some() {
+            n += 1;
+        }
+        (last.sub(n).next(), n)
     }
 
     /// Takes the packet held at `psn` (to commit it).
@@ -262,6 +340,7 @@ impl Reorder {
             *s = None;
         }
         self.writes.clear();
+        self.messages.clear();
         self.count = 0;
     }
 }

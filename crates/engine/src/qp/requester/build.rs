@@ -4,6 +4,7 @@
 
 use super::{Mode, Requester, SendCtx, Sent};
 use crate::mr::KeyError;
+use crate::qp::selective::{self, Peer};
 use crate::wc::WcStatus;
 use crate::wr::{SendFlags, SendOp};
 use softverbs_wire::packet::{self, BTH_LEN};
@@ -156,11 +157,31 @@ impl Requester {
             }
             SendOp::RdmaRead { remote_addr, rkey } => {
                 // A READ resumed after a loss asks only for what is still missing
-                // (IBA 9.7.5.1.3 lets the requester restart mid-message).
+                // (IBA 9.7.5.1.3 lets the requester restart mid-message); a peer
+                // doing selective repeat is asked only for the run of responses
+                // missing up to the next one placed ahead (`qp/selective.rs`).
+                let rest = wqe.length - offset.min(wqe.length);
+                let resent = psn.before(self.frontier);
+                let dma_len = if resent && ctx.board.peer == Peer::Selective {
+                    // The run missing, and the response after it (held already):
+                    // its copy arriving with the run still missing says the run
+                    // was lost again.
+                    let missing = (k..wqe.npsn)
+                        .take(selective::WINDOW as usize)
+                        .take_while(|&j| !ctx.board.has(wqe.first_psn.add(j)))
+                        .count() as u32;
+                    if k + missing + 1 < wqe.npsn {
+                        (missing + 1) * mtu
+                    } else {
+                        rest
+                    }
+                } else {
+                    rest
+                };
                 repr.reth = Some(RethRepr {
                     va: remote_addr.wrapping_add(u64::from(offset)),
                     rkey,
-                    dma_len: wqe.length - offset.min(wqe.length),
+                    dma_len,
                 });
             }
             SendOp::AtomicCmpSwap {
@@ -224,6 +245,7 @@ impl Requester {
             self.cursor_pkt += 1;
         }
         let fresh = self.advance_frontier(ctx.sq, psn) && bth.ack_req;
+        self.probing = false;
         let skipped = self.skip_held(ctx.sq, ctx.board, ctx.window.una);
         ctx.shared.counters.sr_skipped += u64::from(skipped);
         if let Mode::Retransmit { until } = self.mode {

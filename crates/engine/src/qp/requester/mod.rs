@@ -17,7 +17,7 @@ mod build;
 
 use super::attr::QpAttr;
 use super::queues::SendQueue;
-use super::selective::Scoreboard;
+use super::selective::{Scoreboard, WINDOW};
 use crate::shared::Shared;
 use crate::time::Instant;
 use crate::types::{AccessFlags, PdHandle, QpHandle, QpState};
@@ -61,6 +61,9 @@ pub(crate) struct Requester {
     mode: Mode,
     /// SQ_DRAINED already reported for this SQD visit.
     pub sqd_notified: bool,
+    /// A tail-loss probe is due: the packet at the cursor goes even if the
+    /// responder holds it (its answer is what the probe is for).
+    probing: bool,
 }
 
 /// How far past the oldest unacknowledged PSN the requester may send: the
@@ -379,6 +382,9 @@ impl Requester {
             let Mode::Retransmit { until } = self.mode else {
                 return skipped;
             };
+            if self.probing {
+                return skipped;
+            }
             if self.cursor >= self.started || self.cursor >= sq.tail {
                 return skipped;
             }
@@ -394,16 +400,22 @@ impl Requester {
             let w = sq.get(self.cursor);
             // Only SEND and WRITE packets are ever held; the oldest unacknowledged
             // one always goes again (the responder holds it but could not commit
-            // it, e.g. its RNR NAK was lost).
+            // it, e.g. its RNR NAK was lost). A READ some of whose responses came
+            // reached the responder: it is asked again for what is missing when
+            // una reaches it (the completer does that), not from here.
+            let is_read = matches!(w.op, SendOp::RdmaRead { .. });
             let held = psn != una
-                && !w.op.is_local()
-                && !w.op.is_read_or_atomic()
-                && board.holds(una, psn);
+                && if is_read {
+                    w.read_pkts_done > 0
+                        || (0..w.npsn.min(WINDOW)).any(|k| board.has(w.first_psn.add(k)))
+                } else {
+                    !w.op.is_local() && !w.op.is_atomic() && board.holds(una, psn)
+                };
             if !held {
                 return skipped;
             }
             skipped += 1;
-            if self.cursor_pkt + 1 >= w.npsn {
+            if is_read || self.cursor_pkt + 1 >= w.npsn {
                 self.cursor += 1;
                 self.cursor_pkt = 0;
             } else {
@@ -470,6 +482,7 @@ impl Requester {
             return;
         }
         self.rewind(sq, self.frontier.sub(1));
+        self.probing = true;
     }
 
     /// Records that the packet at `psn` was sent and the cursor moved on: returns

@@ -9,7 +9,7 @@ use super::{InMessage, RecvCtx, Request, Responder};
 use crate::qp::selective::{offered_index, AheadWrite, Held, WINDOW};
 use crate::types::AccessFlags;
 use crate::wc::WcOpcode;
-use softverbs_wire::{OpKind, Position, Psn};
+use softverbs_wire::{AethSyndrome, NakCode, OpKind, Position, Psn};
 
 impl Responder {
     /// A request `psn` ahead of the expected PSN, from a requester doing selective
@@ -20,6 +20,7 @@ impl Responder {
             ctx.shared.counters.drop_out_of_sequence += 1;
             return;
         }
+        self.note_message(ctx, req);
         let held = if self.sr.get(psn).is_some() {
             // A copy of a packet already placed: never placed twice.
             ctx.shared.counters.duplicate_requests += 1;
@@ -38,16 +39,76 @@ impl Responder {
             }
         };
         // Report the first packet after a hole at once (the requester resends the
-        // hole), and otherwise where the requester asked for an ACK.
-        let after_hole = psn.sub(1) != self.epsn.sub(1) && self.sr.get(psn.sub(1)).is_none();
-        if after_hole || req.pkt.bth().ack_req() {
-            self.answers.push(Outgoing::Sack {
-                cumulative: self.epsn.sub(1),
-                seen: psn,
-                held,
-            });
-            ctx.shared.counters.sack_sent += 1;
+        // hole), with the run held before the hole; and the run held up to a
+        // packet that asked for an ACK. Packets not kept are not reported one by
+        // one: once the gap before them is filled, the responder asks for them
+        // with one sequence NAK (see `ask_for_dropped`).
+        let cumulative = self.epsn.sub(1);
+        let newest = match self.highest_ahead {
+            Some(h) if cumulative.before(h) => h,
+            _ => cumulative,
+        };
+        let after_hole = psn.sub(1) != newest && newest.before(psn);
+        if newest.before(psn) {
+            self.highest_ahead = Some(psn);
         }
+        if !held {
+            self.dropped_ahead = true;
+        }
+        if after_hole {
+            let before = psn.sub(1);
+            let gap_end = (0..WINDOW)
+                .map(|k| before.sub(k))
+                .take_while(|&q| q != cumulative)
+                .find(|&q| self.sr.get(q).is_some());
+            if let Some(last) = gap_end {
+                let (seen, held) = self.sr.run_ending_at(last);
+                self.sack(ctx, seen, held);
+            }
+        }
+        if held && (after_hole || req.pkt.bth().ack_req()) {
+            let (seen, n) = self.sr.run_ending_at(psn);
+            self.sack(ctx, seen, n);
+        } else if after_hole {
+            self.sack(ctx, psn, 0);
+        }
+    }
+
+    /// After the expected PSN moved on: if it now names a packet that arrived
+    /// ahead but could not be kept, ask for it (and what follows that the
+    /// responder does not hold) with one sequence NAK, as IBA's go-back-N does.
+    pub(super) fn ask_for_dropped(&mut self, ctx: &mut RecvCtx<'_>) {
+        let Some(h) = self.highest_ahead else {
+            return;
+        };
+        if !self.epsn.before(h.next()) {
+            self.highest_ahead = None;
+            self.dropped_ahead = false;
+            return;
+        }
+        if self.dropped_ahead && self.asked_from != Some(self.epsn) {
+            // The requester resends everything from here that is not held: one
+            // NAK covers what was dropped so far.
+            self.dropped_ahead = false;
+            self.asked_from = Some(self.epsn);
+            self.answers.push(Outgoing::Nak {
+                psn: self.epsn,
+                syndrome: AethSyndrome::Nak(NakCode::PsnSequenceError),
+                msn: self.msn,
+            });
+            ctx.shared.counters.nak_seq_sent += 1;
+        }
+    }
+
+    /// Queues a selective ACK of `held` packets from `seen` on (0: `seen` arrived
+    /// and was not kept).
+    fn sack(&mut self, ctx: &mut RecvCtx<'_>, seen: Psn, held: u32) {
+        self.answers.push(Outgoing::Sack {
+            cumulative: self.epsn.sub(1),
+            seen,
+            held,
+        });
+        ctx.shared.counters.sack_sent += 1;
     }
 
     /// Places a packet ahead of the expected PSN, with the checks an in-order one
@@ -123,19 +184,24 @@ impl Responder {
                     return Err(Refusal::OpcodeOutOfSequence);
                 }
             }
-            OpKind::Send if !pos.starts_message() => {
+            OpKind::Send => {
                 let k = index.ok_or(Refusal::OpcodeOutOfSequence)?;
                 let first = psn.sub(k);
                 // The receive WQE the message takes: the one in progress, or the
-                // next one for the message that starts at the expected PSN.
+                // one as many after the head as messages before it take.
                 let in_progress =
                     matches!(self.msg, Some(InMessage::Send { .. })) && self.msg_first == first;
-                let next = self.msg.is_none() && first == self.epsn;
-                if !(in_progress || next) || next && !ctx.recv_claim() {
+                let n = if in_progress {
+                    0
+                } else {
+                    self.wqe_index_of(first).ok_or(Refusal::NoReceiveWqe)?
+                };
+                // A QP on an SRQ holds one WQE at a time: only the next message's.
+                if n == 0 && !ctx.recv_claim() || n > 0 && ctx.srq.is_some() {
                     return Err(Refusal::NoReceiveWqe);
                 }
                 let offset = k.checked_mul(mtu).ok_or(Refusal::PacketLength)?;
-                let (wqe, sges) = ctx.recv_head().ok_or(Refusal::NoReceiveWqe)?;
+                let (wqe, sges) = ctx.rq.nth(u64::from(n)).ok_or(Refusal::NoReceiveWqe)?;
                 if offset.saturating_add(len) > wqe.length {
                     return Err(Refusal::SendLongerThanReceive);
                 }
@@ -154,6 +220,57 @@ impl Responder {
             ack_req: pkt.bth().ack_req(),
             solicited: pkt.bth().solicited(),
         })
+    }
+
+    /// Notes what a packet arriving ahead says of its message: its start (from
+    /// the index the requester sent), its end and whether it takes a receive WQE.
+    fn note_message(&mut self, ctx: &RecvCtx<'_>, req: &Request<'_>) {
+        let Some(k) = offered_index(req.pkt.bth().resv7()) else {
+            return;
+        };
+        let (info, psn) = (req.info, req.psn);
+        let first = psn.sub(k);
+        let ends = info.position.ends_message();
+        let (last, takes_wqe) = match info.kind {
+            OpKind::Send => (ends.then_some(psn), Some(true)),
+            OpKind::RdmaWrite => (ends.then_some(psn), ends.then_some(info.needs_recv_wqe)),
+            OpKind::RdmaReadRequest => {
+                let len = req.pkt.reth().map_or(0, |r| r.dma_len());
+                let npsn = crate::qp::requester::packets_for(len, ctx.mtu);
+                (Some(psn.add(npsn - 1)), Some(false))
+            }
+            _ => (Some(psn), Some(false)),
+        };
+        self.sr.note_message(self.epsn, first, last, takes_wqe);
+    }
+
+    /// How many receive WQEs the messages before the one starting at `first`
+    /// take from the head of the queue, if every message between the expected
+    /// PSN and it is known (a packet of each arrived, its last one included).
+    fn wqe_index_of(&self, first: Psn) -> Option<u32> {
+        let (mut at, mut n) = match self.msg {
+            None => (self.epsn, 0),
+            Some(m) => {
+                let known = self.sr.message(self.msg_first)?;
+                let takes = match m {
+                    InMessage::Send { .. } => true,
+                    InMessage::Write { .. } => known.takes_wqe?,
+                };
+                (known.last?.next(), u32::from(takes))
+            }
+        };
+        for _ in 0..WINDOW {
+            if at == first {
+                return Some(n);
+            }
+            if !at.before(first) {
+                return None;
+            }
+            let m = self.sr.message(at)?;
+            n += u32::from(m.takes_wqe?);
+            at = m.last?.next();
+        }
+        None
     }
 
     /// The RDMA WRITE whose first packet is `first`: the message in progress, or
@@ -231,6 +348,14 @@ impl Responder {
             OpKind::Send => {
                 let received = match self.msg {
                     Some(InMessage::Send { received }) => received,
+                    None if pos.starts_message() => {
+                        // Its WQE is the head now (its data went there).
+                        if !ctx.recv_claim() {
+                            return Err(Refusal::NoReceiveWqe);
+                        }
+                        self.msg_first = h.psn;
+                        0
+                    }
                     _ => return Err(Refusal::OpcodeOutOfSequence),
                 };
                 let total = received + h.len;

@@ -33,6 +33,9 @@ pub(super) enum Outgoing {
         rkey: Rkey,
         remaining: u32,
         first: bool,
+        /// The responses reach the READ's end (false: a run of responses from its
+        /// middle asked again under selective repeat, all sent as Middle).
+        tail: bool,
         msn: u32,
     },
     Atomic {
@@ -41,11 +44,12 @@ pub(super) enum Outgoing {
         msn: u32,
     },
     /// A selective ACK (see `qp/selective.rs`): everything through `cumulative`
-    /// arrived, and so did `seen`, which is `held` or must be resent.
+    /// arrived, and so did the `held` packets from `seen` on (0: `seen` arrived
+    /// but was not kept; it must be resent).
     Sack {
         cumulative: Psn,
         seen: Psn,
-        held: bool,
+        held: u32,
     },
 }
 
@@ -84,8 +88,39 @@ impl Answers {
             rkey,
             remaining: dma_len,
             first: true,
+            tail: true,
             msn,
         });
+    }
+
+    /// Queues the responses to an RDMA READ ahead of every other answer (they
+    /// answer an older request asked again); `tail` if they reach its end.
+    pub fn queue_read_first(
+        &mut self,
+        psn: Psn,
+        va: u64,
+        rkey: Rkey,
+        dma_len: u32,
+        tail: bool,
+        msn: u32,
+    ) {
+        self.out.push_front(Outgoing::Read {
+            psn,
+            va,
+            rkey,
+            remaining: dma_len,
+            first: true,
+            tail,
+            msn,
+        });
+    }
+
+    /// Whether READ responses from `psn` on are still queued.
+    pub fn has_read_covering(&self, psn: Psn) -> bool {
+        self.out.iter().any(|o| match *o {
+            Outgoing::Read { psn: p, .. } => p == psn,
+            _ => false,
+        })
     }
 
     /// Drops queued answers from `psn` on (they are about to be regenerated); NAKs
@@ -173,8 +208,8 @@ impl Responder {
             } => {
                 out.pop_front();
                 // The MSN field carries the PSN reported on.
-                let mark = if held {
-                    selective::SACK_HELD
+                let mark = if held > 0 {
+                    selective::sack_run(held)
                 } else {
                     selective::SACK_SEEN
                 };
@@ -200,11 +235,13 @@ impl Responder {
                 rkey,
                 remaining,
                 first,
+                tail,
                 msn,
             } => {
                 let n = remaining.min(ctx.mtu);
                 let last = remaining <= ctx.mtu;
                 let pos = match (first, last) {
+                    _ if !tail => Position::Middle,
                     (true, true) => Position::Only,
                     (true, false) => Position::First,
                     (false, true) => Position::Last,

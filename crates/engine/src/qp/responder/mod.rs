@@ -79,6 +79,12 @@ pub(crate) struct Responder {
     msg_first: Psn,
     /// Selective repeat: packets kept ahead of `epsn` (see `qp/selective.rs`).
     sr: Reorder,
+    /// Selective repeat: the newest PSN that arrived ahead of `epsn`.
+    highest_ahead: Option<Psn>,
+    /// Selective repeat: a packet ahead arrived and was not kept.
+    dropped_ahead: bool,
+    /// Selective repeat: the PSN a sequence NAK last asked for.
+    asked_from: Option<Psn>,
     /// A sequence-error or RNR NAK was sent; stay quiet until `epsn` arrives.
     nak_outstanding: bool,
     /// A refusal moved the QP to ERR: the answers queued before its NAK still go
@@ -132,6 +138,9 @@ impl Responder {
             msg: None,
             msg_first: Psn::new(epsn),
             sr: Reorder::default(),
+            highest_ahead: None,
+            dropped_ahead: false,
+            asked_from: None,
             nak_outstanding: false,
             refused: false,
             answers: Answers::default(),
@@ -151,6 +160,7 @@ impl Responder {
     pub fn on_qp_error(&mut self) {
         self.msg = None;
         self.sr.clear();
+        self.highest_ahead = None;
         if !self.refused {
             self.answers.keep_naks();
         }
@@ -217,6 +227,9 @@ impl Responder {
         let refusal = match executed {
             Ok(()) => {
                 self.nak_outstanding = false;
+                if self.sr.active {
+                    self.ask_for_dropped(ctx);
+                }
                 return Verdict::Done;
             }
             Err(refusal) => refusal,

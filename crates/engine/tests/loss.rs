@@ -1,0 +1,561 @@
+//! Loss recovery ahead of the IBTA timer (issue 15), in the simulator with fixed
+//! seeds: bulk SEND, RDMA WRITE and RDMA READ streams (as ib_send_bw,
+//! ib_write_bw and ib_read_bw run them) over a link of finite rate with a bounded
+//! queue, losing datagrams at random or in bursts; a dead peer; and what goes on
+//! the wire between a peer doing selective repeat and one that does not.
+//!
+//! Each transfer checks every byte and every completion. Goodput is compared in
+//! virtual time (a model check, not a timing test): at 5 % loss within twice the
+//! lossless time. The exactly-once / in-order properties under every opcode,
+//! duplication, reordering and corruption at 1, 5, 20 and 30 % and bursty loss
+//! are `chaos.rs`'s `chaos_loss_levels_*` cases.
+
+mod common;
+
+use common::{connect, PairOpts, ADDR_A, ADDR_B};
+use softverbs_engine::*;
+use softverbs_sim::{Burst, Faults, Limits, NodeId, Sim};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// An engine as a simulator node that notes, per packet it sends, whether it
+/// is a request and its BTH reserved bits.
+struct Tap {
+    e: Engine,
+    /// (request?, resv7, sent after the first answer arrived?)
+    sent: Vec<(bool, u8, bool)>,
+    answers_seen: u64,
+}
+
+impl Node for Tap {
+    fn local_addr(&self) -> SocketAddr {
+        self.e.local_addr()
+    }
+    fn handle_datagram(&mut self, now: Instant, src: SocketAddr, data: &[u8]) {
+        if let Ok(p) = softverbs_wire::RocePacket::new_checked(data) {
+            if !p.info().is_request {
+                self.answers_seen += 1;
+            }
+        }
+        self.e.handle_datagram(now, src, data);
+    }
+    fn handle_timeout(&mut self, now: Instant) {
+        self.e.handle_timeout(now);
+    }
+    fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        let t = Node::poll_transmit(&mut self.e, now, buf)?;
+        let p = softverbs_wire::RocePacket::new_checked(&buf[..t.len]).expect("well formed");
+        self.sent
+            .push((p.info().is_request, p.bth().resv7(), self.answers_seen > 0));
+        Some(t)
+    }
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.e.poll_timeout()
+    }
+}
+
+struct End {
+    node: NodeId,
+    qp: QpHandle,
+    send_cq: CqHandle,
+    recv_cq: CqHandle,
+    mr: MrInfo,
+    /// Registered memory: boxed so it never moves; dropped after the simulator.
+    buf: Box<[u8]>,
+}
+
+struct Net {
+    sim: Sim<Tap>,
+    ends: [End; 2],
+}
+
+/// What the workload does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stream {
+    Send,
+    Write,
+    Read,
+}
+
+const SIZE: usize = 64 * 1024;
+
+/// 10 Gb/s, 10 µs one way, a 1 MiB queue (a socket buffer's worth).
+fn link(loss: f64) -> Faults {
+    Faults::lossy(loss).with_rate(1_250_000_000, 1 << 20)
+}
+
+impl Net {
+    fn new(seed: u64, faults: Faults, sr: [bool; 2], buf_len: usize) -> Net {
+        let opts = PairOpts {
+            mtu: Mtu::Mtu4096,
+            cap: QpCap {
+                max_send_wr: 64,
+                max_recv_wr: 64,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+            ..PairOpts::default()
+        };
+        let mut sim = Sim::new(seed, faults);
+        let addrs: [SocketAddr; 2] = [ADDR_A.parse().unwrap(), ADDR_B.parse().unwrap()];
+        let mut ends = Vec::new();
+        for i in 0..2 {
+            let config = EngineConfig {
+                selective_repeat: sr[i],
+                ..EngineConfig::new(addrs[i])
+            };
+            let mut e = Engine::new(config);
+            let pd = e.alloc_pd().unwrap();
+            let send_cq = e.create_cq(4096).unwrap();
+            let recv_cq = e.create_cq(4096).unwrap();
+            let (qp, _) = e
+                .create_qp(QpInitAttr {
+                    pd,
+                    send_cq,
+                    recv_cq,
+                    qp_type: QpType::Rc,
+                    cap: opts.cap,
+                    sq_sig_all: true,
+                })
+                .unwrap();
+            let mut buf = vec![0u8; buf_len].into_boxed_slice();
+            // SAFETY: `buf` is heap memory that never moves, kept in the `End`, which
+            // `Net` drops after its simulator (fields drop in declaration order).
+            let mr = unsafe { e.reg_mr(pd, buf.as_mut_ptr(), buf.len(), opts.mr_access) }.unwrap();
+            let node = sim.add_node(Tap {
+                e,
+                sent: Vec::new(),
+                answers_seen: 0,
+            });
+            ends.push(End {
+                node,
+                qp,
+                send_cq,
+                recv_cq,
+                mr,
+                buf,
+            });
+        }
+        let qpns = [0, 1].map(|i| sim.node(ends[i].node).e.qp_num(ends[i].qp).unwrap());
+        let psn = [opts.psn_a, opts.psn_b];
+        for i in 0..2 {
+            let peer = 1 - i;
+            let (node, qp) = (ends[i].node, ends[i].qp);
+            connect(
+                &mut sim.node_mut(node).e,
+                qp,
+                addrs[peer],
+                qpns[peer],
+                psn[peer],
+                psn[i],
+                &opts,
+            );
+        }
+        let mut ends = ends.into_iter();
+        let ends = [ends.next().unwrap(), ends.next().unwrap()];
+        Net { sim, ends }
+    }
+
+    fn engine(&mut self, i: usize) -> &mut Engine {
+        &mut self.sim.node_mut(self.ends[i].node).e
+    }
+}
+
+/// Fills `buf` with a pattern from `seed` that repeats at no power-of-two period.
+fn fill(buf: &mut [u8], seed: u64) {
+    let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ seed;
+    for b in buf {
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        *b = (x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 56) as u8;
+    }
+}
+
+/// The outcome of a transfer.
+#[derive(Debug)]
+struct Run {
+    elapsed: Duration,
+    a: Counters,
+    b: Counters,
+    sim: softverbs_sim::Stats,
+}
+
+/// A moves `n` messages of [`SIZE`] bytes to B by `stream` (for READ: B's data
+/// to A), at most `depth` outstanding, as perftest's bandwidth tests do; checks
+/// every completion and byte; returns the virtual time it took.
+fn transfer(seed: u64, faults: Faults, sr: [bool; 2], stream: Stream, n: usize) -> Run {
+    let depth = 16;
+    let buf_len = 2 * n * SIZE;
+    let mut net = Net::new(seed, faults, sr, buf_len);
+    // The source half of the side the data comes from.
+    let src = if stream == Stream::Read { 1 } else { 0 };
+    fill(&mut net.ends[src].buf[..n * SIZE], seed);
+    let (a_mr, b_mr) = (net.ends[0].mr, net.ends[1].mr);
+    let start = net.sim.now();
+    let mut posted = 0usize;
+    let mut done = 0usize;
+    let mut received = 0usize;
+    let mut wcs = [WorkCompletion::default(); 64];
+    if stream == Stream::Send {
+        for i in 0..n {
+            let sge = Sge {
+                addr: b_mr.addr + ((n + i) * SIZE) as u64,
+                length: SIZE as u32,
+                lkey: b_mr.lkey,
+            };
+            let qp = net.ends[1].qp;
+            // B's receive queue holds 64: post as they are consumed, below.
+            if i < 64 {
+                net.engine(1)
+                    .post_recv(
+                        qp,
+                        &RecvWr {
+                            wr_id: i as u64,
+                            sges: &[sge],
+                        },
+                    )
+                    .unwrap();
+            }
+        }
+    }
+    let limits = Limits::new(20_000_000, Duration::from_secs(60));
+    let mut recv_posted = n.min(64);
+    let (node_a, node_b) = (net.ends[0].node, net.ends[1].node);
+    let (qp_a, qp_b) = (net.ends[0].qp, net.ends[1].qp);
+    let (scq_a, rcq_b) = (net.ends[0].send_cq, net.ends[1].recv_cq);
+    let rkey = Rkey(b_mr.rkey);
+    let outcome = net.sim.run_until(limits, |sim| {
+        // Completions at A: in order, each once, successful.
+        loop {
+            let got = sim.node_mut(node_a).e.poll_cq(scq_a, &mut wcs).unwrap();
+            for wc in &wcs[..got] {
+                assert_eq!(
+                    (wc.wr_id, wc.status),
+                    (done as u64, WcStatus::Success),
+                    "{stream:?}"
+                );
+                done += 1;
+            }
+            if got < wcs.len() {
+                break;
+            }
+        }
+        if stream == Stream::Send {
+            loop {
+                let got = sim.node_mut(node_b).e.poll_cq(rcq_b, &mut wcs).unwrap();
+                for wc in &wcs[..got] {
+                    assert_eq!(
+                        (wc.wr_id, wc.status, wc.byte_len),
+                        (received as u64, WcStatus::Success, SIZE as u32)
+                    );
+                    received += 1;
+                }
+                if got < wcs.len() {
+                    break;
+                }
+            }
+            while recv_posted < n && recv_posted < received + 64 {
+                let sge = Sge {
+                    addr: b_mr.addr + ((n + recv_posted) * SIZE) as u64,
+                    length: SIZE as u32,
+                    lkey: b_mr.lkey,
+                };
+                sim.node_mut(node_b)
+                    .e
+                    .post_recv(
+                        qp_b,
+                        &RecvWr {
+                            wr_id: recv_posted as u64,
+                            sges: &[sge],
+                        },
+                    )
+                    .unwrap();
+                recv_posted += 1;
+            }
+        }
+        while posted < n && posted < done + depth {
+            let i = posted;
+            let (local, remote) = match stream {
+                // A's message i goes to B's second half.
+                Stream::Send | Stream::Write => (
+                    a_mr.addr + (i * SIZE) as u64,
+                    b_mr.addr + ((n + i) * SIZE) as u64,
+                ),
+                // B's message i comes to A's second half.
+                Stream::Read => (
+                    a_mr.addr + ((n + i) * SIZE) as u64,
+                    b_mr.addr + (i * SIZE) as u64,
+                ),
+            };
+            let op = match stream {
+                Stream::Send => SendOp::Send,
+                Stream::Write => SendOp::RdmaWrite {
+                    remote_addr: remote,
+                    rkey,
+                },
+                Stream::Read => SendOp::RdmaRead {
+                    remote_addr: remote,
+                    rkey,
+                },
+            };
+            let sge = Sge {
+                addr: local,
+                length: SIZE as u32,
+                lkey: a_mr.lkey,
+            };
+            sim.node_mut(node_a)
+                .e
+                .post_send(qp_a, &SendWr::new(i as u64, op, &[sge]))
+                .unwrap();
+            posted += 1;
+        }
+        done == n && (stream != Stream::Send || received == n)
+    });
+    outcome.unwrap_or_else(|e| {
+        panic!(
+            "{stream:?} with {faults:?}, selective repeat {sr:?}: {e}\nA {:?}\nB {:?}\n{:?}",
+            net.sim.node(node_a).e.counters(),
+            net.sim.node(node_b).e.counters(),
+            net.sim.stats()
+        )
+    });
+    let elapsed = net.sim.now() - start;
+    // Every byte arrived where it should.
+    let (from, to) = if stream == Stream::Read {
+        (1, 0)
+    } else {
+        (0, 1)
+    };
+    let sent = net.ends[from].buf[..n * SIZE].to_vec();
+    assert!(
+        net.ends[to].buf[n * SIZE..] == sent[..],
+        "{stream:?}: data differs"
+    );
+    Run {
+        elapsed,
+        a: net.sim.node(node_a).e.counters(),
+        b: net.sim.node(node_b).e.counters(),
+        sim: net.sim.stats(),
+    }
+}
+
+const BOTH: [bool; 2] = [true, true];
+const NEITHER: [bool; 2] = [false, false];
+
+/// At 5 % loss each way, every stream finishes within twice its lossless time
+/// with selective repeat; at 20 % it still finishes (no RETRY_EXC_ERR).
+#[test]
+fn goodput_at_5_percent_loss_within_twice_lossless() {
+    for stream in [Stream::Write, Stream::Send, Stream::Read] {
+        let n = 64;
+        let lossless = transfer(1, link(0.0), BOTH, stream, n);
+        let lossy = transfer(2, link(0.05), BOTH, stream, n);
+        let heavy = transfer(3, link(0.2), BOTH, stream, n);
+        let plain = transfer(2, link(0.05), NEITHER, stream, n);
+        eprintln!(
+            "{stream:?}: lossless {:?}, 5 % {:?} (go-back-N {:?}), 20 % {:?}",
+            lossless.elapsed, lossy.elapsed, plain.elapsed, heavy.elapsed
+        );
+        assert!(lossy.sim.lost > 0 && heavy.sim.lost > 0);
+        assert!(
+            lossy.elapsed <= 2 * lossless.elapsed,
+            "{stream:?} at 5 %: {:?} vs lossless {:?}\n{lossy:?}",
+            lossy.elapsed,
+            lossless.elapsed
+        );
+        // No local ACK timeout was needed at 5 %: the early timer and the
+        // selective ACKs did it.
+        assert_eq!(lossy.a.ack_timeouts, 0, "{stream:?}: {:?}", lossy.a);
+    }
+}
+
+/// Selective repeat resends less than go-back-N for the same losses, and keeps
+/// packets ahead at the responder; go-back-N keeps none.
+#[test]
+fn selective_repeat_resends_only_what_is_missing() {
+    let sr = transfer(4, link(0.05), BOTH, Stream::Write, 64);
+    let gbn = transfer(4, link(0.05), NEITHER, Stream::Write, 64);
+    assert!(
+        sr.b.sr_held_ahead > 0 && sr.a.sack_received > 0,
+        "{:?}",
+        sr.b
+    );
+    assert!(sr.a.sr_skipped > 0, "{:?}", sr.a);
+    assert_eq!((gbn.b.sr_held_ahead, gbn.b.sack_sent), (0, 0));
+    assert!(gbn.b.nak_seq_sent > 0);
+    assert!(
+        sr.a.retransmitted_packets * 2 < gbn.a.retransmitted_packets,
+        "selective {} vs go-back-N {}",
+        sr.a.retransmitted_packets,
+        gbn.a.retransmitted_packets
+    );
+}
+
+/// Losses in bursts (mean burst 4 datagrams, about 5 % lost overall) and 30 %
+/// random loss: every stream completes, data intact.
+#[test]
+fn bursty_and_thirty_percent_loss_complete() {
+    let burst = Burst {
+        enter: 0.0125,
+        leave: 0.25,
+        loss: 0.8,
+    };
+    for (i, stream) in [Stream::Write, Stream::Send, Stream::Read]
+        .into_iter()
+        .enumerate()
+    {
+        let seed = 10 + i as u64;
+        let bursty = transfer(seed, link(0.0).with_burst(burst), BOTH, stream, 32);
+        assert!(bursty.sim.lost > 0);
+        let r = transfer(seed, link(0.3), BOTH, stream, 16);
+        assert!(r.sim.lost > 0);
+        let r = transfer(seed, link(0.3), NEITHER, stream, 8);
+        assert!(r.sim.lost > 0);
+    }
+}
+
+/// The cap on packets in flight keeps a burst from overrunning a small queue
+/// (a receiver's socket buffer): past the first round trip, next to nothing
+/// is dropped for want of room, and the transfer runs at the link's rate.
+#[test]
+fn in_flight_cap_keeps_the_queue_from_overflowing() {
+    // 10 Gb/s with a 128 KiB queue: 32 full packets.
+    let faults = Faults::none().with_rate(1_250_000_000, 128 << 10);
+    let r = transfer(5, faults, BOTH, Stream::Write, 64);
+    let packets = (64 * SIZE / 4096) as u64;
+    assert!(
+        r.sim.queue_full <= 64,
+        "{} of {} dropped at the queue",
+        r.sim.queue_full,
+        r.a.tx_packets
+    );
+    // At 10 Gb/s the data alone takes 64 x 64 KiB / 1.25 GB/s = 3.36 ms.
+    let wire = Duration::from_nanos(packets * 4096 * 1_000_000_000 / 1_250_000_000);
+    assert!(r.elapsed < wire * 2, "{:?} for {wire:?} of data", r.elapsed);
+}
+
+/// A peer that goes silent after the RTT was measured: the early timer resends
+/// (probe, then backed-off retransmissions) without spending retries, and the
+/// QP still ends in RETRY_EXC_ERR after retry_cnt + 1 local ACK timeouts, within
+/// timeout x (retry_cnt + 1).
+#[test]
+fn dead_peer_after_traffic_ends_in_retry_exceeded_within_the_ibta_bound() {
+    let mut net = Net::new(6, Faults::none(), BOTH, 4 * SIZE);
+    let (a, b) = (net.ends[0].node, net.ends[1].node);
+    let (qp, scq) = (net.ends[0].qp, net.ends[0].send_cq);
+    let (a_mr, b_mr) = (net.ends[0].mr, net.ends[1].mr);
+    let write = |net: &mut Net, wr_id: u64| {
+        let sge = Sge {
+            addr: a_mr.addr,
+            length: 4096,
+            lkey: a_mr.lkey,
+        };
+        let op = SendOp::RdmaWrite {
+            remote_addr: b_mr.addr + SIZE as u64,
+            rkey: Rkey(b_mr.rkey),
+        };
+        net.engine(0)
+            .post_send(qp, &SendWr::new(wr_id, op, &[sge]))
+            .unwrap();
+    };
+    let limits = Limits::new(1_000_000, Duration::from_secs(60));
+    write(&mut net, 1);
+    net.sim
+        .run_until(limits, |sim| sim.node(a).e.cq_len(scq).unwrap() == 1)
+        .unwrap();
+    assert!(net.engine(0).qp_srtt(qp).is_some(), "the RTT is measured");
+    net.sim.partition(a, b, true);
+    for wr_id in 2..5 {
+        write(&mut net, wr_id);
+    }
+    let start = net.sim.now();
+    net.sim
+        .run_until(limits, |sim| sim.node(a).e.cq_len(scq).unwrap() == 4)
+        .unwrap();
+    let elapsed = net.sim.now() - start;
+    let mut wcs = [WorkCompletion::default(); 8];
+    let got = net.engine(0).poll_cq(scq, &mut wcs).unwrap();
+    let st: Vec<_> = wcs[..got].iter().map(|w| (w.wr_id, w.status)).collect();
+    assert_eq!(
+        st,
+        vec![
+            (1, WcStatus::Success),
+            (2, WcStatus::RetryExcErr),
+            (3, WcStatus::WrFlushErr),
+            (4, WcStatus::WrFlushErr)
+        ]
+    );
+    let c = net.engine(0).counters();
+    let opts = PairOpts::default();
+    let attempts = u64::from(opts.retry_cnt) + 1;
+    assert_eq!(c.ack_timeouts, attempts, "{c:?}");
+    assert!(c.tail_loss_probes > 0 && c.early_retransmits > 0, "{c:?}");
+    let t = timers::ack_timeout(opts.timeout).unwrap();
+    assert!(
+        elapsed <= t * attempts as u32 + Duration::from_micros(100),
+        "{elapsed:?} for {attempts} x {t:?}"
+    );
+}
+
+/// With a peer that does not do selective repeat (a foreign RoCEv2 device, or
+/// softverbs with it off), every packet after the first answer is plain IBA: no
+/// reserved bit set, and the peer never sets one. Between two softverbs peers
+/// requests and answers carry them throughout.
+#[test]
+fn reserved_bits_only_between_softverbs_peers() {
+    for (sr, label) in [([true, false], "foreign B"), ([false, true], "foreign A")] {
+        let mut net = Net::new(7, link(0.05), sr, 2 * 16 * SIZE);
+        drop_net_run(&mut net, 16);
+        for (i, &on) in sr.iter().enumerate() {
+            let tap = net.sim.node(net.ends[i].node);
+            let marked: Vec<_> = tap.sent.iter().filter(|s| s.1 != 0).collect();
+            if on {
+                // Offers only on requests sent before any answer came back.
+                assert!(
+                    marked.iter().all(|&&(req, _, after)| req && !after),
+                    "{label}: {marked:?}"
+                );
+            } else {
+                assert!(marked.is_empty(), "{label}: the plain side set Resv7");
+            }
+        }
+    }
+    let mut net = Net::new(8, link(0.05), BOTH, 2 * 16 * SIZE);
+    drop_net_run(&mut net, 16);
+    for i in 0..2 {
+        let tap = net.sim.node(net.ends[i].node);
+        assert!(tap.sent.iter().all(|s| s.1 != 0), "every packet marked");
+    }
+    assert!(net.engine(1).counters().sr_held_ahead > 0);
+}
+
+/// Both ends WRITE 16 x 64 KiB to each other at once.
+fn drop_net_run(net: &mut Net, n: usize) {
+    for i in 0..2 {
+        let (mr, peer) = (net.ends[i].mr, net.ends[1 - i].mr);
+        let qp = net.ends[i].qp;
+        for k in 0..n {
+            let sge = Sge {
+                addr: mr.addr + (k * SIZE) as u64,
+                length: SIZE as u32,
+                lkey: mr.lkey,
+            };
+            let op = SendOp::RdmaWrite {
+                remote_addr: peer.addr + ((n + k) * SIZE) as u64,
+                rkey: Rkey(peer.rkey),
+            };
+            net.engine(i)
+                .post_send(qp, &SendWr::new(k as u64, op, &[sge]))
+                .unwrap();
+        }
+    }
+    let ends = [0, 1].map(|i| (net.ends[i].node, net.ends[i].send_cq));
+    net.sim
+        .run_until(Limits::new(5_000_000, Duration::from_secs(60)), |sim| {
+            ends.iter()
+                .all(|&(node, cq)| sim.node(node).e.cq_len(cq).unwrap() == n)
+        })
+        .unwrap();
+}
