@@ -123,13 +123,12 @@ impl Ctrl {
 
 /// Opens the softverbs device from the `SOFTVERBS_*` environment, listening on
 /// `ip` (the address the control connection uses, so that the peer can reach
-/// it) unless `SOFTVERBS_ADDR` says otherwise, with `mtu` if given.
+/// it) unless `SOFTVERBS_ADDR` says otherwise, with `mtu` if given. A loopback `ip`
+/// leaves the device on its own loopback address (`softverbs::addressing`).
 pub fn open_device(ip: Option<IpAddr>, mtu: Option<u32>) -> Result<Context> {
     let mut cfg = Config::from_env()?;
-    if std::env::var_os("SOFTVERBS_ADDR").is_none() {
-        if let Some(ip) = ip.and_then(device_ip) {
-            cfg.addr = ip;
-        }
+    if cfg.addr.is_none() {
+        cfg.addr = ip.and_then(device_ip).filter(|ip| !ip.is_loopback());
     }
     if let Some(m) = mtu {
         cfg.mtu = parse_mtu(m)?;
@@ -280,14 +279,17 @@ pub fn rtr_rts(ctx: &Context, qp: &Qp, local_psn: u32, remote: &QpInfo, mtu: Mtu
     // A GRH-style address when the GID names a device, else the LID (same host).
     let remote_qp = if remote.gid.interface_id() != 0 {
         RemoteQp::from_gid(remote.gid, Qpn::new(remote.qpn), remote.psn)
-    } else if remote.lid != 0 {
+    } else if let Some(addr) = ctx.lid_to_addr(remote.lid) {
         RemoteQp {
-            addr: ctx.lid_to_addr(remote.lid),
+            addr,
             qpn: Qpn::new(remote.qpn),
             psn: remote.psn,
         }
     } else {
-        fail!("the peer sent neither a GID nor a LID");
+        fail!(
+            "the peer sent neither a GID nor a LID that names a device ({})",
+            remote.lid
+        );
     };
     let max_rd = ctx.query_device().max_qp_rd_atom;
     qp.to_rtr(RtrAttr {

@@ -95,7 +95,7 @@ pub fn run(verbose: bool) -> Result<()> {
     println!("\t\t\tport_lmc:\t\t0x00");
     println!("\t\t\tlink_layer:\t\t{link}");
     println!(
-        "\t\t\tudp_endpoint:\t\t{} (softverbs; the port is new on every open unless SOFTVERBS_PORT is set)",
+        "\t\t\tudp_endpoint:\t\t{} (softverbs; see SOFTVERBS_ADDR and SOFTVERBS_PORT)",
         ctx.local_addr()
     );
     if verbose {

@@ -116,18 +116,20 @@ pub struct PingpongArgs {
     /// TCP port for the connection exchange.
     #[arg(short, long, default_value_t = 18515)]
     port: u16,
-    /// Message size in bytes.
-    #[arg(short, long, default_value_t = 4096)]
-    size: u32,
+    /// Message size in bytes [default: 4096; with --ud 2048, as ibv_ud_pingpong, or the
+    /// port's MTU if smaller].
+    #[arg(short, long)]
+    size: Option<u32>,
     /// Number of exchanges.
     #[arg(short = 'n', long, default_value_t = 1000)]
     iters: u32,
     /// Fill every message with a per-iteration pattern and check every received byte.
     #[arg(long)]
     validate: bool,
-    /// Path MTU in bytes (256, 512, 1024, 2048 or 4096; 1024 as ibv_rc_pingpong).
-    #[arg(long, default_value_t = 1024)]
-    mtu: u32,
+    /// Path MTU in bytes (256, 512, 1024, 2048 or 4096) [default: 1024, as ibv_rc_pingpong;
+    /// with --ud the port's MTU, which this lowers].
+    #[arg(long)]
+    mtu: Option<u32>,
     /// Use an unreliable connected (UC) QP, like ibv_uc_pingpong: a lost message
     /// is not recovered, so this needs a lossless path.
     #[arg(long, conflicts_with = "ud")]

@@ -51,12 +51,15 @@ fn check(buf: &[u8], iter: u32, from_server: bool) -> Result<()> {
 /// The Q_Key UD ping-pong uses on both sides (as ibv_ud_pingpong does, a fixed one).
 const UD_QKEY: u32 = 0x1111_1111;
 
+/// ibv_ud_pingpong's default message size.
+const UD_SIZE: u32 = 2048;
+
 pub fn run(a: &PingpongArgs) -> Result<()> {
-    let mtu = parse_mtu(a.mtu)?;
-    if a.size == 0 {
+    // The path MTU of RC and UC QPs; UD QPs have none (the port's MTU bounds a datagram).
+    let mtu = parse_mtu(a.mtu.unwrap_or(1024))?;
+    if a.size == Some(0) {
         fail!("the message size must be at least 1 byte");
     }
-    let size = a.size as usize;
     let mut ctrl = match &a.host {
         Some(host) if !a.server => Ctrl::connect(host, a.port, Duration::from_secs(10), || None)?,
         _ => {
@@ -64,16 +67,23 @@ pub fn run(a: &PingpongArgs) -> Result<()> {
             Ctrl::accept(a.port)?
         }
     };
-    let result = session(a, &mut ctrl, mtu, size);
+    let result = session(a, &mut ctrl, mtu);
     if let Err(e) = &result {
         ctrl.send_error(&e.to_string());
     }
     result
 }
 
-fn session(a: &PingpongArgs, ctrl: &mut Ctrl, mtu: softverbs::Mtu, size: usize) -> Result<()> {
+fn session(a: &PingpongArgs, ctrl: &mut Ctrl, mtu: softverbs::Mtu) -> Result<()> {
     let server = a.server;
-    let ctx = open_device(Some(ctrl.local_ip()?), Some(a.mtu))?;
+    let device_mtu = if a.ud { a.mtu } else { Some(mtu.bytes()) };
+    let ctx = open_device(Some(ctrl.local_ip()?), device_mtu)?;
+    let port_mtu = ctx.query_port(1)?.active_mtu.bytes();
+    let size = match a.size {
+        Some(s) => s,
+        None if a.ud => UD_SIZE.min(port_mtu),
+        None => 4096,
+    } as usize;
     let pd = ctx.alloc_pd()?;
     let rx_depth = RX_DEPTH.min(a.iters.max(1));
     let cq = ctx.create_cq(RX_DEPTH + TX_DEPTH + 8, None)?;
@@ -86,11 +96,8 @@ fn session(a: &PingpongArgs, ctrl: &mut Ctrl, mtu: softverbs::Mtu, size: usize) 
     };
     // UD receive buffers start with the 40-byte GRH area (ibv_ud_pingpong).
     let grh = if a.ud { 40 } else { 0 };
-    if a.ud && size > ctx.query_port(1)?.active_mtu.bytes() as usize {
-        fail!(
-            "UD messages are at most one MTU ({} bytes)",
-            ctx.query_port(1)?.active_mtu.bytes()
-        );
+    if a.ud && size > port_mtu as usize {
+        fail!("UD messages are at most one MTU ({port_mtu} bytes)");
     }
     let srq = if a.srq {
         Some(pd.create_srq(RX_DEPTH, 1)?)

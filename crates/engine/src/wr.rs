@@ -155,6 +155,9 @@ pub enum Payload<'a> {
     Sges(&'a [Sge]),
     /// Copied into the send queue at post time (at most `max_inline_data` bytes).
     Inline(&'a [u8]),
+    /// Like [`Payload::Inline`], gathered from several pieces (at most `max_inline_data`
+    /// bytes in all), each copied once, straight into the send queue.
+    InlineParts(&'a [&'a [u8]]),
 }
 
 impl fmt::Debug for Payload<'_> {
@@ -162,6 +165,12 @@ impl fmt::Debug for Payload<'_> {
         match self {
             Payload::Sges(s) => f.debug_tuple("Sges").field(s).finish(),
             Payload::Inline(d) => write!(f, "Inline({} bytes)", d.len()),
+            Payload::InlineParts(p) => write!(
+                f,
+                "InlineParts({} bytes in {} parts)",
+                p.iter().map(|d| d.len()).sum::<usize>(),
+                p.len()
+            ),
         }
     }
 }

@@ -2,15 +2,16 @@
 //! `ibv_create_ah_from_wc`, and the UD send operation built from `wr.ud`.
 //!
 //! A softverbs address handle is a device's UDP endpoint ([`softverbs::AddressHandle`]). An
-//! `ibv_ah_attr` with `is_global` names it by GID (which carries IP address and UDP port, see
-//! [`softverbs::Gid`]); without a GRH, `dlid` names a device on this host (its LID is its UDP
-//! port), as `ibv_modify_qp` does for a connected QP's address vector.
+//! `ibv_ah_attr` with `is_global` names it by GID (the RoCEv2 GID of its endpoint, see
+//! [`softverbs::addressing`]); without a GRH, `dlid` names a device on this host, as
+//! `ibv_modify_qp` does for a connected QP's address vector.
 //!
 //! Replies (`ibv_init_ah_from_wc`): the 40 bytes in front of a UD receive hold what a RoCEv2
 //! device delivers there — for IPv4 the IPv4 header in the last 20 bytes (the first 20 zero),
 //! for IPv6 the IPv6 header — as rdma-core parses it. The IP header carries the sender's
-//! address but not its UDP port; softverbs reports the sender's port as the completion's
-//! `slid`, so the reply GID is built from the header's source address and `wc->slid`.
+//! address but not its UDP port; the completion's `slid` is the sender's LID, which names
+//! its endpoint (a loopback device at 4791, or a port on the sender's address), so the reply
+//! GID is built from the header's source address and `wc->slid`.
 //!
 //! An AH holds its PD (counted in `SoftPd::ahs`): `ibv_dealloc_pd` refuses with EBUSY while
 //! it exists, as rdma-core does.
@@ -53,7 +54,7 @@ fn resolve(ctx: &softverbs::Context, a: &ibv_ah_attr) -> Option<AddressHandle> {
         if a.dlid == 0 || a.dlid >= 0xc000 {
             return None;
         }
-        Some(AddressHandle::from_lid(ctx, a.dlid))
+        AddressHandle::from_lid(ctx, a.dlid)
     }
 }
 
@@ -168,17 +169,18 @@ fn grh_version(g: &[u8; 40]) -> Option<u8> {
     Some(if !(sum as u16) == check { 4 } else { 6 })
 }
 
-/// The GID that reaches the device at `ip` whose UDP port is `slid` (0: unknown, the RoCEv2
-/// port). IPv6 devices listen on the RoCEv2 port, so their GID is the address itself.
+/// The GID that reaches the device at `ip` whose LID is `slid`: the endpoint the LID names
+/// on that address (a port LID), else the RoCEv2 port (loopback devices, and LID 0).
+/// IPv6 devices listen on the RoCEv2 port, so their GID is the address itself.
 fn reply_gid(ip: IpAddr, slid: u16) -> [u8; 16] {
-    let port = if slid == 0 {
-        softverbs::ROCE_PORT
-    } else {
-        slid
-    };
     let ip = match ip {
         IpAddr::V6(a) => a.to_ipv4_mapped().map_or(IpAddr::V6(a), IpAddr::V4),
         v4 => v4,
+    };
+    let port = if softverbs::addressing::PORT_LIDS.contains(&slid) {
+        slid
+    } else {
+        softverbs::ROCE_PORT
     };
     match ip {
         IpAddr::V4(_) => Gid::from_socket_addr(SocketAddr::new(ip, port)).map_or([0; 16], |g| g.0),
@@ -513,7 +515,9 @@ mod tests {
             assert_ne!(r.wc_flags & IBV_WC_GRH, 0);
             assert_ne!(r.wc_flags & IBV_WC_WITH_IMM, 0);
             assert_eq!(r.imm.imm_data, 0xdead_beef_u32.to_be());
-            assert_eq!((r.slid, r.sl), (lid, 0));
+            // The sender's LID; the network header type where RoCE providers report it
+            // (`sl`, 2 = IPv4).
+            assert_eq!((r.slid, r.sl), (lid, 2));
             assert_eq!(&buf[8192 + 40..8192 + 40 + msg.len()], msg);
             // The GRH area holds the IPv4 header (both ends are this device).
             assert_eq!(buf[8192 + 20] >> 4, 4);

@@ -162,8 +162,20 @@ pub(crate) unsafe extern "C" fn create_cq_ex(
     if let Some(e) = bad {
         return ret_null(e);
     }
+    let Ok(comp_vector) = c_int::try_from(a.comp_vector) else {
+        return ret_null(libc::EINVAL);
+    };
     // SAFETY: forwarded contract.
-    let cq = unsafe { create_cq_common(context, a.cqe, a.cq_context, a.channel, a.wc_flags) };
+    let cq = unsafe {
+        create_cq_common(
+            context,
+            a.cqe,
+            a.cq_context,
+            a.channel,
+            comp_vector,
+            a.wc_flags,
+        )
+    };
     cq.cast()
 }
 

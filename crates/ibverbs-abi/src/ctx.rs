@@ -2,13 +2,21 @@
 //!
 //! Each context is a [`SoftContext`]: a `verbs_context` (whose last field is the
 //! `ibv_context` handed to C, so the header inlines find the extended ops right before it)
-//! followed by the [`softverbs::Context`] doing the work.
+//! followed by the [`softverbs::Context`] doing the work. Every context of a process shares
+//! the process's one softverbs device (endpoint, GID, LID, QPN space, progress thread), as
+//! contexts of one RNIC share its port; each has its own objects, async event fd and
+//! `cmd_fd`.
+//!
+//! After `fork()` the child's inherited contexts are dead: every call on them or their
+//! objects fails with `EIO` (NULL and errno `EIO` for calls returning objects) without
+//! touching the parent's device; the child opens a device of its own (`softverbs::fork`).
 
 use core::ffi::{c_char, c_int, c_uint, c_void};
 use core::mem::offset_of;
 use core::ptr;
 
 use std::collections::HashMap;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::Mutex;
 
 use crate::abi::*;
@@ -24,6 +32,9 @@ pub struct SoftContext {
     pub ctx: softverbs::Context,
     /// The context's QPs, CQs and SRQs by engine handle, for async events.
     pub(crate) objects: Mutex<ObjectIndex>,
+    /// `ibv_context.cmd_fd`: softverbs has no kernel command channel, but programs dup and
+    /// close this fd (and pass it to `ibv_import_device`), so it is a real one of its own.
+    pub(crate) cmd_fd: OwnedFd,
 }
 
 /// The C objects of one context (their wrappers' addresses) by engine handle, so an async
@@ -43,6 +54,65 @@ pub(crate) fn with_objects(context: *mut ibv_context, f: impl FnOnce(&mut Object
         f(&mut s.objects.lock().unwrap_or_else(|e| e.into_inner()));
     }
 }
+
+/// The [`SoftContext`] around `ctx` if it can be used: `Err(EINVAL)` for NULL, `Err(EIO)`
+/// for a context inherited across `fork()`.
+///
+/// # Safety
+/// As [`soft`].
+pub unsafe fn live<'a>(ctx: *mut ibv_context) -> Result<&'a SoftContext, c_int> {
+    // SAFETY: forwarded contract.
+    match unsafe { soft(ctx) } {
+        None => Err(libc::EINVAL),
+        Some(s) if s.ctx.inherited() => Err(libc::EIO),
+        Some(s) => Ok(s),
+    }
+}
+
+/// `Err(EIO)` when `ctx` (the context of an object) was inherited across `fork()`; NULL
+/// passes (the callers check their object).
+///
+/// # Safety
+/// As [`soft`].
+pub(crate) unsafe fn usable(ctx: *mut ibv_context) -> Result<(), c_int> {
+    // SAFETY: forwarded contract.
+    match unsafe { soft(ctx) } {
+        Some(s) if s.ctx.inherited() => Err(libc::EIO),
+        _ => Ok(()),
+    }
+}
+
+/// A memfd of its own for `cmd_fd`.
+fn cmd_fd() -> std::io::Result<OwnedFd> {
+    // SAFETY: memfd_create with a static C string name; the result is checked.
+    let fd = unsafe { libc::memfd_create(c"softverbs-cmd".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Whether `fd` is the `cmd_fd` of a context open in this process (for `ibv_import_device`).
+pub(crate) fn is_cmd_fd(fd: c_int) -> bool {
+    let id = |fd: c_int| {
+        // SAFETY: fstat into a zeroed stat buffer; the result is checked.
+        let mut st: libc::stat = unsafe { core::mem::zeroed() };
+        // SAFETY: as above.
+        (unsafe { libc::fstat(fd, &mut st) } == 0).then_some((st.st_dev, st.st_ino))
+    };
+    let Some(me) = id(fd) else {
+        return false;
+    };
+    CMD_FDS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .any(|&f| id(f) == Some(me))
+}
+
+/// The `cmd_fd`s of the open contexts.
+static CMD_FDS: Mutex<Vec<c_int>> = Mutex::new(Vec::new());
 
 /// The [`SoftContext`] around `ctx`, or None for NULL.
 ///
@@ -97,6 +167,10 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
             return ret_null(libc::ENODEV);
         }
     };
+    let cmd = match cmd_fd() {
+        Ok(f) => f,
+        Err(e) => return ret_null(e.raw_os_error().unwrap_or(libc::EMFILE)),
+    };
     let mut vctx = verbs_context::zeroed();
     vctx.query_port = Some(query_port_ex);
     vctx.query_device_ex = Some(query_device_ex);
@@ -108,14 +182,19 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
     vctx.context.ops._compat_query_device = Some(ibv_query_device);
     crate::verbs::install_ops(&mut vctx.context.ops);
     crate::mw::install_mw_ops(&mut vctx.context.ops);
-    vctx.context.cmd_fd = -1;
+    vctx.context.cmd_fd = cmd.as_raw_fd();
     vctx.context.async_fd = ctx.async_fd();
-    vctx.context.num_comp_vectors = 1;
+    vctx.context.num_comp_vectors = clamp(ctx.query_device().num_comp_vectors);
     vctx.context.abi_compat = VERBS_ABI_IS_EXTENDED;
+    CMD_FDS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(cmd.as_raw_fd());
     let soft = Box::into_raw(Box::new(SoftContext {
         vctx,
         ctx,
         objects: Mutex::new(ObjectIndex::default()),
+        cmd_fd: cmd,
     }));
     // SAFETY: `soft` is a fresh, valid allocation.
     unsafe { &raw mut (*soft).vctx.context }
@@ -130,7 +209,13 @@ pub unsafe extern "C" fn ibv_close_device(context: *mut ibv_context) -> c_int {
     let Some(s) = (unsafe { soft(context) }) else {
         return libc::EINVAL;
     };
-    // SAFETY: `s` was created by Box::into_raw in `ibv_open_device` and is freed once.
+    let fd = s.cmd_fd.as_raw_fd();
+    CMD_FDS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .retain(|&f| f != fd);
+    // SAFETY: `s` was created by Box::into_raw in `ibv_open_device` and is freed once. An
+    // inherited context's device is left alone by its own drop (`softverbs::fork`).
     drop(unsafe { Box::from_raw(ptr::from_ref(s).cast_mut()) });
     0
 }
@@ -143,6 +228,8 @@ fn device_attr(s: &SoftContext) -> ibv_device_attr {
     }
     a.node_guid = d.node_guid.to_be();
     a.sys_image_guid = d.node_guid.to_be();
+    a.vendor_id = d.vendor_id;
+    a.vendor_part_id = d.vendor_part_id;
     a.max_mr_size = d.max_mr_size;
     a.page_size_cap = 0x1000;
     a.max_qp = clamp(d.max_qp);
@@ -163,6 +250,9 @@ fn device_attr(s: &SoftContext) -> ibv_device_attr {
     };
     a.max_ah = c_int::MAX;
     a.max_pkeys = 1;
+    a.max_mcast_grp = clamp(d.max_mcast_grp);
+    a.max_mcast_qp_attach = clamp(d.max_mcast_qp_attach);
+    a.max_total_mcast_qp_attach = clamp(d.max_total_mcast_qp_attach);
     a.local_ca_ack_delay = 15;
     a.phys_port_cnt = d.phys_port_cnt;
     a
@@ -177,8 +267,9 @@ pub unsafe extern "C" fn ibv_query_device(
     attr: *mut ibv_device_attr,
 ) -> c_int {
     // SAFETY: per the contract.
-    let Some(s) = (unsafe { soft(context) }) else {
-        return libc::EINVAL;
+    let s = match unsafe { live(context) } {
+        Ok(s) => s,
+        Err(e) => return e,
     };
     if attr.is_null() {
         return libc::EINVAL;
@@ -196,8 +287,9 @@ unsafe extern "C" fn query_device_ex(
     attr_size: usize,
 ) -> c_int {
     // SAFETY: the caller passes a context from `ibv_open_device`.
-    let Some(s) = (unsafe { soft(context) }) else {
-        return libc::EINVAL;
+    let s = match unsafe { live(context) } {
+        Ok(s) => s,
+        Err(e) => return e,
     };
     if attr.is_null() || attr_size < size_of::<ibv_device_attr>() {
         return libc::EINVAL;
@@ -254,8 +346,9 @@ unsafe extern "C" fn query_port_ex(
     attr_len: usize,
 ) -> c_int {
     // SAFETY: the caller passes a context from `ibv_open_device`.
-    let Some(s) = (unsafe { soft(context) }) else {
-        return libc::EINVAL;
+    let s = match unsafe { live(context) } {
+        Ok(s) => s,
+        Err(e) => return e,
     };
     let Some(a) = port_attr(s, port) else {
         return libc::EINVAL;
@@ -445,7 +538,11 @@ pub unsafe extern "C" fn _ibv_query_gid_table(
     all.len() as isize
 }
 
-/// `ibv_get_async_event`: blocks for the next event; 0, or -1 with errno.
+/// `ibv_get_async_event`: the next event of this context, waiting for one as rdma-core's
+/// `read()` of the async fd does: 0, or -1 keeping that wait's errno (`EAGAIN` when the
+/// application made the fd `O_NONBLOCK` and nothing is pending, `EINTR` when a signal
+/// interrupted it). The element names a live object: events of destroyed objects are never
+/// delivered, and destroying an object waits until its events are acknowledged.
 ///
 /// # Safety
 /// `context` from `ibv_open_device`; `event` writable.
@@ -454,63 +551,122 @@ pub unsafe extern "C" fn ibv_get_async_event(
     event: *mut ibv_async_event,
 ) -> c_int {
     // SAFETY: per the contract.
-    let Some(s) = (unsafe { soft(context) }) else {
-        set_errno(libc::EINVAL);
-        return -1;
+    let s = match unsafe { live(context) } {
+        Ok(s) => s,
+        Err(e) => {
+            set_errno(e);
+            return -1;
+        }
     };
     if event.is_null() {
         set_errno(libc::EINVAL);
         return -1;
     }
     use softverbs::AsyncEvent as E;
-    let ev = s.ctx.get_async_event();
-    let ty = match ev {
-        E::PortActive => IBV_EVENT_PORT_ACTIVE,
-        E::CqError(_) => IBV_EVENT_CQ_ERR,
-        E::QpFatal(_) => IBV_EVENT_QP_FATAL,
-        E::QpRequestError(_) => IBV_EVENT_QP_REQ_ERR,
-        E::QpAccessError(_) => IBV_EVENT_QP_ACCESS_ERR,
-        E::SqDrained(_) => IBV_EVENT_SQ_DRAINED,
-        E::LastWqeReached(_) => IBV_EVENT_QP_LAST_WQE_REACHED,
-        E::SrqLimitReached(_) => IBV_EVENT_SRQ_LIMIT_REACHED,
-        #[allow(unreachable_patterns)]
-        _ => IBV_EVENT_DEVICE_FATAL,
-    };
-    // The element names the object the event is about (NULL if it is gone already).
-    let element = {
-        let o = s.objects.lock().unwrap_or_else(|e| e.into_inner());
-        let qp = |h| o.qps.get(h).map_or(ptr::null_mut(), |&p| p as *mut ibv_qp);
-        match &ev {
-            E::PortActive => ibv_async_event_element { port_num: 1 },
-            E::CqError(h) => ibv_async_event_element {
-                cq: o.cqs.get(h).map_or(ptr::null_mut(), |&p| p as *mut ibv_cq),
-            },
-            E::SrqLimitReached(h) => ibv_async_event_element {
-                srq: o
-                    .srqs
-                    .get(h)
-                    .map_or(ptr::null_mut(), |&p| p as *mut ibv_srq),
-            },
-            E::QpFatal(h)
-            | E::QpRequestError(h)
-            | E::QpAccessError(h)
-            | E::SqDrained(h)
-            | E::LastWqeReached(h) => ibv_async_event_element { qp: qp(h) },
+    loop {
+        let ev = match s.ctx.get_async_event() {
+            Ok(ev) => ev,
+            Err(e) => {
+                set_errno(e.raw_os_error().unwrap_or(libc::EIO));
+                return -1;
+            }
+        };
+        let ty = match ev {
+            E::PortActive => IBV_EVENT_PORT_ACTIVE,
+            E::CqError(_) => IBV_EVENT_CQ_ERR,
+            E::QpFatal(_) => IBV_EVENT_QP_FATAL,
+            E::QpRequestError(_) => IBV_EVENT_QP_REQ_ERR,
+            E::QpAccessError(_) => IBV_EVENT_QP_ACCESS_ERR,
+            E::SqDrained(_) => IBV_EVENT_SQ_DRAINED,
+            E::LastWqeReached(_) => IBV_EVENT_QP_LAST_WQE_REACHED,
+            E::SrqLimitReached(_) => IBV_EVENT_SRQ_LIMIT_REACHED,
             #[allow(unreachable_patterns)]
-            _ => ibv_async_event_element {
-                cq: ptr::null_mut(),
-            },
+            _ => IBV_EVENT_DEVICE_FATAL,
+        };
+        // The element names the object the event is about. It is listed: an object is
+        // unlisted only after its events were acknowledged (see the destroy calls), and this
+        // one was counted as handed out when it was taken from the queue.
+        let element = {
+            let o = s.objects.lock().unwrap_or_else(|e| e.into_inner());
+            match &ev {
+                E::PortActive => Some(ibv_async_event_element { port_num: 1 }),
+                E::CqError(h) => o.cqs.get(h).map(|&p| ibv_async_event_element {
+                    cq: p as *mut ibv_cq,
+                }),
+                E::SrqLimitReached(h) => o.srqs.get(h).map(|&p| ibv_async_event_element {
+                    srq: p as *mut ibv_srq,
+                }),
+                E::QpFatal(h)
+                | E::QpRequestError(h)
+                | E::QpAccessError(h)
+                | E::SqDrained(h)
+                | E::LastWqeReached(h) => o.qps.get(h).map(|&p| ibv_async_event_element {
+                    qp: p as *mut ibv_qp,
+                }),
+                #[allow(unreachable_patterns)]
+                _ => Some(ibv_async_event_element { port_num: 1 }),
+            }
+        };
+        let Some(element) = element else {
+            // Not an object of this library's wrappers (made through the Rust API): skip it.
+            s.ctx.ack_async_event(&ev);
+            continue;
+        };
+        // SAFETY: `event` is writable per the contract.
+        unsafe {
+            event.write(ibv_async_event {
+                element,
+                event_type: ty,
+            });
         }
-    };
-    // SAFETY: `event` is writable per the contract.
-    unsafe {
-        event.write(ibv_async_event {
-            element,
-            event_type: ty,
-        });
+        return 0;
     }
-    0
 }
 
-/// `ibv_ack_async_event`: nothing to release.
-pub extern "C" fn ibv_ack_async_event(_event: *mut ibv_async_event) {}
+/// `ibv_ack_async_event`: acknowledges an event of a QP, CQ or SRQ, which its destroy call
+/// waits for.
+///
+/// # Safety
+/// `event` NULL or an event from `ibv_get_async_event` whose object was not destroyed.
+pub unsafe extern "C" fn ibv_ack_async_event(event: *mut ibv_async_event) {
+    if event.is_null() {
+        return;
+    }
+    // SAFETY: readable per the contract; the element member read is the one the type sets.
+    let ev = unsafe { &*event };
+    use softverbs::AsyncEvent as E;
+    // SAFETY: the element is a live object of this library per the contract.
+    unsafe {
+        match ev.event_type {
+            IBV_EVENT_CQ_ERR => {
+                if let Some(c) = crate::verbs::wrap::<_, crate::verbs::SoftCq>(ev.element.cq) {
+                    if let Some(s) = soft(c.cq.context) {
+                        s.ctx.ack_async_event(&E::CqError(c.inner.handle()));
+                    }
+                }
+            }
+            IBV_EVENT_QP_FATAL
+            | IBV_EVENT_QP_REQ_ERR
+            | IBV_EVENT_QP_ACCESS_ERR
+            | IBV_EVENT_COMM_EST
+            | IBV_EVENT_SQ_DRAINED
+            | IBV_EVENT_PATH_MIG
+            | IBV_EVENT_PATH_MIG_ERR
+            | IBV_EVENT_QP_LAST_WQE_REACHED => {
+                if let Some(q) = crate::verbs::wrap::<_, crate::verbs::SoftQp>(ev.element.qp) {
+                    if let Some(s) = soft(q.qp.qp_base.context) {
+                        s.ctx.ack_async_event(&E::QpFatal(q.inner.handle()));
+                    }
+                }
+            }
+            IBV_EVENT_SRQ_ERR | IBV_EVENT_SRQ_LIMIT_REACHED => {
+                if let Some(r) = crate::srq::wrap_srq(ev.element.srq) {
+                    if let Some(s) = soft(r.srq.context) {
+                        s.ctx.ack_async_event(&E::SrqLimitReached(r.inner.handle()));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}

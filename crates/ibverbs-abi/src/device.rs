@@ -63,7 +63,10 @@ fn guid(index: c_int) -> u64 {
         .ok()
         .and_then(|c| {
             let port = c.port?;
-            softverbs::Gid::from_socket_addr(std::net::SocketAddr::new(c.addr, port))
+            softverbs::Gid::from_socket_addr(std::net::SocketAddr::new(
+                softverbs::addressing::base_addr(c.addr),
+                port,
+            ))
         })
         .map_or(
             0x0200_00ff_fe00_0000 | u64::from(index.unsigned_abs()),

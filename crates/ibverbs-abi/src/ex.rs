@@ -168,14 +168,18 @@ pub struct WrState {
     /// The batch. A mutex, although verbs has the application serialise `wr_start` ..
     /// `wr_complete` per QP, so that misuse cannot be a data race.
     batch: Mutex<Batch>,
+    /// The QP's `max_send_sge`: `wr_set_sge_list` checks `num_sge` before reading the list.
+    max_sge: u32,
 }
 
 impl WrState {
-    /// State for a QP created with `send_ops` (None: not through the `ibv_qp_ex` API).
-    pub fn new(send_ops: Option<u64>) -> WrState {
+    /// State for a QP created with `send_ops` (None: not through the `ibv_qp_ex` API) and
+    /// `max_sge` SGEs per work request.
+    pub fn new(send_ops: Option<u64>, max_sge: u32) -> WrState {
         WrState {
             send_ops,
             batch: Mutex::new(Batch::default()),
+            max_sge,
         }
     }
 
@@ -528,9 +532,12 @@ unsafe extern "C" fn wr_set_sge(qp: *mut ibv_qp_ex, lkey: u32, addr: u64, length
 }
 
 unsafe extern "C" fn wr_set_sge_list(qp: *mut ibv_qp_ex, num_sge: usize, sg_list: *const ibv_sge) {
+    // SAFETY: the inline passes a QP of this library.
+    let max = unsafe { parts(qp) }.map_or(0, |(_, st)| st.max_sge as usize);
     let list = if num_sge == 0 {
         &[][..]
-    } else if sg_list.is_null() {
+    } else if sg_list.is_null() || num_sge > max {
+        // num_sge is checked before the list is read.
         // SAFETY: the inline passes a QP of this library.
         unsafe { with_batch(qp, |b| b.fail(libc::EINVAL)) };
         return;

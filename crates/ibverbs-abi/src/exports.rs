@@ -13,6 +13,7 @@ use crate::abi::ibv_device;
 use crate::ah::*;
 use crate::ctx::*;
 use crate::ex::ibv_qp_to_qp_ex;
+use crate::marshall::*;
 use crate::srq::*;
 use crate::stubs::{self, *};
 use crate::verbs::*;

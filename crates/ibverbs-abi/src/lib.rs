@@ -53,6 +53,7 @@ pub mod ctx;
 pub mod device;
 pub mod ex;
 pub mod exports;
+pub mod marshall;
 pub mod mw;
 pub mod srq;
 pub mod strs;

@@ -23,16 +23,12 @@ pub struct SoftSrq {
     pub srq: ibv_srq,
     /// The softverbs SRQ.
     pub inner: softverbs::Srq,
+    /// SGEs a receive may carry.
+    max_sge: u32,
 }
 
 fn resource_errno(e: softverbs::error::ResourceError) -> c_int {
-    use softverbs::error::ResourceError as E;
-    match e {
-        E::LimitReached => libc::ENOMEM,
-        E::Busy => libc::EBUSY,
-        E::Unsupported(_) => libc::EOPNOTSUPP,
-        _ => libc::EINVAL,
-    }
+    crate::verbs::resource_errno(&e)
 }
 
 /// The wrapper behind an `ibv_srq *` (NULL stays None).
@@ -57,6 +53,10 @@ pub unsafe extern "C" fn ibv_create_srq(
     }
     // SAFETY: `pd` came from `ibv_alloc_pd`: the first field of a live SoftPd.
     let p = unsafe { &*pd.cast::<SoftPd>() };
+    // SAFETY: a PD's context is live while the PD is.
+    if let Err(e) = unsafe { crate::ctx::usable(p.pd.context) } {
+        return ret_null(e);
+    }
     // SAFETY: valid per the contract.
     let init = unsafe { &mut *srq_init_attr };
     let max_wr = init.attr.max_wr.max(1);
@@ -80,14 +80,20 @@ pub unsafe extern "C" fn ibv_create_srq(
     srq.srq_context = init.srq_context;
     srq.pd = pd;
     let handle = inner.handle();
-    let raw = Box::into_raw(Box::new(SoftSrq { srq, inner }));
+    let raw = Box::into_raw(Box::new(SoftSrq {
+        srq,
+        inner,
+        max_sge,
+    }));
     crate::ctx::with_objects(p.pd.context, |o| {
         o.srqs.insert(handle, raw as usize);
     });
     raw.cast()
 }
 
-/// `ibv_destroy_srq`: EBUSY while QPs use the SRQ.
+/// `ibv_destroy_srq`: EBUSY while QPs use the SRQ; otherwise no event of it is delivered
+/// from now on, and the call waits until every async event reported for it was
+/// acknowledged.
 ///
 /// # Safety
 /// `srq` from `ibv_create_srq`, not yet destroyed.
@@ -96,9 +102,15 @@ pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
     let Some(s) = (unsafe { wrap_srq(srq) }) else {
         return libc::EINVAL;
     };
+    // SAFETY: an SRQ's context is live while the SRQ is.
+    if let Err(e) = unsafe { crate::ctx::usable(s.srq.context) } {
+        return e;
+    }
     if s.inner.in_use() {
         return libc::EBUSY;
     }
+    s.inner.close_events();
+    s.inner.wait_events_acked();
     let handle = s.inner.handle();
     crate::ctx::with_objects(s.srq.context, |o| {
         o.srqs.remove(&handle);
@@ -181,8 +193,12 @@ pub(crate) unsafe extern "C" fn post_srq_recv(
     let Some(s) = (unsafe { wrap_srq(srq) }) else {
         return libc::EINVAL;
     };
-    // SAFETY: the list and `bad_wr` come from the caller as the verbs contract says.
-    unsafe { crate::verbs::post_recv_list(wr, bad_wr, |id, sg| s.inner.post_recv(id, sg)) }
+    let posted = s.inner.post_recvs(|poster| {
+        // SAFETY: the list comes from the caller as the verbs contract says.
+        unsafe { crate::verbs::post_recv_list(wr, s.max_sge, |id, sg| poster.post(id, sg)) }
+    });
+    // SAFETY: `bad_wr` is NULL or writable per the verbs contract.
+    unsafe { crate::verbs::finish_recv_list(posted, wr, bad_wr) }
 }
 
 #[cfg(test)]
@@ -411,6 +427,8 @@ mod tests {
                 }
             }
             assert_eq!(ev.element.srq, srq);
+            // Destroying the SRQ waits for this acknowledgement.
+            crate::ctx::ibv_ack_async_event(&mut ev);
             assert_eq!(ibv_query_srq(srq, &mut q), 0);
             assert_eq!(q.srq_limit, 0);
 

@@ -10,8 +10,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 
 use crate::abi::*;
-use crate::ctx::{soft, with_objects};
+use crate::ctx::{live, soft, usable, with_objects};
 use crate::stubs::{ret_null, set_errno};
+use softverbs::error::{PostError, RegMrError, ResourceError};
 use softverbs::{
     AccessFlags, CqHandle, Mtu, Payload, QpAttr, QpAttrMask, QpCap, QpState, QpType, Rkey,
     SendFlags, SendOp, SendWr, Sge, WcOpcode, WorkCompletion,
@@ -73,7 +74,26 @@ pub struct SoftQp {
     pub inner: softverbs::Qp,
     /// `sq_sig_all` as created.
     sq_sig_all: c_int,
+    /// SGEs a send / receive work request may carry (`num_sge` is checked against them
+    /// before `sg_list` is read).
+    pub(crate) max_send_sge: u32,
+    pub(crate) max_recv_sge: u32,
 }
+
+/// The errno the kernel answers for a resource the engine refused: ENOMEM when a limit is
+/// reached (as the kernel's allocators), EBUSY, EOPNOTSUPP, EINVAL for bad arguments.
+pub(crate) fn resource_errno(e: &ResourceError) -> c_int {
+    match e {
+        ResourceError::LimitReached => libc::ENOMEM,
+        ResourceError::Busy => libc::EBUSY,
+        ResourceError::Unsupported(_) => libc::EOPNOTSUPP,
+        ResourceError::UnknownObject | ResourceError::InvalidArgument(_) => libc::EINVAL,
+    }
+}
+
+/// The most SGEs a work request can carry on this device (`max_sge`): translations use a
+/// stack array of this size.
+pub(crate) const MAX_SGE: usize = 32;
 
 /// The wrapper behind a C object pointer (NULL stays None).
 ///
@@ -99,11 +119,13 @@ pub(crate) fn install_ops(ops: &mut ibv_context_ops) {
 /// `context` from `ibv_open_device`.
 pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd {
     // SAFETY: per the contract.
-    let Some(s) = (unsafe { soft(context) }) else {
-        return ret_null(libc::EINVAL);
+    let s = match unsafe { live(context) } {
+        Ok(s) => s,
+        Err(e) => return ret_null(e),
     };
-    let Ok(inner) = s.ctx.alloc_pd() else {
-        return ret_null(libc::ENOMEM);
+    let inner = match s.ctx.alloc_pd() {
+        Ok(pd) => pd,
+        Err(e) => return ret_null(resource_errno(&e)),
     };
     let mut pd = ibv_pd::zeroed();
     pd.context = context;
@@ -125,6 +147,10 @@ pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
     }
     // SAFETY: `pd` came from `ibv_alloc_pd` per the contract.
     let p = unsafe { &*pd.cast::<SoftPd>() };
+    // SAFETY: a PD's context is live while the PD is.
+    if let Err(e) = unsafe { usable(p.pd.context) } {
+        return e;
+    }
     // As rdma-core's (the kernel refuses): not while anything uses the PD.
     if p.inner.in_use() || p.ahs.load(Ordering::Acquire) != 0 {
         return libc::EBUSY;
@@ -135,6 +161,9 @@ pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
 }
 
 /// `ibv_reg_mr_iova2`: the optional access bits are ignored; `iova` must equal `addr`.
+/// As the kernel does: EFAULT for a range that is not mapped, or read-only while the access
+/// flags let the region be written; EINVAL for length 0; ENOMEM past the device's cap on
+/// registered bytes (`SOFTVERBS_MAX_MR_BYTES`).
 ///
 /// # Safety
 /// `pd` from `ibv_alloc_pd`; `addr..addr+length` stays valid until `ibv_dereg_mr`.
@@ -152,11 +181,22 @@ pub unsafe extern "C" fn ibv_reg_mr_iova2(
     if iova != addr as u64 || access & (IBV_ACCESS_ZERO_BASED | IBV_ACCESS_ON_DEMAND) != 0 {
         return ret_null(libc::EOPNOTSUPP);
     }
+    // SAFETY: a PD's context is live while the PD is.
+    if let Err(e) = unsafe { usable(p.pd.context) } {
+        return ret_null(e);
+    }
     let flags = AccessFlags(access & 0x1f);
     // SAFETY: the caller keeps the memory valid until `ibv_dereg_mr` (verbs contract).
     let inner = match unsafe { p.inner.reg_mr_raw(addr.cast(), length, flags) } {
         Ok(m) => m,
-        Err(_) => return ret_null(libc::EINVAL),
+        Err(e) => {
+            return ret_null(match e {
+                RegMrError::Fault { .. } => libc::EFAULT,
+                RegMrError::TooMuch { .. } => libc::ENOMEM,
+                RegMrError::Resource(r) => resource_errno(&r),
+                RegMrError::Inherited(_) => libc::EIO,
+            })
+        }
     };
     let mut mr = ibv_mr::zeroed();
     mr.context = p.pd.context;
@@ -206,6 +246,10 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
     if mr.is_null() {
         return libc::EINVAL;
     }
+    // SAFETY: `mr` is live per the contract, and so is its context.
+    if let Err(e) = unsafe { usable((*mr).context) } {
+        return e;
+    }
     // SAFETY: `mr` came from Box::into_raw in `ibv_reg_mr_iova2`.
     drop(unsafe { Box::from_raw(mr.cast::<SoftMr>()) });
     0
@@ -219,8 +263,9 @@ pub unsafe extern "C" fn ibv_create_comp_channel(
     context: *mut ibv_context,
 ) -> *mut ibv_comp_channel {
     // SAFETY: per the contract.
-    let Some(s) = (unsafe { soft(context) }) else {
-        return ret_null(libc::EINVAL);
+    let s = match unsafe { live(context) } {
+        Ok(s) => s,
+        Err(e) => return ret_null(e),
     };
     let inner = match s.ctx.create_comp_channel() {
         Ok(c) => c,
@@ -254,7 +299,7 @@ pub unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel
     0
 }
 
-/// `ibv_create_cq`.
+/// `ibv_create_cq`: EINVAL for a `comp_vector` not below `num_comp_vectors`.
 ///
 /// # Safety
 /// `context` from `ibv_open_device`; `channel` NULL or from `ibv_create_comp_channel`.
@@ -263,7 +308,7 @@ pub unsafe extern "C" fn ibv_create_cq(
     cqe: c_int,
     cq_context: *mut c_void,
     channel: *mut ibv_comp_channel,
-    _comp_vector: c_int,
+    comp_vector: c_int,
 ) -> *mut ibv_cq {
     let Ok(n) = u32::try_from(cqe) else {
         return ret_null(libc::EINVAL);
@@ -275,6 +320,7 @@ pub unsafe extern "C" fn ibv_create_cq(
             n,
             cq_context,
             channel,
+            comp_vector,
             crate::cq_ex::STANDARD_WC_FLAGS,
         )
     }
@@ -291,20 +337,26 @@ pub(crate) unsafe fn create_cq_common(
     n: u32,
     cq_context: *mut c_void,
     channel: *mut ibv_comp_channel,
+    comp_vector: c_int,
     wc_flags: u64,
 ) -> *mut ibv_cq {
     // SAFETY: per the contract.
-    let Some(s) = (unsafe { soft(context) }) else {
-        return ret_null(libc::EINVAL);
+    let s = match unsafe { live(context) } {
+        Ok(s) => s,
+        Err(e) => return ret_null(e),
     };
     let Ok(cqe) = c_int::try_from(n) else {
         return ret_null(libc::EINVAL);
     };
+    // The kernel refuses a completion vector the device does not have.
+    if comp_vector < 0 || comp_vector >= s.vctx.context.num_comp_vectors {
+        return ret_null(libc::EINVAL);
+    }
     // SAFETY: per the contract.
     let ch = unsafe { wrap::<_, SoftChannel>(channel) };
     let inner = match s.ctx.create_cq(n.max(1), ch.map(|c| &c.inner)) {
         Ok(c) => c,
-        Err(_) => return ret_null(libc::EINVAL),
+        Err(e) => return ret_null(resource_errno(&e)),
     };
     let mut cq = ibv_cq_ex::zeroed();
     cq.context = context;
@@ -328,7 +380,10 @@ pub(crate) unsafe fn create_cq_common(
     raw.cast()
 }
 
-/// `ibv_destroy_cq`.
+/// `ibv_destroy_cq`: EBUSY while QPs use it; otherwise no event of it is delivered from
+/// now on, and the call waits until every completion event reported for it was
+/// acknowledged with `ibv_ack_cq_events` (and every async event with
+/// `ibv_ack_async_event`), as ibv_get_cq_event(3) says.
 ///
 /// # Safety
 /// `cq` from `ibv_create_cq`, not yet destroyed.
@@ -337,10 +392,16 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     let Some(c) = (unsafe { wrap::<_, SoftCq>(cq) }) else {
         return libc::EINVAL;
     };
+    // SAFETY: a CQ's context is live while the CQ is.
+    if let Err(e) = unsafe { usable(c.cq.context) } {
+        return e;
+    }
     // Not while QPs use it, as rdma-core's.
     if c.inner.in_use() {
         return libc::EBUSY;
     }
+    c.inner.close_events();
+    c.inner.wait_events_acked();
     let handle = c.inner.handle();
     with_objects(c.cq.context, |o| {
         o.cqs.remove(&handle);
@@ -355,7 +416,10 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     0
 }
 
-/// `ibv_get_cq_event`: blocks for the next event; 0 or -1.
+/// `ibv_get_cq_event`: the next completion event of the channel, waiting for one as
+/// rdma-core's `read()` of the channel fd does: 0, or -1 keeping that wait's errno (`EAGAIN`
+/// when the application made the fd `O_NONBLOCK` and nothing is pending, `EINTR` when a
+/// signal interrupted it). Each event must be acknowledged with `ibv_ack_cq_events`.
 ///
 /// # Safety
 /// `channel` from `ibv_create_comp_channel`; `cq`, `cq_context` writable.
@@ -369,8 +433,21 @@ pub unsafe extern "C" fn ibv_get_cq_event(
         set_errno(libc::EINVAL);
         return -1;
     };
+    // SAFETY: a channel's context is live while the channel is.
+    if let Err(e) = unsafe { usable(c.ch.context) } {
+        set_errno(e);
+        return -1;
+    }
     loop {
-        let h = c.inner.get_event();
+        let h = match c.inner.get_event() {
+            Ok(h) => h,
+            Err(e) => {
+                set_errno(e.raw_os_error().unwrap_or(libc::EIO));
+                return -1;
+            }
+        };
+        // The event was counted as reported when it was taken, so the CQ cannot be
+        // destroyed (and is listed on its channel) until it is acknowledged.
         let found = c
             .cqs
             .lock()
@@ -378,13 +455,11 @@ pub unsafe extern "C" fn ibv_get_cq_event(
             .iter()
             .find(|&&(x, _)| x == h)
             .map(|&(_, p)| p as *mut SoftCq);
-        // An event of a CQ destroyed meanwhile is dropped.
         let Some(p) = found else {
-            c.inner.ack_events(1);
             continue;
         };
-        // SAFETY: `p` is a live SoftCq (listed on its channel); the out pointers are
-        // writable per the contract.
+        // SAFETY: `p` is a live SoftCq (see above); the out pointers are writable per the
+        // contract.
         unsafe {
             if !cq.is_null() {
                 cq.write(p.cast());
@@ -397,17 +472,15 @@ pub unsafe extern "C" fn ibv_get_cq_event(
     }
 }
 
-/// `ibv_ack_cq_events`.
+/// `ibv_ack_cq_events`: acknowledges `nevents` events of `cq` (`ibv_destroy_cq` waits for
+/// them).
 ///
 /// # Safety
 /// `cq` from `ibv_create_cq`.
 pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: c_uint) {
     // SAFETY: per the contract `cq` is NULL or a live CQ.
-    let c = unsafe { wrap::<_, SoftCq>(cq) };
-    // SAFETY: a CQ's channel outlives it (destroy_comp_channel refuses while CQs use it).
-    let ch = c.and_then(|c| unsafe { wrap::<_, SoftChannel>(c.cq.channel) });
-    if let Some(ch) = ch {
-        ch.inner.ack_events(u64::from(nevents));
+    if let Some(c) = unsafe { wrap::<_, SoftCq>(cq) } {
+        c.inner.ack_events(nevents);
     }
 }
 
@@ -428,6 +501,17 @@ pub(crate) fn wc_to_c(w: &WorkCompletion) -> ibv_wc {
         WcOpcode::RecvRdmaWithImm => IBV_WC_RECV_RDMA_WITH_IMM,
     };
     c.byte_len = w.byte_len;
+    if let Some(src) = w.src_addr.filter(|_| w.grh) {
+        // A UD receive: the sender's LID (which names its endpoint on this host), and the
+        // network header type in `sl` the way RoCE providers report it to user space (mlx5's
+        // L3 header type, which UCX reads: 2 = IPv4, 1 = IPv6).
+        c.slid = softverbs::addressing::lid_of(src);
+        c.sl = if src.ip().to_canonical().is_ipv4() {
+            2
+        } else {
+            1
+        };
+    }
     if let Some(imm) = w.imm_data {
         c.imm.imm_data = imm;
         c.wc_flags |= IBV_WC_WITH_IMM;
@@ -440,8 +524,6 @@ pub(crate) fn wc_to_c(w: &WorkCompletion) -> ibv_wc {
     }
     c.qp_num = w.qp_num.value();
     c.src_qp = w.src_qp.value();
-    c.slid = w.slid();
-    c.sl = w.sl();
     c
 }
 
@@ -451,6 +533,10 @@ unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_in
     let Some(c) = (unsafe { wrap::<_, SoftCq>(cq) }) else {
         return -1;
     };
+    // SAFETY: a CQ's context is live while the CQ is.
+    if unsafe { usable(c.cq.context) }.is_err() {
+        return -1;
+    }
     let want = usize::try_from(n).unwrap_or(0);
     if want > 0 && wc.is_null() {
         return -1;
@@ -477,6 +563,10 @@ unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_
     let Some(c) = (unsafe { wrap::<_, SoftCq>(cq) }) else {
         return libc::EINVAL;
     };
+    // SAFETY: a CQ's context is live while the CQ is.
+    if let Err(e) = unsafe { usable(c.cq.context) } {
+        return e;
+    }
     match c.inner.req_notify(solicited_only != 0) {
         Ok(()) => 0,
         Err(_) => libc::EINVAL,
@@ -538,6 +628,10 @@ pub(crate) unsafe fn create_qp_common(
     let Some(p) = (unsafe { wrap::<_, SoftPd>(pd) }) else {
         return ret_null(libc::EINVAL);
     };
+    // SAFETY: a PD's context is live while the PD is.
+    if let Err(e) = unsafe { usable(p.pd.context) } {
+        return ret_null(e);
+    }
     if attr.is_null() {
         return ret_null(libc::EINVAL);
     }
@@ -571,7 +665,7 @@ pub(crate) unsafe fn create_qp_common(
     }
     let inner = match builder.build() {
         Ok(q) => q,
-        Err(_) => return ret_null(libc::EINVAL),
+        Err(e) => return ret_null(resource_errno(&e)),
     };
     a.cap = cap_to_c(cap);
     if srq.is_some() {
@@ -597,9 +691,11 @@ pub(crate) unsafe fn create_qp_common(
     let handle = inner.handle();
     let b = SoftQp {
         qp: qpx,
-        ex: crate::ex::WrState::new(send_ops),
+        ex: crate::ex::WrState::new(send_ops, cap.max_send_sge),
         inner,
         sq_sig_all: a.sq_sig_all,
+        max_send_sge: cap.max_send_sge,
+        max_recv_sge: if srq.is_some() { 0 } else { cap.max_recv_sge },
     };
     let raw = Box::into_raw(Box::new(b));
     with_objects(p.pd.context, |o| {
@@ -608,7 +704,8 @@ pub(crate) unsafe fn create_qp_common(
     raw.cast()
 }
 
-/// `ibv_destroy_qp`.
+/// `ibv_destroy_qp`: no event of the QP is delivered from now on, and the call waits until
+/// every async event reported for it was acknowledged (ibv_get_async_event(3)).
 ///
 /// # Safety
 /// `qp` from `ibv_create_qp`, not yet destroyed.
@@ -616,8 +713,14 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     if qp.is_null() {
         return libc::EINVAL;
     }
+    // SAFETY: `qp` is live per the contract, and so is its context.
+    if let Err(e) = unsafe { usable((*qp).context) } {
+        return e;
+    }
     // SAFETY: `qp` came from Box::into_raw in `ibv_create_qp`.
     let b = unsafe { Box::from_raw(qp.cast::<SoftQp>()) };
+    b.inner.close_events();
+    b.inner.wait_events_acked();
     let handle = b.inner.handle();
     with_objects(b.qp.qp_base.context, |o| {
         o.qps.remove(&handle);
@@ -648,10 +751,12 @@ unsafe fn mcast(qp: *mut ibv_qp, gid: *const ibv_gid, attach: bool) -> c_int {
     };
     match r {
         Ok(()) => 0,
-        Err(softverbs::error::McastError::Resource(_)) => libc::EINVAL,
+        // Past the device's multicast limits: ENOMEM, as rxe answers.
+        Err(softverbs::error::McastError::Resource(e)) => resource_errno(&e),
         Err(softverbs::error::McastError::Join { source, .. }) => {
             source.raw_os_error().unwrap_or(libc::EINVAL)
         }
+        Err(softverbs::error::McastError::Inherited(_)) => libc::EIO,
     }
 }
 
@@ -742,6 +847,10 @@ pub unsafe extern "C" fn ibv_modify_qp(
     let Some(q) = (unsafe { wrap::<_, SoftQp>(qp) }) else {
         return libc::EINVAL;
     };
+    // SAFETY: a QP's context is live while the QP is.
+    if let Err(e) = unsafe { usable(q.qp.qp_base.context) } {
+        return e;
+    }
     if attr.is_null() {
         return libc::EINVAL;
     }
@@ -774,8 +883,8 @@ pub unsafe extern "C" fn ibv_modify_qp(
             softverbs::Gid(unsafe { ah.grh.dgid.raw }).to_socket_addr()
         } else {
             // SAFETY: the QP's context is a live context from `ibv_open_device`.
-            match unsafe { soft(q.qp.qp_base.context) } {
-                Some(s) => s.ctx.lid_to_addr(ah.dlid),
+            match unsafe { soft(q.qp.qp_base.context) }.and_then(|s| s.ctx.lid_to_addr(ah.dlid)) {
+                Some(addr) => addr,
                 None => return libc::EINVAL,
             }
         });
@@ -865,40 +974,59 @@ pub unsafe extern "C" fn ibv_query_qp(
     0
 }
 
-pub(crate) fn post_errno(e: softverbs::error::PostError) -> c_int {
+pub(crate) fn post_errno(e: PostError) -> c_int {
     match e {
-        softverbs::error::PostError::QueueFull => libc::ENOMEM,
+        PostError::QueueFull => libc::ENOMEM,
         _ => libc::EINVAL,
     }
 }
 
-/// The SGEs of a C list.
+/// The SGEs of a C list, checked against `max` (the queue's `max_*_sge`) before `sg_list`
+/// is read, copied into `buf`: EINVAL for a negative or too large `num_sge`, or a NULL
+/// list with entries. No allocation.
 ///
 /// # Safety
-/// `sg` holds `n` entries (or `n <= 0`).
-pub(crate) unsafe fn sges(sg: *const ibv_sge, n: c_int) -> Vec<Sge> {
-    let n = usize::try_from(n).unwrap_or(0);
-    if n == 0 || sg.is_null() {
-        return Vec::new();
+/// `sg` holds `n` entries when `0 < n <= max`.
+pub(crate) unsafe fn sges(
+    sg: *const ibv_sge,
+    n: c_int,
+    max: u32,
+    buf: &mut [Sge; MAX_SGE],
+) -> Result<&[Sge], c_int> {
+    let n = usize::try_from(n).map_err(|_| libc::EINVAL)?;
+    if n > max as usize || n > MAX_SGE {
+        return Err(libc::EINVAL);
     }
-    // SAFETY: per the contract.
-    let s = unsafe { core::slice::from_raw_parts(sg, n) };
-    s.iter()
-        .map(|e| Sge {
+    if n == 0 {
+        return Ok(&buf[..0]);
+    }
+    if sg.is_null() {
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: per the contract (n was checked first).
+    let list = unsafe { core::slice::from_raw_parts(sg, n) };
+    for (d, e) in buf.iter_mut().zip(list) {
+        *d = Sge {
             addr: e.addr,
             length: e.length,
             lkey: e.lkey,
-        })
-        .collect()
+        };
+    }
+    Ok(&buf[..n])
 }
 
-/// Translates and posts one send WR.
+/// Translates and posts one send WR through `poster` (the device lock is held).
 ///
 /// # Safety
 /// `w` is a valid `ibv_send_wr` whose SGEs (and inline data) are readable.
-unsafe fn post_one(q: &SoftQp, w: &ibv_send_wr) -> c_int {
+unsafe fn post_one(q: &SoftQp, poster: &mut softverbs::Poster<'_>, w: &ibv_send_wr) -> c_int {
+    // num_sge first: nothing of `sg_list` is read past what the QP can take.
+    let mut buf = [Sge::default(); MAX_SGE];
     // SAFETY: per the contract.
-    let list = unsafe { sges(w.sg_list, w.num_sge) };
+    let list = match unsafe { sges(w.sg_list, w.num_sge, q.max_send_sge, &mut buf) } {
+        Ok(l) => l,
+        Err(e) => return e,
+    };
     // SAFETY: the union members read are the ones the opcode selects (plain data); a UD
     // WR's AH is NULL or from `ibv_create_ah`, a BIND_MW WR's window and MR are NULL or live
     // (verbs contract).
@@ -954,23 +1082,23 @@ unsafe fn post_one(q: &SoftQp, w: &ibv_send_wr) -> c_int {
             _ => return libc::EINVAL,
         }
     };
-    let inline: Vec<u8>;
+    let mut parts: [&[u8]; MAX_SGE] = [&[]; MAX_SGE];
     let payload = if w.send_flags & IBV_SEND_INLINE != 0 {
-        let mut v = Vec::new();
-        for s in &list {
+        // Inline: the engine copies the pieces straight into the send queue, once.
+        for (part, s) in parts.iter_mut().zip(list) {
             let n = s.length as usize;
             if n > 0 {
+                if s.addr == 0 {
+                    return libc::EINVAL;
+                }
                 // SAFETY: with IBV_SEND_INLINE the SGE addresses are readable by the
                 // caller's contract, lkeys ignored.
-                v.extend_from_slice(unsafe {
-                    core::slice::from_raw_parts(s.addr as usize as *const u8, n)
-                });
+                *part = unsafe { core::slice::from_raw_parts(s.addr as usize as *const u8, n) };
             }
         }
-        inline = v;
-        Payload::Inline(&inline)
+        Payload::InlineParts(&parts[..list.len()])
     } else {
-        Payload::Sges(&list)
+        Payload::Sges(list)
     };
     let wr = SendWr {
         wr_id: w.wr_id,
@@ -978,13 +1106,14 @@ unsafe fn post_one(q: &SoftQp, w: &ibv_send_wr) -> c_int {
         payload,
         flags: SendFlags(w.send_flags & 0x7),
     };
-    match q.inner.post_send(&wr) {
+    match poster.post_send(&wr) {
         Ok(()) => 0,
         Err(e) => post_errno(e),
     }
 }
 
-/// The `post_send` op.
+/// The `post_send` op: the whole list under one device lock, then one transmission of
+/// everything it produced; stops at the first WR refused (`*bad_wr`).
 unsafe extern "C" fn post_send(
     qp: *mut ibv_qp,
     wr: *mut ibv_send_wr,
@@ -994,23 +1123,31 @@ unsafe extern "C" fn post_send(
     let Some(q) = (unsafe { wrap::<_, SoftQp>(qp) }) else {
         return libc::EINVAL;
     };
-    let mut cur = wr;
-    while !cur.is_null() {
-        // SAFETY: `cur` is a valid WR of the caller's list.
-        let (rc, next) = unsafe { (post_one(q, &*cur), (*cur).next) };
-        if rc != 0 {
-            if !bad_wr.is_null() {
-                // SAFETY: `bad_wr` is writable per the verbs contract.
-                unsafe { bad_wr.write(cur) };
+    let mut bad = wr;
+    let posted = q.inner.post_sends(|poster| {
+        let mut cur = wr;
+        while !cur.is_null() {
+            // SAFETY: `cur` is a valid WR of the caller's list.
+            let w = unsafe { &*cur };
+            // SAFETY: its SGEs and inline data are readable (verbs contract).
+            let rc = unsafe { post_one(q, poster, w) };
+            if rc != 0 {
+                bad = cur;
+                return rc;
             }
-            return rc;
+            cur = w.next;
         }
-        cur = next;
+        0
+    });
+    let rc = posted.unwrap_or(libc::EIO);
+    if rc != 0 && !bad_wr.is_null() {
+        // SAFETY: `bad_wr` is writable per the verbs contract.
+        unsafe { bad_wr.write(bad) };
     }
-    0
+    rc
 }
 
-/// The `post_recv` op.
+/// The `post_recv` op: the whole list under one device lock.
 unsafe extern "C" fn post_recv(
     qp: *mut ibv_qp,
     wr: *mut ibv_recv_wr,
@@ -1020,36 +1157,59 @@ unsafe extern "C" fn post_recv(
     let Some(q) = (unsafe { wrap::<_, SoftQp>(qp) }) else {
         return libc::EINVAL;
     };
-    // SAFETY: the list and `bad_wr` come from the caller as the verbs contract says.
-    unsafe { post_recv_list(wr, bad_wr, |id, sg| q.inner.post_recv(id, sg)) }
+    let posted = q.inner.post_sends(|poster| {
+        // SAFETY: the list comes from the caller as the verbs contract says.
+        unsafe { post_recv_list(wr, q.max_recv_sge, |id, sg| poster.post_recv(id, sg)) }
+    });
+    // SAFETY: `bad_wr` is NULL or writable per the verbs contract.
+    unsafe { finish_recv_list(posted, wr, bad_wr) }
 }
 
-/// Posts a C list of receive WRs one by one with `post`, stopping at the first refused
-/// (written to `*bad_wr`); 0 or its errno. Shared by the QP and SRQ `post_recv` ops.
+/// Posts a C list of receive WRs with `post` (under the device lock), checking each
+/// `num_sge` against `max_sge` before its SGEs are read; stops at the first refused: its
+/// errno and the WR. Shared by the QP and SRQ `post_recv` ops.
 ///
 /// # Safety
-/// `wr` is NULL or a valid list whose SGE lists are readable; `bad_wr` NULL or writable.
+/// `wr` is NULL or a valid list whose SGE lists are readable.
 pub(crate) unsafe fn post_recv_list(
     wr: *mut ibv_recv_wr,
-    bad_wr: *mut *mut ibv_recv_wr,
-    mut post: impl FnMut(u64, &[Sge]) -> Result<(), softverbs::error::PostError>,
-) -> c_int {
+    max_sge: u32,
+    mut post: impl FnMut(u64, &[Sge]) -> Result<(), PostError>,
+) -> Result<(), (c_int, *mut ibv_recv_wr)> {
     let mut cur = wr;
+    let mut buf = [Sge::default(); MAX_SGE];
     while !cur.is_null() {
         // SAFETY: `cur` is a valid WR of the caller's list, its SGE list readable.
         let w = unsafe { &*cur };
-        // SAFETY: as above.
-        let list = unsafe { sges(w.sg_list, w.num_sge) };
-        if let Err(e) = post(w.wr_id, &list) {
-            if !bad_wr.is_null() {
-                // SAFETY: `bad_wr` is writable per the contract.
-                unsafe { bad_wr.write(cur) };
-            }
-            return post_errno(e);
-        }
+        // SAFETY: as above; num_sge is checked before the list is read.
+        let list =
+            unsafe { sges(w.sg_list, w.num_sge, max_sge, &mut buf) }.map_err(|e| (e, cur))?;
+        post(w.wr_id, list).map_err(|e| (post_errno(e), cur))?;
         cur = w.next;
     }
-    0
+    Ok(())
+}
+
+/// The errno of a receive list posted with [`post_recv_list`], writing the refused WR to
+/// `*bad_wr` (`EIO` on a device inherited across fork, the first WR refused).
+///
+/// # Safety
+/// `bad_wr` is NULL or writable.
+pub(crate) unsafe fn finish_recv_list(
+    posted: Result<Result<(), (c_int, *mut ibv_recv_wr)>, softverbs::error::Inherited>,
+    first: *mut ibv_recv_wr,
+    bad_wr: *mut *mut ibv_recv_wr,
+) -> c_int {
+    let (rc, bad) = match posted {
+        Ok(Ok(())) => return 0,
+        Ok(Err(refused)) => refused,
+        Err(_) => (libc::EIO, first),
+    };
+    if !bad_wr.is_null() {
+        // SAFETY: per the contract.
+        unsafe { bad_wr.write(bad) };
+    }
+    rc
 }
 
 #[cfg(test)]
@@ -1212,11 +1372,16 @@ mod tests {
             assert_eq!(ibv_modify_qp(a, &mut at, m), 0);
             let mut ev = core::mem::zeroed::<ibv_async_event>();
             assert_eq!(crate::ctx::ibv_get_async_event(ctx, &mut ev), 0);
-            assert_eq!(ev.event_type, IBV_EVENT_PORT_ACTIVE);
-            assert_eq!(ev.element.port_num, 1);
-            assert_eq!(crate::ctx::ibv_get_async_event(ctx, &mut ev), 0);
+            if ev.event_type == IBV_EVENT_PORT_ACTIVE {
+                // Raised for the context that brought the device up (the unit tests share
+                // the process's device).
+                assert_eq!(ev.element.port_num, 1);
+                assert_eq!(crate::ctx::ibv_get_async_event(ctx, &mut ev), 0);
+            }
             assert_eq!(ev.event_type, IBV_EVENT_SQ_DRAINED);
             assert_eq!(ev.element.qp, a);
+            // Destroying the QP waits for this acknowledgement.
+            crate::ctx::ibv_ack_async_event(&mut ev);
 
             // Objects in use cannot go: the PD has an MR and QPs, the CQs have QPs.
             assert_eq!(ibv_dealloc_pd(pd), libc::EBUSY);

@@ -71,7 +71,7 @@ fn extended_verbs_from_c() {
     );
     let out = Command::new(&exe)
         .env_remove("LD_LIBRARY_PATH")
-        .env("SOFTVERBS_ADDR", "127.0.0.1")
+        .env_remove("SOFTVERBS_ADDR")
         .env_remove("SOFTVERBS_PORT")
         .env_remove("SOFTVERBS_FAULTS")
         .output()

@@ -13,6 +13,11 @@ use std::time::Instant;
 
 /// Runs `/usr/bin/ibv_{kind}_pingpong -g 0 -p PORT extra...` as server and client.
 fn pingpong(test: &str, kind: &str, extra: &[&str]) {
+    pingpong_addressed(test, kind, &["-g", "0"], extra);
+}
+
+/// Runs `/usr/bin/ibv_{kind}_pingpong ADDRESSING -p PORT extra...` as server and client.
+fn pingpong_addressed(test: &str, kind: &str, addressing: &[&str], extra: &[&str]) {
     let tool = format!("/usr/bin/ibv_{kind}_pingpong");
     if !common::tool_present(&tool, "ibverbs-utils") {
         return;
@@ -21,7 +26,9 @@ fn pingpong(test: &str, kind: &str, extra: &[&str]) {
     let started = Instant::now();
     let lib = common::dropin(test);
     let port = common::free_tcp_port().to_string();
-    let server = Side::new(&tool, &["-g", "0", "-p", &port]).args(extra);
+    let server = Side::new(&tool, addressing)
+        .args(&["-p", &port])
+        .args(extra);
     let client = server.clone().args(&["127.0.0.1"]);
     let r = common::run_pair(&lib, &server, &client, TIMEOUT);
     r.assert_ok(test);
@@ -64,4 +71,16 @@ fn ud_pingpong_default() {
 #[test]
 fn srq_pingpong_default() {
     pingpong("srq_pingpong_default", "srq", &[]);
+}
+
+/// Without `-g` the tools exchange LIDs only (and a zero GID): each process's device has its
+/// own loopback address, and the LID names it to the other process.
+#[test]
+fn rc_pingpong_by_lid_only() {
+    pingpong_addressed("rc_pingpong_lid", "rc", &[], &[]);
+}
+
+#[test]
+fn ud_pingpong_by_lid_only() {
+    pingpong_addressed("ud_pingpong_lid", "ud", &[], &[]);
 }

@@ -22,7 +22,7 @@ fn run_tool(tool: &str, args: &[&str], port: u16) -> Option<String> {
     let out = Command::new(tool)
         .args(args)
         .env("LD_LIBRARY_PATH", common::dropin(tool))
-        .env("SOFTVERBS_ADDR", "127.0.0.1")
+        .env_remove("SOFTVERBS_ADDR")
         .env("SOFTVERBS_PORT", port.to_string())
         .output()
         .expect("run tool");

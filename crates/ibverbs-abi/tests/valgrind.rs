@@ -9,7 +9,7 @@
 //!
 //! No suppression file is needed today: the only thing valgrind reports in our library is a
 //! "possibly lost" block (not an error with `--errors-for-leak-kinds=definite`): the main
-//! thread's `std::thread::Thread` handle that Rust std allocates when `DriverHandle::drop`
+//! thread's `std::thread::Thread` handle that Rust std allocates when `Driver::close`
 //! first calls `std::thread::current()` and keeps in a thread-local until thread exit, which
 //! the main thread never reaches before `exit()`. If a suppression becomes necessary, put it
 //! in `tests/valgrind.supp` (passed with `--suppressions` when present), narrowly, with a

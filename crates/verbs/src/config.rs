@@ -2,14 +2,18 @@
 //!
 //! | variable | meaning | default |
 //! |---|---|---|
-//! | `SOFTVERBS_ADDR` | IP address the device listens on | `127.0.0.1` |
-//! | `SOFTVERBS_PORT` | UDP port; 4791 gives the standard RoCEv2 GID | a free port in 20000-49151 |
+//! | `SOFTVERBS_ADDR` | IP address the device listens on | this process's own loopback address `127.83.x.y` |
+//! | `SOFTVERBS_PORT` | UDP port; 4791 gives the standard RoCEv2 GID | 4791, else a free port in 20000-49151 |
 //! | `SOFTVERBS_MTU` | active path MTU reported and used (256-4096) | `4096` |
 //! | `SOFTVERBS_BUSY_POLL` | progress thread spins this many µs before sleeping | `0` |
 //! | `SOFTVERBS_FAULTS` | fault injection, e.g. `loss=0.05,dup=0.01,reorder=0.01,corrupt=0.01,seed=7` | none |
 //! | `SOFTVERBS_PCAP` | write every packet sent and received to this pcap file | none |
 //! | `SOFTVERBS_ICRC` | receive-side ICRC: `enforce`, `count` or `skip` | `enforce` |
 //! | `SOFTVERBS_GSO` | UDP GSO/GRO batching; `0` turns it off (injected faults act on GSO segments) | `1` |
+//! | `SOFTVERBS_MAX_MR_BYTES` | most bytes registered at once on the device (beyond: ENOMEM) | the machine's physical memory |
+//! | `SOFTVERBS_SOCKET_BUFFER` | the UDP socket's send and receive buffer sizes in bytes | `8388608` |
+//!
+//! How the address and port become the device's GID and LID: [`crate::addressing`].
 
 use softverbs_engine::{IcrcPolicy, Mtu};
 use std::net::IpAddr;
@@ -34,9 +38,10 @@ pub struct FaultConfig {
 /// Configuration of a softverbs device.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
-    /// Address to listen on.
-    pub addr: IpAddr,
-    /// UDP port; `None` picks a free one.
+    /// Address to listen on; `None`: a loopback address of this process's own
+    /// (`127.83.x.y`, see [`crate::addressing`]).
+    pub addr: Option<IpAddr>,
+    /// UDP port; `None`: 4791 (the RoCEv2 port) if free, else a free one.
     pub port: Option<u16>,
     /// Path MTU.
     pub mtu: Mtu,
@@ -50,12 +55,32 @@ pub struct Config {
     pub icrc: IcrcPolicy,
     /// Use UDP GSO on send and GRO on receive where the kernel offers them.
     pub gso: bool,
+    /// Most bytes of memory registered at once on the device; a registration that
+    /// would pass it fails (ENOMEM, as the kernel's locked-memory limit does).
+    pub max_mr_bytes: u64,
+    /// SO_SNDBUF and SO_RCVBUF of the device's socket (the kernel may cap them).
+    pub socket_buffer: usize,
+}
+
+/// The machine's physical memory in bytes (a registration cap no real program passes).
+fn physical_memory() -> u64 {
+    // SAFETY: sysconf has no memory arguments.
+    let (pages, size) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    match (u64::try_from(pages), u64::try_from(size)) {
+        (Ok(p), Ok(s)) if p > 0 && s > 0 => p.saturating_mul(s),
+        _ => u64::MAX,
+    }
 }
 
 impl Default for Config {
     fn default() -> Self {
         Config {
-            addr: IpAddr::from([127, 0, 0, 1]),
+            addr: None,
             port: None,
             mtu: Mtu::Mtu4096,
             busy_poll: Duration::ZERO,
@@ -63,6 +88,8 @@ impl Default for Config {
             pcap: None,
             icrc: IcrcPolicy::Enforce,
             gso: true,
+            max_mr_bytes: physical_memory(),
+            socket_buffer: 8 << 20,
         }
     }
 }
@@ -94,10 +121,13 @@ impl Config {
             why,
         };
         if let Some(v) = get("SOFTVERBS_ADDR") {
-            c.addr = v
-                .trim()
-                .parse()
-                .map_err(|_| err("SOFTVERBS_ADDR", &v, "not an IP address"))?;
+            if !v.trim().is_empty() {
+                c.addr = Some(
+                    v.trim()
+                        .parse()
+                        .map_err(|_| err("SOFTVERBS_ADDR", &v, "not an IP address"))?,
+                );
+            }
         }
         if let Some(v) = get("SOFTVERBS_PORT") {
             let port: u16 = v
@@ -143,6 +173,26 @@ impl Config {
                 "0" | "off" | "no" => false,
                 _ => return Err(err("SOFTVERBS_GSO", &v, "must be 0 or 1")),
             };
+        }
+        if let Some(v) = get("SOFTVERBS_MAX_MR_BYTES") {
+            c.max_mr_bytes = v
+                .trim()
+                .parse()
+                .map_err(|_| err("SOFTVERBS_MAX_MR_BYTES", &v, "not a number of bytes"))?;
+        }
+        if let Some(v) = get("SOFTVERBS_SOCKET_BUFFER") {
+            c.socket_buffer = v
+                .trim()
+                .parse()
+                .ok()
+                .filter(|&b: &usize| b > 0 && b <= i32::MAX as usize)
+                .ok_or_else(|| {
+                    err(
+                        "SOFTVERBS_SOCKET_BUFFER",
+                        &v,
+                        "not a positive number of bytes",
+                    )
+                })?;
         }
         Ok(c)
     }
@@ -194,9 +244,12 @@ mod tests {
             ("SOFTVERBS_FAULTS", "loss=0.05, dup=0.01,seed=9"),
             ("SOFTVERBS_PCAP", "/tmp/x.pcap"),
             ("SOFTVERBS_ICRC", "count"),
+            ("SOFTVERBS_MAX_MR_BYTES", "1048576"),
+            ("SOFTVERBS_SOCKET_BUFFER", "65536"),
         ])
         .unwrap();
-        assert_eq!(c.addr, IpAddr::from([10, 1, 2, 3]));
+        assert_eq!(c.addr, Some(IpAddr::from([10, 1, 2, 3])));
+        assert_eq!((c.max_mr_bytes, c.socket_buffer), (1 << 20, 65536));
         assert_eq!(c.port, Some(4791));
         assert_eq!(c.mtu, Mtu::Mtu1024);
         assert_eq!(c.busy_poll, Duration::from_micros(50));
@@ -218,5 +271,7 @@ mod tests {
         assert!(cfg(&[("SOFTVERBS_FAULTS", "loss=2")]).is_err());
         assert!(cfg(&[("SOFTVERBS_FAULTS", "drop=0.1")]).is_err());
         assert!(cfg(&[("SOFTVERBS_ICRC", "maybe")]).is_err());
+        assert!(cfg(&[("SOFTVERBS_MAX_MR_BYTES", "lots")]).is_err());
+        assert!(cfg(&[("SOFTVERBS_SOCKET_BUFFER", "0")]).is_err());
     }
 }

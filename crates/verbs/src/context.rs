@@ -1,9 +1,15 @@
 //! Devices and opened device contexts.
+//!
+//! Every context opened on a [`Device`] shares the device's endpoint, GID, LID, engine and
+//! progress thread (`crate::device`); a context owns its objects and its asynchronous
+//! events, which arrive on an fd of its own.
 
 use crate::config::Config;
 use crate::cq::{CompletionChannel, Cq};
-use crate::driver::{Driver, DriverHandle, OpenError};
+use crate::device::{DeviceCore, Inherited, Slot, PROCESS_SLOT};
+use crate::driver::{AsyncQueue, Driver, OpenError};
 use crate::error::{QueryError, ResourceError};
+use crate::events::Source;
 use crate::gid::Gid;
 use crate::pd::Pd;
 use softverbs_engine::{AsyncEvent, Counters, Mtu};
@@ -11,28 +17,52 @@ use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-/// A softverbs device that can be opened: a configuration for a UDP endpoint.
-#[derive(Debug, Clone)]
+/// Where a [`Device`] keeps its running device.
+#[derive(Clone)]
+enum SlotRef {
+    /// `softverbs0` of [`Device::list`]: one per process.
+    Process,
+    /// A device made with [`Device::with_config`].
+    Own(Arc<Slot>),
+}
+
+/// A softverbs device that can be opened: a configuration for a UDP endpoint. Opening it
+/// while it is open joins the running device (contexts share it as they share an RNIC).
+#[derive(Clone)]
 pub struct Device {
     name: String,
     config: Config,
+    slot: SlotRef,
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Device")
+            .field("name", &self.name)
+            .field("config", &self.config)
+            .finish()
+    }
 }
 
 impl Device {
     /// The devices this process can open: one, `softverbs0`, configured from the
-    /// `SOFTVERBS_*` environment variables (see [`Config`]).
+    /// `SOFTVERBS_*` environment variables (see [`Config`]). Every context opened on it in
+    /// this process shares one device.
     pub fn list() -> Result<Vec<Device>, crate::config::ConfigError> {
         Ok(vec![Device {
             name: "softverbs0".into(),
             config: Config::from_env()?,
+            slot: SlotRef::Process,
         }])
     }
 
-    /// A device with an explicit configuration.
+    /// A device of its own with an explicit configuration: its contexts share one
+    /// endpoint, distinct from every other device's.
     pub fn with_config(name: impl Into<String>, config: Config) -> Device {
         Device {
             name: name.into(),
             config,
+            slot: SlotRef::Own(Arc::new(Slot::new())),
         }
     }
 
@@ -41,18 +71,42 @@ impl Device {
         &self.name
     }
 
-    /// The configuration it opens with.
+    /// The configuration it opens with (when it is not running yet).
     pub fn config(&self) -> &Config {
         &self.config
     }
 
-    /// Opens the device: binds its UDP socket and starts its progress thread.
+    fn slot(&self) -> &Slot {
+        match &self.slot {
+            SlotRef::Process => &PROCESS_SLOT,
+            SlotRef::Own(s) => s,
+        }
+    }
+
+    /// Opens a context: joins the running device, or brings it up (binds its UDP socket
+    /// and starts its progress thread; the new context then sees `PortActive`).
     pub fn open(&self) -> Result<Context, OpenError> {
-        let driver = Driver::open(self.config.clone())?;
+        let (device, fresh) = self.slot().get_or_open(&self.config)?;
+        let events = AsyncQueue::new(false).map_err(|source| OpenError::Io {
+            what: "async event fd",
+            source,
+        })?;
+        if fresh {
+            // IBA 14.2.5.2: a port that reaches Active reports it as an asynchronous event.
+            events.push(AsyncEvent::PortActive);
+        }
         Ok(Context {
-            handle: Arc::new(DriverHandle(driver)),
-            name: self.name.clone(),
+            inner: Arc::new(ContextInner {
+                device,
+                events: Arc::new(events),
+                name: self.name.clone(),
+            }),
         })
+    }
+
+    /// Whether the device runs (a context of it is open) in this process.
+    pub fn is_running(&self) -> bool {
+        self.slot().running().is_some()
     }
 }
 
@@ -61,6 +115,11 @@ impl Device {
 pub struct DeviceAttr {
     /// Node GUID (derived from the GID).
     pub node_guid: u64,
+    /// IEEE vendor id: 0xFFFFFF, the software RoCE one (rxe's), which no program
+    /// mistakes for hardware it knows.
+    pub vendor_id: u32,
+    /// Vendor part id (0).
+    pub vendor_part_id: u32,
     /// Most QPs.
     pub max_qp: u32,
     /// Deepest send or receive queue.
@@ -73,7 +132,7 @@ pub struct DeviceAttr {
     pub max_cqe: u32,
     /// Most memory regions.
     pub max_mr: u32,
-    /// Largest memory region in bytes.
+    /// Largest memory region in bytes (the registration cap).
     pub max_mr_size: u64,
     /// Most protection domains.
     pub max_pd: u32,
@@ -89,7 +148,20 @@ pub struct DeviceAttr {
     pub atomic_cap_hca: bool,
     /// Physical ports.
     pub phys_port_cnt: u8,
+    /// Most multicast groups the device joins at once.
+    pub max_mcast_grp: u32,
+    /// Most QPs attached to one multicast group.
+    pub max_mcast_qp_attach: u32,
+    /// Most attachments of QPs to groups in all.
+    pub max_total_mcast_qp_attach: u32,
+    /// Completion vectors (`comp_vector` of a CQ is below this).
+    pub num_comp_vectors: u32,
 }
+
+/// Multicast limits: each group the device joins is a socket of its own.
+pub(crate) const MAX_MCAST_GRP: u32 = 64;
+pub(crate) const MAX_MCAST_QP_ATTACH: u32 = 64;
+pub(crate) const MAX_TOTAL_MCAST_QP_ATTACH: u32 = MAX_MCAST_GRP * MAX_MCAST_QP_ATTACH;
 
 /// Port state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,23 +189,82 @@ pub struct PortAttr {
     pub active_mtu: Mtu,
     /// GID table length.
     pub gid_tbl_len: u32,
-    /// Local identifier: names this device to programs on the same host.
+    /// Local identifier: names this device to programs on the same host
+    /// (`crate::addressing`).
     pub lid: u16,
     /// Link layer.
     pub link_layer: LinkLayer,
 }
 
-/// An opened device: one UDP endpoint with its progress thread.
+/// A counter snapshot of the device's driver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DeviceCounters {
+    /// Datagrams handed to the kernel.
+    pub tx_datagrams: u64,
+    /// Datagrams read from the kernel.
+    pub rx_datagrams: u64,
+    /// Datagrams the kernel refused for good.
+    pub tx_errors: u64,
+    /// Datagrams fault injection dropped.
+    pub injected_drops: u64,
+    /// Reads too large for a receive buffer.
+    pub rx_truncated: u64,
+    /// `sendmmsg` calls.
+    pub tx_syscalls: u64,
+    /// Times a full socket buffer made sending wait.
+    pub tx_backpressure: u64,
+}
+
+/// What a context is: the device it shares, and what it owns.
+pub(crate) struct ContextInner {
+    pub device: Arc<DeviceCore>,
+    /// This context's asynchronous events.
+    pub events: Arc<AsyncQueue>,
+    name: String,
+}
+
+impl ContextInner {
+    /// Runs `f` on the engine (see `DeviceCore::with`).
+    pub fn with<R>(&self, f: impl FnOnce(&mut crate::driver::State) -> R) -> Result<R, Inherited> {
+        self.device.with(f)
+    }
+
+    /// Runs `f` on the engine, sending nothing (see `DeviceCore::read`).
+    pub fn read<R>(&self, f: impl FnOnce(&mut crate::driver::State) -> R) -> Result<R, Inherited> {
+        self.device.read(f)
+    }
+
+    /// Makes this context the owner of `source`: its asynchronous events arrive here.
+    /// Call under the device lock, right after the engine made the object.
+    pub fn adopt(&self, st: &mut crate::driver::State, source: Source) {
+        self.events.register(source);
+        st.owners.insert(source, Arc::clone(&self.events));
+    }
+
+    /// Undoes [`ContextInner::adopt`] (call under the device lock): the engine's events of
+    /// `source` are not routed here any more. Then, without the lock, [`ContextInner::forget`].
+    pub fn disown(&self, st: &mut crate::driver::State, source: Source) {
+        st.owners.remove(&source);
+    }
+
+    /// Drops what is still queued for `source` and forgets it (after
+    /// [`ContextInner::disown`], without the device lock: it may touch the event fd).
+    pub fn forget(&self, source: Source) {
+        self.events.unregister(source);
+    }
+}
+
+/// An opened device context: shares its device's endpoint and progress thread with the
+/// other contexts of the device; owns its objects and asynchronous events.
 #[derive(Clone)]
 pub struct Context {
-    pub(crate) handle: Arc<DriverHandle>,
-    name: String,
+    pub(crate) inner: Arc<ContextInner>,
 }
 
 impl std::fmt::Debug for Context {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Context")
-            .field("name", &self.name)
+            .field("name", &self.inner.name)
             .field("addr", &self.local_addr())
             .finish()
     }
@@ -146,53 +277,63 @@ impl Context {
         Ok(dev.open()?)
     }
 
-    pub(crate) fn driver(&self) -> &Arc<Driver> {
-        &self.handle.0
+    /// The driver's immutable parts (address, MTU, counters), readable even on an
+    /// inherited device.
+    fn info(&self) -> &Driver {
+        self.inner.device.info()
     }
 
     /// The device name.
     pub fn name(&self) -> &str {
-        &self.name
+        &self.inner.name
+    }
+
+    /// Whether this context's device was inherited from the parent process across
+    /// `fork()`: then every call fails (see [`Inherited`]).
+    pub fn inherited(&self) -> bool {
+        self.inner.device.inherited()
+    }
+
+    /// Whether `other` is a context of the same device.
+    pub fn same_device(&self, other: &Context) -> bool {
+        Arc::ptr_eq(&self.inner.device, &other.inner.device)
     }
 
     /// The UDP endpoint the device listens on.
     pub fn local_addr(&self) -> SocketAddr {
-        self.driver().local
+        self.info().local
     }
 
-    /// The device's GID (index 0).
+    /// The device's GID (index 0): its endpoint in RoCEv2 form.
     pub fn gid(&self) -> Gid {
-        Gid::from_socket_addr(self.local_addr()).unwrap_or_default()
+        crate::addressing::gid_of(self.local_addr())
     }
 
-    /// The device's LID: its UDP port, for peers on the same host.
+    /// The device's LID, which names it to programs on the same host (0: none does).
     pub fn lid(&self) -> u16 {
-        let port = self.local_addr().port();
-        if port <= 0xbfff {
-            port
-        } else {
-            0
-        }
+        crate::addressing::lid_of(self.local_addr())
     }
 
-    /// The UDP endpoint of a device on this host addressed by LID.
-    pub fn lid_to_addr(&self, lid: u16) -> SocketAddr {
-        SocketAddr::new(self.local_addr().ip(), lid)
+    /// The UDP endpoint of the device on this host that `lid` names (`None`: it names
+    /// none; see `crate::addressing`).
+    pub fn lid_to_addr(&self, lid: u16) -> Option<SocketAddr> {
+        crate::addressing::resolve_lid(lid, self.info().base_ip)
     }
 
     /// Device capabilities.
     pub fn query_device(&self) -> DeviceAttr {
-        let st = self.driver().lock();
-        let c = st.engine.config();
+        let c = self.info().engine_config();
         DeviceAttr {
             node_guid: self.gid().interface_id(),
+            vendor_id: 0x00ff_ffff,
+            vendor_part_id: 0,
             max_qp: c.max_qp,
             max_qp_wr: c.max_qp_wr,
             max_sge: c.max_sge,
             max_cq: c.max_cq,
             max_cqe: c.max_cqe,
             max_mr: c.max_mr,
-            max_mr_size: u64::MAX,
+            max_mr_size: self.info().max_mr_bytes,
             max_pd: c.max_pd,
             max_qp_rd_atom: c.max_qp_rd_atom,
             max_qp_init_rd_atom: c.max_qp_rd_atom,
@@ -200,6 +341,10 @@ impl Context {
             max_msg_size: c.max_msg_size,
             atomic_cap_hca: true,
             phys_port_cnt: 1,
+            max_mcast_grp: MAX_MCAST_GRP,
+            max_mcast_qp_attach: MAX_MCAST_QP_ATTACH,
+            max_total_mcast_qp_attach: MAX_TOTAL_MCAST_QP_ATTACH,
+            num_comp_vectors: 1,
         }
     }
 
@@ -211,7 +356,7 @@ impl Context {
         Ok(PortAttr {
             state: PortState::Active,
             max_mtu: Mtu::Mtu4096,
-            active_mtu: self.driver().active_mtu,
+            active_mtu: self.info().active_mtu,
             gid_tbl_len: 1,
             lid: self.lid(),
             link_layer: LinkLayer::Ethernet,
@@ -249,44 +394,62 @@ impl Context {
         CompletionChannel::new(self)
     }
 
-    /// The engine's counters.
+    /// The engine's counters (zero on an inherited device).
     pub fn counters(&self) -> Counters {
-        self.driver().lock().engine.counters()
+        self.inner
+            .read(|st| st.engine.counters())
+            .unwrap_or_default()
     }
 
     /// Driver counters: (datagrams sent, received, send errors, injected drops).
     pub fn driver_counters(&self) -> (u64, u64, u64, u64) {
-        let c = &self.driver().counters;
+        let c = self.device_counters();
         (
-            c.tx_datagrams.load(Ordering::Relaxed),
-            c.rx_datagrams.load(Ordering::Relaxed),
-            c.tx_errors.load(Ordering::Relaxed),
-            c.injected_drops.load(Ordering::Relaxed),
+            c.tx_datagrams,
+            c.rx_datagrams,
+            c.tx_errors,
+            c.injected_drops,
         )
     }
 
-    /// The next asynchronous event, if any (non-blocking).
-    pub fn poll_async_event(&self) -> Option<AsyncEvent> {
-        let ev = self.driver().lock().async_events.pop_front();
-        if ev.is_some() {
-            self.driver().async_fd.take();
+    /// The driver's counters.
+    pub fn device_counters(&self) -> DeviceCounters {
+        let c = &self.info().counters;
+        let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        DeviceCounters {
+            tx_datagrams: get(&c.tx_datagrams),
+            rx_datagrams: get(&c.rx_datagrams),
+            tx_errors: get(&c.tx_errors),
+            injected_drops: get(&c.injected_drops),
+            rx_truncated: get(&c.rx_truncated),
+            tx_syscalls: get(&c.tx_syscalls),
+            tx_backpressure: get(&c.tx_backpressure),
         }
-        ev
     }
 
-    /// Blocks until an asynchronous event arrives (like `ibv_get_async_event`).
-    pub fn get_async_event(&self) -> AsyncEvent {
-        loop {
-            // The fd is a blocking semaphore eventfd: one count per event.
-            self.driver().async_fd.take();
-            if let Some(ev) = self.driver().lock().async_events.pop_front() {
-                return ev;
-            }
+    /// The next asynchronous event of this context, if any (non-blocking). Acknowledge
+    /// events of objects with [`Context::ack_async_event`]: destroying an object through
+    /// the C ABI waits for it.
+    pub fn poll_async_event(&self) -> Option<AsyncEvent> {
+        self.inner.events.try_get()
+    }
+
+    /// The next asynchronous event, waiting for one as `ibv_get_async_event` does: the
+    /// error is the wait's (`EAGAIN` when the fd was made non-blocking, `EINTR`).
+    pub fn get_async_event(&self) -> std::io::Result<AsyncEvent> {
+        self.inner.events.get()
+    }
+
+    /// Acknowledges an event from [`Context::get_async_event`] (`ibv_ack_async_event`).
+    pub fn ack_async_event(&self, event: &AsyncEvent) {
+        use crate::events::Sourced;
+        if let Some(s) = event.source() {
+            self.inner.events.ack(s, 1);
         }
     }
 
     /// The fd that is readable while async events are pending.
     pub fn async_fd(&self) -> std::os::fd::RawFd {
-        self.driver().async_fd.raw()
+        self.inner.events.fd()
     }
 }

@@ -1,24 +1,32 @@
 //! Completion queues and completion channels.
 
-use crate::context::Context;
-use crate::driver::{ChannelShared, DriverHandle};
+use crate::context::{Context, ContextInner};
+use crate::driver::ChannelShared;
 use crate::error::ResourceError;
-use crate::sys::{self, EventFd};
+use crate::events::Source;
 use softverbs_engine::{CqHandle, WorkCompletion};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 pub(crate) struct CqInner {
-    pub handle: Arc<DriverHandle>,
+    pub ctx: Arc<ContextInner>,
     pub cq: CqHandle,
     channel: Option<Arc<ChannelShared>>,
 }
 
 impl Drop for CqInner {
     fn drop(&mut self) {
-        let mut st = self.handle.0.lock();
-        st.channels.remove(&self.cq);
-        let _ = st.engine.destroy_cq(self.cq);
+        let src = Source::Cq(self.cq);
+        let ctx = &self.ctx;
+        let _ = ctx.with(|st| {
+            st.channels.remove(&self.cq);
+            ctx.disown(st, src);
+            let _ = st.engine.destroy_cq(self.cq);
+        });
+        ctx.forget(src);
+        if let Some(ch) = &self.channel {
+            ch.unregister(src);
+        }
     }
 }
 
@@ -40,14 +48,19 @@ impl Cq {
         cqe: u32,
         channel: Option<&CompletionChannel>,
     ) -> Result<Cq, ResourceError> {
-        let mut st = ctx.driver().lock();
-        let cq = st.engine.create_cq(cqe)?;
-        if let Some(ch) = channel {
-            st.channels.insert(cq, Arc::clone(&ch.shared));
-        }
+        let c = &ctx.inner;
+        let cq = c.with(|st| -> Result<CqHandle, ResourceError> {
+            let cq = st.engine.create_cq(cqe)?;
+            c.adopt(st, Source::Cq(cq));
+            if let Some(ch) = channel {
+                ch.shared.register(Source::Cq(cq));
+                st.channels.insert(cq, Arc::clone(&ch.shared));
+            }
+            Ok(cq)
+        })??;
         Ok(Cq {
             inner: Arc::new(CqInner {
-                handle: Arc::clone(&ctx.handle),
+                ctx: Arc::clone(c),
                 cq,
                 channel: channel.map(|c| Arc::clone(&c.shared)),
             }),
@@ -59,7 +72,10 @@ impl Cq {
     /// again, so a thread spinning on its CQ needs no other thread to run.
     pub fn poll(&self, out: &mut [WorkCompletion]) -> usize {
         match self.poll_ready(out) {
-            0 if self.inner.handle.0.try_progress() => self.poll_ready(out),
+            0 => match self.inner.ctx.device.driver() {
+                Ok(d) if d.try_progress() => self.poll_ready(out),
+                _ => 0,
+            },
             n => n,
         }
     }
@@ -69,11 +85,8 @@ impl Cq {
     /// armed event instead of being consumed here while the event still fires.
     pub fn poll_ready(&self, out: &mut [WorkCompletion]) -> usize {
         self.inner
-            .handle
-            .0
-            .lock()
-            .engine
-            .poll_cq(self.inner.cq, out)
+            .ctx
+            .read(|st| st.engine.poll_cq(self.inner.cq, out).unwrap_or(0))
             .unwrap_or(0)
     }
 
@@ -86,11 +99,8 @@ impl Cq {
             ));
         }
         self.inner
-            .handle
-            .0
-            .lock()
-            .engine
-            .req_notify_cq(self.inner.cq, solicited_only)
+            .ctx
+            .with(|st| st.engine.req_notify_cq(self.inner.cq, solicited_only))?
     }
 
     /// Polls until `n` completions arrived or `timeout` passed (spinning a while,
@@ -118,12 +128,42 @@ impl Cq {
     /// Whether QPs still use this CQ.
     pub fn in_use(&self) -> bool {
         let inner = &self.inner;
-        inner.handle.0.lock().engine.cq_in_use(inner.cq)
+        inner
+            .ctx
+            .read(|st| st.engine.cq_in_use(inner.cq))
+            .unwrap_or(false)
     }
 
     /// The engine handle.
     pub fn handle(&self) -> CqHandle {
         self.inner.cq
+    }
+
+    /// Acknowledges `n` completion events of this CQ (`ibv_ack_cq_events`).
+    pub fn ack_events(&self, n: u32) {
+        if let Some(ch) = &self.inner.channel {
+            ch.ack(Source::Cq(self.inner.cq), u64::from(n));
+        }
+    }
+
+    /// Stops this CQ's completion and asynchronous events: pending ones are dropped and no
+    /// new one is delivered (the first step of destroying it).
+    pub fn close_events(&self) {
+        let src = Source::Cq(self.inner.cq);
+        if let Some(ch) = &self.inner.channel {
+            ch.close(src);
+        }
+        self.inner.ctx.events.close(src);
+    }
+
+    /// Waits until every completion and asynchronous event of this CQ handed out was
+    /// acknowledged (as `ibv_destroy_cq` does).
+    pub fn wait_events_acked(&self) {
+        let src = Source::Cq(self.inner.cq);
+        if let Some(ch) = &self.inner.channel {
+            ch.wait_acked(src);
+        }
+        self.inner.ctx.events.wait_acked(src);
     }
 }
 
@@ -131,19 +171,14 @@ impl Cq {
 /// readable when an armed CQ gets a completion (like `ibv_comp_channel`).
 pub struct CompletionChannel {
     pub(crate) shared: Arc<ChannelShared>,
-    _handle: Arc<DriverHandle>,
-    acked: Mutex<u64>,
+    _ctx: Arc<ContextInner>,
 }
 
 impl CompletionChannel {
     pub(crate) fn new(ctx: &Context) -> std::io::Result<CompletionChannel> {
         Ok(CompletionChannel {
-            shared: Arc::new(ChannelShared {
-                fd: EventFd::new(false, true)?,
-                fired: Mutex::new(Default::default()),
-            }),
-            _handle: Arc::clone(&ctx.handle),
-            acked: Mutex::new(0),
+            shared: Arc::new(ChannelShared::new(false)?),
+            _ctx: Arc::clone(&ctx.inner),
         })
     }
 
@@ -151,60 +186,30 @@ impl CompletionChannel {
     #[cfg(feature = "tokio")]
     pub(crate) fn new_nonblocking(ctx: &Context) -> std::io::Result<CompletionChannel> {
         Ok(CompletionChannel {
-            shared: Arc::new(ChannelShared {
-                fd: EventFd::new(true, true)?,
-                fired: Mutex::new(Default::default()),
-            }),
-            _handle: Arc::clone(&ctx.handle),
-            acked: Mutex::new(0),
+            shared: Arc::new(ChannelShared::new(true)?),
+            _ctx: Arc::clone(&ctx.inner),
         })
     }
 
-    /// Takes one pending event without blocking (only meaningful on a
-    /// non-blocking channel).
-    #[cfg(feature = "tokio")]
-    pub(crate) fn try_get_event(&self) -> Option<CqHandle> {
-        self.shared.fd.take()?;
-        self.shared
-            .fired
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .pop_front()
+    /// Takes one pending event without blocking.
+    pub fn try_get_event(&self) -> Option<CqHandle> {
+        self.shared.try_get()
     }
 
     /// The file descriptor: readable while an event is pending.
     pub fn fd(&self) -> std::os::fd::RawFd {
-        self.shared.fd.raw()
+        self.shared.fd()
     }
 
-    /// Blocks until a CQ of this channel fires; returns its handle.
-    pub fn get_event(&self) -> CqHandle {
-        loop {
-            self.shared.fd.take();
-            if let Some(cq) = self
-                .shared
-                .fired
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .pop_front()
-            {
-                return cq;
-            }
-        }
+    /// Waits for a CQ of this channel to fire, as `ibv_get_cq_event` does; returns its
+    /// handle, or the wait's error (`EAGAIN` when the fd was made non-blocking, `EINTR`).
+    /// Acknowledge the event with [`Cq::ack_events`].
+    pub fn get_event(&self) -> std::io::Result<CqHandle> {
+        self.shared.get()
     }
 
     /// Waits up to `timeout` for an event.
     pub fn get_event_timeout(&self, timeout: Duration) -> Option<CqHandle> {
-        let _ = sys::poll_readable(&[self.fd()], Some(timeout));
-        let mut fired = self.shared.fired.lock().unwrap_or_else(|e| e.into_inner());
-        let cq = fired.pop_front()?;
-        drop(fired);
-        self.shared.fd.take();
-        Some(cq)
-    }
-
-    /// Acknowledges `n` events (kept for verbs parity; nothing waits on it).
-    pub fn ack_events(&self, n: u64) {
-        *self.acked.lock().unwrap_or_else(|e| e.into_inner()) += n;
+        self.shared.get_timeout(timeout)
     }
 }

@@ -1,21 +1,36 @@
 //! The UDP driver: runs one engine over one socket.
 //!
-//! A progress thread receives datagrams, feeds them to the engine, fires its
-//! timers and sends what it produces, so one-sided operations complete while the
-//! target application does nothing. Threads that post work transmit what the
-//! post produced themselves (doorbell style) and only wake the progress thread
-//! when they armed a timer earlier than the one it sleeps for.
+//! A progress thread receives datagrams, feeds them to the engine, fires its timers and
+//! sends what it produces, so one-sided operations complete while the target application
+//! does nothing. Threads that post work transmit what the post produced themselves
+//! (doorbell style) and only wake the progress thread when they armed a timer earlier than
+//! the one it sleeps for.
 //!
-//! Threads that poll an empty CQ also receive (see [`Driver::try_progress`]): an
-//! application spinning on its CQ then handles its own datagrams at once instead
-//! of waiting for the progress thread to be scheduled, which on a busy machine
-//! (every core taken by spinning pollers) costs a scheduler tick. One receive
-//! buffer, behind its own lock, serves both, so datagrams are handed to the
-//! engine in the order the socket gave them.
+//! # Locks and system calls
+//!
+//! The device lock (`state`, the engine) is held only for engine work: no system call is
+//! made under it. A verbs call locks it once, lets the engine work, and *pumps*: the
+//! datagrams the engine emits are built into [`SendBatch`]es, completion notifications and
+//! asynchronous events are collected ([`Deferred`]). After the lock is released the batches
+//! are sent (`sendmmsg`, one call per batch of up to [`sys::BATCH`] datagrams) and the events
+//! delivered. Batches wait in the *outbox* in the order they were built; whichever thread
+//! holds the sender role sends them, so datagrams leave in the engine's order without any
+//! thread waiting for another's system call.
+//!
+//! A full socket buffer is backpressure, not loss: when `sendmmsg` says `EAGAIN` the rest of
+//! the batch stays at the head of the outbox and the progress thread waits for `POLLOUT`
+//! (`ENOBUFS`: it retries after a millisecond). Only datagrams the kernel refuses for good
+//! (unreachable, too large) are dropped and counted.
+//!
+//! Threads that poll an empty CQ also receive (see [`Driver::try_progress`]): an application
+//! spinning on its CQ then handles its own datagrams at once instead of waiting for the
+//! progress thread to be scheduled. One receive buffer, behind its own lock, serves both,
+//! so datagrams are handed to the engine in the order the socket gave them.
 
 use crate::config::Config;
+use crate::events::{EventQueue, Source};
 use crate::faults::{Fate, FaultInjector};
-use crate::sys::{self, EventFd, RecvBatch, SendBatch};
+use crate::sys::{self, EventFd, Flushed, RecvBatch, SendBatch};
 use softverbs_engine::{
     AsyncEvent, CqHandle, Engine, EngineConfig, Instant, Mtu, Transmit, MAX_DATAGRAM,
 };
@@ -24,7 +39,8 @@ use std::collections::{HashMap, VecDeque};
 use std::fs::File;
 use std::io;
 use std::io::BufWriter;
-use std::net::{SocketAddr, UdpSocket};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -37,57 +53,68 @@ pub struct DriverCounters {
     pub tx_datagrams: AtomicU64,
     /// Datagrams read from the kernel.
     pub rx_datagrams: AtomicU64,
-    /// Datagrams the kernel refused to send (e.g. unreachable destination).
+    /// Datagrams the kernel refused to send for good (unreachable, too large).
     pub tx_errors: AtomicU64,
     /// Datagrams dropped by fault injection.
     pub injected_drops: AtomicU64,
     /// Datagrams too large for a receive buffer.
     pub rx_truncated: AtomicU64,
+    /// `sendmmsg` calls.
+    pub tx_syscalls: AtomicU64,
+    /// Times the socket's send buffer was full (`EAGAIN`/`ENOBUFS`) and sending waited.
+    pub tx_backpressure: AtomicU64,
 }
 
-/// A completion channel's shared part: CQs whose notification fired, and the fd
-/// that counts them.
-pub(crate) struct ChannelShared {
-    pub fd: EventFd,
-    pub fired: Mutex<VecDeque<CqHandle>>,
-}
+/// A completion channel's queue of CQ events.
+pub(crate) type ChannelShared = EventQueue<CqHandle>;
 
-/// Everything behind the engine lock.
+/// A context's queue of asynchronous events.
+pub(crate) type AsyncQueue = EventQueue<AsyncEvent>;
+
+/// Everything behind the device lock.
 pub(crate) struct State {
     pub engine: Engine,
+    /// The batch being built.
     tx: SendBatch,
-    faults: Option<FaultInjector>,
-    held: Option<(Transmit, Vec<u8>)>,
+    /// The completion channel of each CQ that has one.
     pub channels: HashMap<CqHandle, Arc<ChannelShared>>,
-    pub async_events: VecDeque<AsyncEvent>,
-    pcap: Option<PcapWriter<BufWriter<File>>>,
-    /// One socket per multicast group a QP of this device is attached to; see
-    /// [`Driver::sync_groups`].
-    groups: Vec<(SocketAddr, Arc<UdpSocket>)>,
+    /// The context (its event queue) each CQ, QP and SRQ belongs to.
+    pub owners: HashMap<Source, Arc<AsyncQueue>>,
     /// When the last datagram reached the engine (see [`Driver::linger`]).
     last_rx: Instant,
 }
 
-impl State {
-    /// Records one datagram in the capture file, if capturing.
-    fn capture(&mut self, src: SocketAddr, dst: SocketAddr, ipv4_id: u16, data: &[u8]) {
-        if let Some(w) = self.pcap.as_mut() {
-            let ts = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap_or_default();
-            if let Err(e) = w.write_udp(ts, src, dst, ipv4_id, data) {
-                tracing::warn!(error = %e, "packet capture failed; capture stops");
-                self.pcap = None;
-            }
-        }
-    }
+/// What a pump leaves to do once the device lock is released.
+#[derive(Default)]
+#[must_use = "pass it to Driver::finish after releasing the lock"]
+pub(crate) struct Deferred {
+    notifications: Vec<(Arc<ChannelShared>, CqHandle)>,
+    events: Vec<(Arc<AsyncQueue>, AsyncEvent)>,
+    /// The progress thread must wake for an earlier timer.
+    wake: bool,
+}
 
-    /// Flushes the capture file.
-    pub fn flush_capture(&mut self) {
-        if let Some(w) = self.pcap.as_mut() {
-            let _ = w.flush();
-        }
-    }
+/// Why sending stopped with datagrams left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Blocked {
+    /// `EAGAIN`: the socket's send buffer is full; wait for `POLLOUT`.
+    Full,
+    /// `ENOBUFS`: a queue below the socket is full; retry shortly.
+    NoBuffers,
+}
+
+/// Batches waiting to be sent, in order, and spare ones.
+struct Outbox {
+    queue: VecDeque<SendBatch>,
+    pool: Vec<SendBatch>,
+    blocked: Option<Blocked>,
+}
+
+/// What the thread holding the sender role uses.
+struct Sender {
+    faults: Option<FaultInjector>,
+    /// A datagram held back by fault injection (reordering).
+    held: Option<(Transmit, Vec<u8>)>,
 }
 
 pub(crate) struct Driver {
@@ -95,7 +122,18 @@ pub(crate) struct Driver {
     socket: UdpSocket,
     /// The receive buffers; whoever holds them receives. Taken before `state`.
     rx: Mutex<RecvBatch>,
+    outbox: Mutex<Outbox>,
+    /// The sender role: its holder sends the outbox. Taken with `try_lock` only.
+    sender: Mutex<Sender>,
+    pcap: Mutex<Option<PcapWriter<BufWriter<File>>>>,
+    /// One socket per multicast group a QP of this device is attached to; see
+    /// [`Driver::sync_groups`].
+    groups: Mutex<Vec<(SocketAddr, Arc<UdpSocket>)>>,
+    /// Bumped whenever the set of multicast group sockets changes.
+    groups_gen: AtomicU64,
     pub local: SocketAddr,
+    /// The address LIDs of the port range resolve against (`crate::addressing`).
+    pub base_ip: IpAddr,
     epoch: std::time::Instant,
     wake: EventFd,
     /// Nanoseconds since `epoch` until which the progress thread sleeps.
@@ -103,7 +141,6 @@ pub(crate) struct Driver {
     stop: AtomicBool,
     thread: Mutex<Option<JoinHandle<()>>>,
     pub counters: DriverCounters,
-    pub async_fd: EventFd,
     busy_poll: Duration,
     /// The port's active MTU: the configured one, capped to fit the link.
     pub active_mtu: Mtu,
@@ -111,24 +148,19 @@ pub(crate) struct Driver {
     /// When the counters were last published, and what they were.
     published_at: AtomicU64,
     published: Mutex<Option<softverbs_engine::Counters>>,
-    /// Bumped whenever the set of multicast group sockets changes.
-    groups_gen: AtomicU64,
+    /// Bytes registered in memory regions, and the most allowed.
+    pub mr_bytes: AtomicU64,
+    pub max_mr_bytes: u64,
+    /// The engine's configuration (its limits), readable without the lock.
+    engine_config: EngineConfig,
 }
 
 /// Why a device could not be opened.
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {
-    /// The configured address and port could not be bound (in use, not local...).
-    #[error("cannot bind {addr}: {source}")]
-    Bind {
-        /// The address.
-        addr: SocketAddr,
-        /// What the kernel said.
-        source: io::Error,
-    },
-    /// No free port was found in the softverbs range.
-    #[error("no free UDP port in 20000-49151 on {0}")]
-    NoFreePort(std::net::IpAddr),
+    /// No UDP endpoint could be bound.
+    #[error(transparent)]
+    Bind(#[from] crate::addressing::BindError),
     /// Another system call failed.
     #[error("{what}: {source}")]
     Io {
@@ -139,40 +171,66 @@ pub enum OpenError {
     },
 }
 
-fn bind(config: &Config) -> Result<UdpSocket, OpenError> {
-    if let Some(port) = config.port {
-        let addr = SocketAddr::new(config.addr, port);
-        return UdpSocket::bind(addr).map_err(|source| OpenError::Bind { addr, source });
-    }
-    // Ports 20000-49151 so that the port can double as a LID (unicast LIDs end at
-    // 0xBFFF). Start at a pseudo-random place to spread processes.
-    let start = (std::process::id() as u64).wrapping_mul(2_654_435_761) ^ now_nanos_seed();
-    let span = 49151 - 20000 + 1;
-    for i in 0..256u64 {
-        let port = 20000 + ((start.wrapping_add(i.wrapping_mul(7919))) % span) as u16;
-        if let Ok(s) = UdpSocket::bind(SocketAddr::new(config.addr, port)) {
-            return Ok(s);
-        }
-    }
-    Err(OpenError::NoFreePort(config.addr))
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn now_nanos_seed() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos() as u64)
+thread_local! {
+    /// How many device locks this thread holds (see [`note_syscall`]).
+    static HOLDING: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// System calls made while the calling thread held a device lock (see
+/// [`syscalls_under_device_lock`]).
+static SYSCALLS_UNDER_LOCK: AtomicU64 = AtomicU64::new(0);
+
+/// Called by every system call wrapper of the driver's data path (`crate::sys`,
+/// `crate::events`): counts the call if this thread holds a device lock.
+pub(crate) fn note_syscall() {
+    if HOLDING.with(|h| h.get()) > 0 {
+        SYSCALLS_UNDER_LOCK.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// How many system calls this process's devices made while holding their device lock: 0
+/// is the design (sends, receives and event fds are touched only after the lock is
+/// released); tests check it.
+pub fn syscalls_under_device_lock() -> u64 {
+    SYSCALLS_UNDER_LOCK.load(Ordering::Relaxed)
+}
+
+/// The device lock held: the engine and what goes with it.
+pub(crate) struct StateGuard<'a>(MutexGuard<'a, State>);
+
+impl std::ops::Deref for StateGuard<'_> {
+    type Target = State;
+    fn deref(&self) -> &State {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for StateGuard<'_> {
+    fn deref_mut(&mut self) -> &mut State {
+        &mut self.0
+    }
+}
+
+impl Drop for StateGuard<'_> {
+    fn drop(&mut self) {
+        HOLDING.with(|h| h.set(h.get().saturating_sub(1)));
+    }
 }
 
 impl Driver {
     pub fn open(config: Config) -> Result<Arc<Driver>, OpenError> {
-        let socket = bind(&config)?;
+        let socket = crate::addressing::bind(config.addr, config.port)?;
         let io_err = |what| move |source| OpenError::Io { what, source };
         let local = socket.local_addr().map_err(io_err("local_addr"))?;
         sys::set_dont_fragment(&socket, local.is_ipv6()).map_err(io_err("IP_MTU_DISCOVER"))?;
-        sys::set_buffers(&socket, 8 << 20);
-        if let std::net::IpAddr::V4(ip) = local.ip() {
-            // Multicast sends leave through this device's interface (`lo` for
-            // 127.0.0.1), so they reach the group's members on this host.
+        sys::set_buffers(&socket, config.socket_buffer);
+        if let IpAddr::V4(ip) = local.ip() {
+            // Multicast sends leave through this device's interface (`lo` for loopback
+            // addresses), so they reach the group's members on this host.
             if !ip.is_unspecified() {
                 sys::set_multicast_if(&socket, ip).map_err(io_err("IP_MULTICAST_IF"))?;
             }
@@ -206,54 +264,72 @@ impl Driver {
             }
             None => None,
         };
+        // Fault injection acts on the datagrams of a batch before it is grouped for GSO,
+        // so GSO stays on with faults (the default path is the one tested).
+        let gso = config.gso;
         let mut ecfg = EngineConfig::new(local);
         ecfg.icrc = config.icrc;
         ecfg.port_mtu = active_mtu;
         let state = State {
-            engine: Engine::new(ecfg),
-            // Fault injection acts on the datagrams of a batch before it is grouped
-            // for GSO, so GSO stays on with faults (the default path is the one tested).
-            tx: SendBatch::new(MAX_DATAGRAM, config.gso),
-            faults: config.faults.map(FaultInjector::new),
-            held: None,
+            engine: Engine::new(ecfg.clone()),
+            tx: SendBatch::new(MAX_DATAGRAM, gso),
             channels: HashMap::new(),
-            async_events: VecDeque::new(),
-            pcap,
-            groups: Vec::new(),
+            owners: HashMap::new(),
             last_rx: Instant::from_nanos(0),
         };
         let rx = RecvBatch::new(if gro { sys::GRO_BUF } else { MAX_DATAGRAM + 64 });
+        crate::fork::register_socket(socket.as_raw_fd());
         let driver = Arc::new(Driver {
             state: Mutex::new(state),
             socket,
             rx: Mutex::new(rx),
+            outbox: Mutex::new(Outbox {
+                queue: VecDeque::new(),
+                pool: (0..2).map(|_| SendBatch::new(MAX_DATAGRAM, gso)).collect(),
+                blocked: None,
+            }),
+            sender: Mutex::new(Sender {
+                faults: config.faults.map(FaultInjector::new),
+                held: None,
+            }),
+            pcap: Mutex::new(pcap),
+            groups: Mutex::new(Vec::new()),
+            groups_gen: AtomicU64::new(0),
             local,
+            base_ip: crate::addressing::base_addr(config.addr),
             epoch: std::time::Instant::now(),
             wake: EventFd::new(true, false).map_err(io_err("eventfd"))?,
             sleeping_until: AtomicU64::new(u64::MAX),
             stop: AtomicBool::new(false),
             thread: Mutex::new(None),
             counters: DriverCounters::default(),
-            async_fd: EventFd::new(false, true).map_err(io_err("eventfd"))?,
             busy_poll: config.busy_poll,
             active_mtu,
             warned_tx_error: AtomicBool::new(false),
             published_at: AtomicU64::new(0),
             published: Mutex::new(None),
-            groups_gen: AtomicU64::new(0),
+            mr_bytes: AtomicU64::new(0),
+            max_mr_bytes: config.max_mr_bytes,
+            engine_config: ecfg,
         });
         let for_thread = Arc::clone(&driver);
-        let handle = std::thread::Builder::new()
-            .name(format!("softverbs-{}", local.port()))
-            .spawn(move || progress_thread(for_thread))
-            .map_err(io_err("spawn progress thread"))?;
-        *driver.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(handle);
-        // The port is up from here on (IBA 14.2.5.2: a port that reaches Active
-        // reports it as an asynchronous event).
-        driver.lock().async_events.push_back(AsyncEvent::PortActive);
-        driver.async_fd.signal();
+        // The progress thread takes no signals: a signal sent to the process (an alarm that
+        // ends a program's wait) goes to a thread of the application, as it would without
+        // softverbs. It inherits the mask it is spawned with.
+        let spawned = sys::with_signals_blocked(|| {
+            std::thread::Builder::new()
+                .name(format!("softverbs-{}", local.port()))
+                .spawn(move || progress_thread(for_thread))
+        });
+        let handle = spawned.map_err(io_err("spawn progress thread"))?;
+        *lock(&driver.thread) = Some(handle);
         tracing::debug!(%local, "softverbs device open");
         Ok(driver)
+    }
+
+    /// The engine's configuration and limits.
+    pub fn engine_config(&self) -> &EngineConfig {
+        &self.engine_config
     }
 
     /// The engine's current time.
@@ -261,22 +337,38 @@ impl Driver {
         Instant::from_nanos(self.epoch.elapsed().as_nanos() as u64)
     }
 
-    /// Locks the engine.
-    pub fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    /// Locks the engine (see `DeviceCore::with`).
+    pub fn lock(&self) -> StateGuard<'_> {
+        let g = lock(&self.state);
+        HOLDING.with(|h| h.set(h.get() + 1));
+        StateGuard(g)
     }
 
-    /// Sends everything the engine has to send, then makes sure the progress
-    /// thread will wake for the engine's next deadline. Call with the lock held,
-    /// after any verbs call that may have produced work.
-    pub fn pump(&self, st: &mut State) {
+    /// Builds what the engine has to send into batches and collects its notifications and
+    /// events; call with the lock held after any engine call that may have produced work,
+    /// and pass the result to [`Driver::finish`] once the lock is released.
+    pub fn pump(&self, st: &mut State) -> Deferred {
         let now = self.now();
         self.transmit(st, now);
-        self.dispatch(st);
+        let mut d = self.dispatch(st);
         if let Some(deadline) = st.engine.poll_timeout() {
-            if deadline.as_nanos() < self.sleeping_until.load(Ordering::Acquire) {
-                self.wake.signal();
-            }
+            d.wake = deadline.as_nanos() < self.sleeping_until.load(Ordering::Acquire);
+        }
+        d
+    }
+
+    /// What a pump left to do: sends the batches, delivers the events, wakes the progress
+    /// thread if it must. Call without the device lock.
+    pub fn finish(&self, d: Deferred) {
+        self.flush_outbox(false);
+        for (channel, cq) in d.notifications {
+            channel.push(cq);
+        }
+        for (queue, ev) in d.events {
+            queue.push(ev);
+        }
+        if d.wake {
+            self.wake.signal();
         }
     }
 
@@ -284,27 +376,123 @@ impl Driver {
         while let Some(t) = st.engine.poll_transmit(now, st.tx.next_buf()) {
             st.tx.commit(t);
             if st.tx.is_full() {
-                self.flush(st);
+                self.enqueue(st);
             }
         }
-        self.flush(st);
+        if !st.tx.is_empty() {
+            self.enqueue(st);
+        }
     }
 
-    /// Sends the batch: fault injection decides each datagram's fate first (so
-    /// faults act on the GSO segments the batch then forms), the batch seals each
-    /// datagram for its place (see [`SendBatch::seal`]), corruption flips a bit of a
-    /// sealed one, and what fault injection duplicated or held back goes out after
-    /// the batch, alone (IPv4 ID 0).
-    fn flush(&self, st: &mut State) {
-        if st.tx.is_empty() {
-            return;
+    /// Moves the batch being built to the outbox and starts a fresh one.
+    fn enqueue(&self, st: &mut State) {
+        let mut ob = lock(&self.outbox);
+        let fresh = ob
+            .pool
+            .pop()
+            .unwrap_or_else(|| SendBatch::new(MAX_DATAGRAM, st.tx.gso()));
+        let full = std::mem::replace(&mut st.tx, fresh);
+        ob.queue.push_back(full);
+    }
+
+    /// Sends the outbox if no other thread is doing so. With the socket blocked, only the
+    /// progress thread (`from_progress`, after `POLLOUT`) tries again.
+    fn flush_outbox(&self, from_progress: bool) {
+        loop {
+            let Ok(mut sender) = self.sender.try_lock() else {
+                return;
+            };
+            loop {
+                let batch = {
+                    let mut ob = lock(&self.outbox);
+                    if ob.blocked.is_some() && !from_progress {
+                        break;
+                    }
+                    ob.blocked = None;
+                    ob.queue.pop_front()
+                };
+                let Some(mut batch) = batch else {
+                    break;
+                };
+                let result = self.send_batch(&mut sender, &mut batch);
+                let mut ob = lock(&self.outbox);
+                match result {
+                    Ok(()) => ob.pool.push(batch),
+                    Err(blocked) => {
+                        ob.queue.push_front(batch);
+                        ob.blocked = Some(blocked);
+                        drop(ob);
+                        self.counters
+                            .tx_backpressure
+                            .fetch_add(1, Ordering::Relaxed);
+                        self.wake.signal();
+                        break;
+                    }
+                }
+            }
+            drop(sender);
+            // A batch queued while this thread held the role, by a thread that found the
+            // role taken, is this thread's to send.
+            let ob = lock(&self.outbox);
+            if ob.queue.is_empty() || ob.blocked.is_some() {
+                return;
+            }
         }
+    }
+
+    /// Sends one batch; `Err` when the socket pushed back and datagrams are left in it.
+    /// On its first attempt, fault injection decides each datagram's fate (so faults act
+    /// on the GSO segments the batch then forms), the batch seals each datagram for its
+    /// place (see [`SendBatch::seal`]), corruption flips a bit of a sealed one, the
+    /// capture records the batch, and what fault injection duplicated or held back goes
+    /// out after it, alone (IPv4 ID 0).
+    fn send_batch(&self, sender: &mut Sender, batch: &mut SendBatch) -> Result<(), Blocked> {
+        let mut extra = Vec::new();
+        if !batch.started() {
+            extra = self.inject_faults(sender, batch);
+            self.capture_tx(batch, &extra);
+        }
+        let flushed = batch.flush(&self.socket);
+        for (t, data) in extra {
+            note_syscall();
+            let _ = self.socket.send_to(&data, t.dst);
+        }
+        let (sent, errors, calls) = flushed.counts();
+        let c = &self.counters;
+        c.tx_datagrams.fetch_add(sent as u64, Ordering::Relaxed);
+        c.tx_errors.fetch_add(errors as u64, Ordering::Relaxed);
+        c.tx_syscalls.fetch_add(calls as u64, Ordering::Relaxed);
+        if let Some(e) = flushed.first_error() {
+            if !self.warned_tx_error.swap(true, Ordering::Relaxed) {
+                let hint = if e.raw_os_error() == Some(libc::EMSGSIZE) {
+                    " (is the path MTU larger than the link's?)"
+                } else {
+                    ""
+                };
+                tracing::warn!(local = %self.local, error = %e,
+                    "the kernel refused to send {errors} datagram(s){hint}");
+            }
+        }
+        match flushed {
+            Flushed::Done { .. } => Ok(()),
+            Flushed::Blocked { errno, .. } if errno == libc::ENOBUFS => Err(Blocked::NoBuffers),
+            Flushed::Blocked { .. } => Err(Blocked::Full),
+        }
+    }
+
+    /// Decides the fate of each datagram of a batch not sent yet, seals the batch and
+    /// corrupts what must be corrupted; returns the sealed datagrams to send after it.
+    fn inject_faults(
+        &self,
+        sender: &mut Sender,
+        batch: &mut SendBatch,
+    ) -> Vec<(Transmit, Vec<u8>)> {
         let mut extra: Vec<(Transmit, Vec<u8>)> = Vec::new();
         let mut corrupt: Vec<(usize, usize, u8)> = Vec::new();
-        if let Some(faults) = st.faults.as_mut() {
+        if let Some(faults) = sender.faults.as_mut() {
             // Index each kept datagram will have once the dropped ones are gone.
             let mut kept = 0;
-            for (t, buf, len, _) in st.tx.iter_mut() {
+            for (t, buf, len, _) in batch.iter_mut() {
                 match faults.decide() {
                     Fate::Send => kept += 1,
                     Fate::Drop => {
@@ -320,7 +508,7 @@ impl Driver {
                         kept += 1;
                     }
                     Fate::Reorder => {
-                        if let Some(prev) = st.held.replace((t, buf[..*len].to_vec())) {
+                        if let Some(prev) = sender.held.replace((t, buf[..*len].to_vec())) {
                             extra.push(prev);
                         }
                         *len = 0;
@@ -328,14 +516,13 @@ impl Driver {
                 }
             }
             // Held datagrams go out after this batch.
-            if let Some(h) = st.held.take() {
+            if let Some(h) = sender.held.take() {
                 extra.push(h);
             }
         }
-        st.tx.seal();
+        batch.seal();
         if !corrupt.is_empty() {
-            let mut datagrams: Vec<(&mut Vec<u8>, usize)> = st
-                .tx
+            let mut datagrams: Vec<(&mut Vec<u8>, usize)> = batch
                 .iter_mut()
                 .map(|(_, buf, len, _)| (buf, *len))
                 .collect();
@@ -348,70 +535,73 @@ impl Driver {
         for (t, data) in &mut extra {
             t.seal(data, 0);
         }
-        if st.pcap.is_some() {
-            let mut frames: Vec<(Transmit, Vec<u8>, u16)> = Vec::new();
-            for (t, buf, len, id) in st.tx.iter_mut() {
-                frames.push((t, buf[..*len].to_vec(), id));
-            }
-            frames.extend(extra.iter().map(|(t, data)| (*t, data.clone(), 0)));
-            for (t, data, id) in frames {
-                st.capture(t.src, t.dst, id, &data);
-            }
+        extra
+    }
+
+    /// Records a sealed batch and the datagrams sent after it in the capture file.
+    fn capture_tx(&self, batch: &mut SendBatch, extra: &[(Transmit, Vec<u8>)]) {
+        let mut pcap = lock(&self.pcap);
+        if pcap.is_none() {
+            return;
         }
-        let n = st.tx.iter_mut().count() as u64;
-        let errors = st.tx.flush(&self.socket) as u64;
+        for (t, buf, len, id) in batch.iter_mut() {
+            write_capture(&mut pcap, t.src, t.dst, id, &buf[..*len]);
+        }
         for (t, data) in extra {
-            let _ = self.socket.send_to(&data, t.dst);
-        }
-        self.counters
-            .tx_datagrams
-            .fetch_add(n - errors.min(n), Ordering::Relaxed);
-        self.counters.tx_errors.fetch_add(errors, Ordering::Relaxed);
-        if errors > 0 && !self.warned_tx_error.swap(true, Ordering::Relaxed) {
-            tracing::warn!(
-                local = %self.local,
-                error = %io::Error::last_os_error(),
-                "the kernel refused to send {errors} datagram(s); is the path MTU larger than the link's?"
-            );
+            write_capture(&mut pcap, t.src, t.dst, 0, data);
         }
     }
 
-    /// Hands CQ notifications to completion channels and async events to the
-    /// async queue.
-    fn dispatch(&self, st: &mut State) {
+    /// Flushes the capture file.
+    pub fn flush_capture(&self) {
+        if let Some(w) = lock(&self.pcap).as_mut() {
+            let _ = w.flush();
+        }
+    }
+
+    /// Collects CQ notifications for completion channels and async events for their
+    /// contexts.
+    fn dispatch(&self, st: &mut State) -> Deferred {
+        let mut d = Deferred::default();
         while let Some(cq) = st.engine.poll_cq_notification() {
             if let Some(ch) = st.channels.get(&cq) {
-                ch.fired
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push_back(cq);
-                ch.fd.signal();
+                d.notifications.push((Arc::clone(ch), cq));
             }
         }
         while let Some(ev) = st.engine.poll_event() {
-            st.async_events.push_back(ev);
-            self.async_fd.signal();
+            use crate::events::Sourced;
+            // Events of objects no context owns any more are dropped.
+            if let Some(q) = ev.source().and_then(|s| st.owners.get(&s)) {
+                d.events.push((Arc::clone(q), ev));
+            }
         }
+        d
     }
 
-    /// Makes the device's multicast sockets match the groups the engine's QPs
-    /// are attached to: joins new groups (one socket per group, see
-    /// [`sys::multicast_socket`]; the progress thread reads them and hands what
-    /// arrives to [`Engine::handle_multicast_datagram`]) and leaves groups no
-    /// QP is attached to any more. Only IPv4 groups can be joined.
-    pub fn sync_groups(&self, st: &mut State) -> io::Result<()> {
-        let wanted = st.engine.mcast_groups();
-        let before = st.groups.len();
-        st.groups.retain(|(g, _)| wanted.contains(g));
-        let mut changed = st.groups.len() != before;
+    /// Makes the device's multicast sockets match `wanted`, the groups the engine's QPs are
+    /// attached to: joins new groups (one socket per group, see [`sys::multicast_socket`];
+    /// the progress thread reads them and hands what arrives to
+    /// [`Engine::handle_multicast_datagram`]) and leaves groups no QP is attached to any more.
+    /// Only IPv4 groups can be joined. Call without the device lock.
+    pub fn sync_groups(&self, wanted: &[SocketAddr]) -> io::Result<()> {
+        let mut groups = lock(&self.groups);
+        let before = groups.len();
+        groups.retain(|(g, s)| {
+            let keep = wanted.contains(g);
+            if !keep {
+                crate::fork::unregister_socket(s.as_raw_fd());
+            }
+            keep
+        });
+        let mut changed = groups.len() != before;
         let mut result = Ok(());
-        for group in wanted {
-            if st.groups.iter().any(|(g, _)| *g == group) {
+        for &group in wanted {
+            if groups.iter().any(|(g, _)| *g == group) {
                 continue;
             }
             let iface = match self.local.ip() {
-                std::net::IpAddr::V4(ip) => ip,
-                std::net::IpAddr::V6(_) => std::net::Ipv4Addr::UNSPECIFIED,
+                IpAddr::V4(ip) => ip,
+                IpAddr::V6(_) => std::net::Ipv4Addr::UNSPECIFIED,
             };
             let joined = match group {
                 SocketAddr::V4(g) => sys::multicast_socket(g, iface),
@@ -422,7 +612,8 @@ impl Driver {
             };
             match joined {
                 Ok(sock) => {
-                    st.groups.push((group, Arc::new(sock)));
+                    crate::fork::register_socket(sock.as_raw_fd());
+                    groups.push((group, Arc::new(sock)));
                     changed = true;
                 }
                 Err(e) => result = Err(e),
@@ -451,16 +642,25 @@ impl Driver {
         self.counters
             .rx_datagrams
             .fetch_add(got as u64, Ordering::Relaxed);
-        let mut st = self.lock();
-        let now = self.now();
-        st.last_rx = now;
-        self.for_each_datagram(rx, got, |src, k, data| {
-            st.capture(src, self.local, k, data);
-            st.engine.handle_datagram_with_ipv4_id(now, src, data, k);
-        });
-        st.engine.handle_timeout(now);
-        self.pump(&mut st);
-        let _ = self.publish_counters(&st);
+        {
+            let mut pcap = lock(&self.pcap);
+            if pcap.is_some() {
+                self.for_each_datagram(rx, got, |src, k, data| {
+                    write_capture(&mut pcap, src, self.local, k, data);
+                });
+            }
+        }
+        let deferred = {
+            let mut st = self.lock();
+            let now = self.now();
+            st.last_rx = now;
+            self.for_each_datagram(rx, got, |src, k, data| {
+                st.engine.handle_datagram_with_ipv4_id(now, src, data, k);
+            });
+            st.engine.handle_timeout(now);
+            self.pump(&mut st)
+        };
+        self.finish(deferred);
         got
     }
 
@@ -515,21 +715,54 @@ impl Driver {
             self.counters
                 .rx_datagrams
                 .fetch_add(got as u64, Ordering::Relaxed);
-            let mut st = self.lock();
-            let now = self.now();
-            self.for_each_datagram(rx, got, |src, _, data| {
-                st.capture(src, *group, 0, data);
-                st.engine.handle_multicast_datagram(now, src, *group, data);
-            });
-            st.engine.handle_timeout(now);
-            self.pump(&mut st);
+            {
+                let mut pcap = lock(&self.pcap);
+                if pcap.is_some() {
+                    self.for_each_datagram(rx, got, |src, _, data| {
+                        write_capture(&mut pcap, src, *group, 0, data);
+                    });
+                }
+            }
+            let deferred = {
+                let mut st = self.lock();
+                let now = self.now();
+                self.for_each_datagram(rx, got, |src, _, data| {
+                    st.engine.handle_multicast_datagram(now, src, *group, data);
+                });
+                st.engine.handle_timeout(now);
+                self.pump(&mut st)
+            };
+            self.finish(deferred);
         }
         total
     }
 
-    fn stop(&self) {
+    /// Stops the device: lingers for ACKs a closed QP may owe (unless called on the
+    /// progress thread itself), stops and joins the progress thread, flushes the capture
+    /// and withdraws the published counters.
+    pub fn close(&self) {
+        let on_progress_thread = lock(&self.thread)
+            .as_ref()
+            .is_some_and(|h| h.thread().id() == std::thread::current().id());
+        // The progress thread answers during the linger: it cannot be the one waiting.
+        if !on_progress_thread {
+            self.linger();
+        }
         self.stop.store(true, Ordering::Release);
         self.wake.signal();
+        let handle = lock(&self.thread).take();
+        if let Some(h) = handle {
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
+        }
+        self.flush_outbox(true);
+        self.flush_capture();
+        crate::fork::unregister_socket(self.socket.as_raw_fd());
+        for (_, s) in lock(&self.groups).iter() {
+            crate::fork::unregister_socket(s.as_raw_fd());
+        }
+        crate::published::unpublish(self.local);
     }
 
     /// Before the device closes: while a destroyed RC QP may still owe its peer an ACK
@@ -563,38 +796,55 @@ impl Driver {
 
     /// The longest a closing device stays up for a peer's retransmissions.
     const MAX_LINGER: Duration = Duration::from_secs(1);
+
+    /// Publishes the counters for `softverbs stat` when they changed, at most
+    /// every 100 ms. Returns how soon to call again when a change
+    /// is still waiting to be published. Call without the device lock.
+    fn publish_counters(&self, c: softverbs_engine::Counters) -> Option<Duration> {
+        const EVERY: u64 = 100_000_000;
+        if Some(c) == *lock(&self.published) {
+            return None;
+        }
+        let now = self.now().as_nanos();
+        let last = self.published_at.load(Ordering::Relaxed);
+        if last != 0 && now.saturating_sub(last) < EVERY {
+            return Some(Duration::from_nanos(EVERY - now.saturating_sub(last)));
+        }
+        self.published_at.store(now.max(1), Ordering::Relaxed);
+        *lock(&self.published) = Some(c);
+        let mut lines: Vec<(&str, u64)> = c.named().to_vec();
+        let dc = &self.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        lines.push(("udp_tx_datagrams", get(&dc.tx_datagrams)));
+        lines.push(("udp_rx_datagrams", get(&dc.rx_datagrams)));
+        lines.push(("udp_tx_errors", get(&dc.tx_errors)));
+        lines.push(("udp_tx_syscalls", get(&dc.tx_syscalls)));
+        lines.push(("udp_tx_backpressure", get(&dc.tx_backpressure)));
+        lines.push(("injected_drops", get(&dc.injected_drops)));
+        lines.push(("rx_truncated", get(&dc.rx_truncated)));
+        if let Err(e) = crate::published::publish(self.local, &lines) {
+            tracing::debug!(error = %e, "cannot publish counters");
+        }
+        None
+    }
 }
 
-/// Stops the progress thread when the last user handle goes away.
-pub(crate) struct DriverHandle(pub Arc<Driver>);
-
-impl Drop for DriverHandle {
-    fn drop(&mut self) {
-        let on_progress_thread = self
-            .0
-            .thread
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-            .is_some_and(|h| h.thread().id() == std::thread::current().id());
-        // The progress thread answers during the linger: it cannot be the one waiting.
-        if !on_progress_thread {
-            self.0.linger();
+/// Records one datagram in the capture file, if capturing; a failing capture stops.
+fn write_capture(
+    pcap: &mut Option<PcapWriter<BufWriter<File>>>,
+    src: SocketAddr,
+    dst: SocketAddr,
+    ipv4_id: u16,
+    data: &[u8],
+) {
+    if let Some(w) = pcap.as_mut() {
+        let ts = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        if let Err(e) = w.write_udp(ts, src, dst, ipv4_id, data) {
+            tracing::warn!(error = %e, "packet capture failed; capture stops");
+            *pcap = None;
         }
-        self.0.stop();
-        let handle = self
-            .0
-            .thread
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        if let Some(h) = handle {
-            if h.thread().id() != std::thread::current().id() {
-                let _ = h.join();
-            }
-        }
-        self.0.lock().flush_capture();
-        crate::published::unpublish(self.0.local);
     }
 }
 
@@ -603,11 +853,12 @@ fn progress_thread(d: Arc<Driver>) {
     let mut groups: Vec<(SocketAddr, Arc<UdpSocket>)> = Vec::new();
     let mut groups_seen = 0;
     let mut mc_rx: Option<RecvBatch> = None;
+    let mut pfds: Vec<libc::pollfd> = Vec::new();
     while !d.stop.load(Ordering::Acquire) {
         let gen = d.groups_gen.load(Ordering::Acquire);
         if gen != groups_seen {
             groups_seen = gen;
-            groups = d.lock().groups.clone();
+            groups = lock(&d.groups).clone();
         }
         let mc_got = if groups.is_empty() {
             0
@@ -618,7 +869,7 @@ fn progress_thread(d: Arc<Driver>) {
         // Receive whatever is there (a poller may be doing the same: then the
         // lock waits for it, and the next read finds what it left).
         let got = {
-            let mut rx = d.rx.lock().unwrap_or_else(|e| e.into_inner());
+            let mut rx = lock(&d.rx);
             let mut got = d.receive(&mut rx);
             if got == 0 && !d.busy_poll.is_zero() {
                 let until = std::time::Instant::now() + d.busy_poll;
@@ -629,79 +880,56 @@ fn progress_thread(d: Arc<Driver>) {
             }
             got
         };
-        if got > 0 {
-            continue;
-        }
-        if mc_got > 0 {
+        if got > 0 || mc_got > 0 {
             continue;
         }
         // Nothing to read: run timers, then sleep until the next deadline, a
         // datagram or a wake-up. The sleep deadline is published under the lock,
         // so a poster that arms an earlier timer afterwards sees it and wakes us.
-        let timeout = {
+        let (deferred, timer, counters) = {
             let mut st = d.lock();
             let now = d.now();
             st.engine.handle_timeout(now);
-            d.transmit(&mut st, now);
-            d.dispatch(&mut st);
-            st.flush_capture();
-            let republish = d.publish_counters(&st);
+            let deferred = d.pump(&mut st);
             let deadline = st.engine.poll_timeout();
             d.sleeping_until.store(
                 deadline.map_or(u64::MAX, |t| t.as_nanos()),
                 Ordering::Release,
             );
             let timer = deadline.map(|t| t.saturating_duration_since(now));
-            match (timer, republish) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            }
+            (deferred, timer, st.engine.counters())
         };
-        let fds: Vec<std::os::fd::RawFd> = [d.socket_fd(), d.wake.raw()]
-            .into_iter()
-            .chain(groups.iter().map(|(_, s)| {
-                use std::os::fd::AsRawFd;
-                s.as_raw_fd()
-            }))
-            .collect();
-        let _ = sys::poll_readable(&fds, timeout);
+        d.finish(deferred);
+        d.flush_capture();
+        let republish = d.publish_counters(counters);
+        let blocked = lock(&d.outbox).blocked;
+        let retry = (blocked == Some(Blocked::NoBuffers)).then_some(Duration::from_millis(1));
+        let timeout = [timer, republish, retry].into_iter().flatten().min();
+        pfds.clear();
+        let out = if blocked == Some(Blocked::Full) {
+            libc::POLLOUT
+        } else {
+            0
+        };
+        for (fd, events) in [
+            (d.socket.as_raw_fd(), libc::POLLIN | out),
+            (d.wake.raw(), libc::POLLIN),
+        ]
+        .into_iter()
+        .chain(groups.iter().map(|(_, s)| (s.as_raw_fd(), libc::POLLIN)))
+        {
+            pfds.push(libc::pollfd {
+                fd,
+                events,
+                revents: 0,
+            });
+        }
+        let _ = sys::poll(&mut pfds, timeout);
+        if blocked.is_some() {
+            // POLLOUT (or the ENOBUFS retry time): send what is left.
+            d.flush_outbox(true);
+        }
         d.wake.take();
         d.sleeping_until.store(0, Ordering::Release);
-    }
-}
-
-impl Driver {
-    /// Publishes the counters for `softverbs stat` when they changed, at most
-    /// every 100 ms. Returns how soon to call again when a change
-    /// is still waiting to be published.
-    fn publish_counters(&self, st: &State) -> Option<Duration> {
-        const EVERY: u64 = 100_000_000;
-        let c = st.engine.counters();
-        if Some(c) == *self.published.lock().unwrap_or_else(|e| e.into_inner()) {
-            return None;
-        }
-        let now = self.now().as_nanos();
-        let last = self.published_at.load(Ordering::Relaxed);
-        if last != 0 && now.saturating_sub(last) < EVERY {
-            return Some(Duration::from_nanos(EVERY - now.saturating_sub(last)));
-        }
-        self.published_at.store(now.max(1), Ordering::Relaxed);
-        *self.published.lock().unwrap_or_else(|e| e.into_inner()) = Some(c);
-        let mut lines: Vec<(&str, u64)> = c.named().to_vec();
-        let dc = &self.counters;
-        lines.push(("udp_tx_datagrams", dc.tx_datagrams.load(Ordering::Relaxed)));
-        lines.push(("udp_rx_datagrams", dc.rx_datagrams.load(Ordering::Relaxed)));
-        lines.push(("udp_tx_errors", dc.tx_errors.load(Ordering::Relaxed)));
-        lines.push(("injected_drops", dc.injected_drops.load(Ordering::Relaxed)));
-        lines.push(("rx_truncated", dc.rx_truncated.load(Ordering::Relaxed)));
-        if let Err(e) = crate::published::publish(self.local, &lines) {
-            tracing::debug!(error = %e, "cannot publish counters");
-        }
-        None
-    }
-
-    fn socket_fd(&self) -> std::os::fd::RawFd {
-        use std::os::fd::AsRawFd;
-        self.socket.as_raw_fd()
     }
 }

@@ -16,12 +16,16 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod addressing;
 pub mod config;
 mod context;
 mod cq;
+mod device;
 mod driver;
 pub mod error;
+mod events;
 mod faults;
+mod fork;
 mod gid;
 mod mw;
 mod pd;
@@ -33,18 +37,19 @@ mod stream;
 mod sys;
 
 pub use config::{Config, ConfigError, FaultConfig};
-pub use context::{Context, Device, DeviceAttr, LinkLayer, PortAttr, PortState};
+pub use context::{Context, Device, DeviceAttr, DeviceCounters, LinkLayer, PortAttr, PortState};
 pub use cq::{CompletionChannel, Cq};
+pub use driver::syscalls_under_device_lock;
 pub use gid::{Gid, ROCE_PORT};
 pub use mw::Mw;
 pub use pd::{Mr, PageAligned, Pd, RawMr, StableBuffer};
-pub use qp::{AddressHandle, InitAttr, Qp, QpBuilder, RemoteQp, RtrAttr, RtsAttr};
+pub use qp::{AddressHandle, InitAttr, Poster, Qp, QpBuilder, RemoteQp, RtrAttr, RtsAttr};
 pub use softverbs_engine::{
     AccessFlags, AsyncEvent, Counters, CqHandle, IcrcPolicy, Mtu, Payload, QpAttr, QpAttrMask,
     QpCap, QpHandle, QpState, QpType, Qpn, Rkey, SendFlags, SendOp, SendWr, Sge, SrqHandle,
     WcOpcode, WcStatus, WorkCompletion,
 };
 pub use softverbs_engine::{BindMwError, MwBindInfo, MwHandle, MwType};
-pub use srq::Srq;
+pub use srq::{Srq, SrqPoster};
 #[cfg(feature = "tokio")]
 pub use stream::CompletionStream;

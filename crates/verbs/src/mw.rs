@@ -30,7 +30,7 @@ impl std::fmt::Debug for Mw {
 
 impl Drop for Mw {
     fn drop(&mut self) {
-        let _ = self.pd.handle.0.lock().engine.dealloc_mw(self.handle);
+        let _ = self.pd.ctx.read(|st| st.engine.dealloc_mw(self.handle));
     }
 }
 
@@ -39,11 +39,8 @@ impl Pd {
     pub fn alloc_mw(&self, kind: MwType) -> Result<Mw, ResourceError> {
         let info = self
             .inner
-            .handle
-            .0
-            .lock()
-            .engine
-            .alloc_mw(self.inner.pd, kind)?;
+            .ctx
+            .read(|st| st.engine.alloc_mw(self.inner.pd, kind))??;
         Ok(Mw {
             pd: Arc::clone(&self.inner),
             handle: info.handle,
@@ -119,7 +116,7 @@ impl Qp {
             access,
         };
         let flags = softverbs_engine::SendFlags::SIGNALED;
-        self.with_engine(|engine, qp| engine.bind_mw(qp, mw.handle, wr_id, flags, info))
+        self.with_engine(|engine, qp| engine.bind_mw(qp, mw.handle, wr_id, flags, info))?
             .map(|r| r.0)
     }
 
@@ -134,7 +131,7 @@ impl Qp {
         flags: softverbs_engine::SendFlags,
         info: MwBindInfo,
     ) -> Result<u32, BindMwError> {
-        self.with_engine(|engine, qp| engine.bind_mw(qp, mw.handle, wr_id, flags, info))
+        self.with_engine(|engine, qp| engine.bind_mw(qp, mw.handle, wr_id, flags, info))?
             .map(|r| r.0)
     }
 }

@@ -8,20 +8,81 @@
 //! memory cannot move, be freed or be aliased by a Rust reference while the keys
 //! work.
 
-use crate::context::Context;
-use crate::driver::DriverHandle;
-use crate::error::ResourceError;
+use crate::context::{Context, ContextInner};
+use crate::error::{RegMrError, ResourceError};
 use softverbs_engine::{AccessFlags, MrHandle, MrInfo, PdHandle, Sge};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 pub(crate) struct PdInner {
-    pub handle: Arc<DriverHandle>,
+    pub ctx: Arc<ContextInner>,
     pub pd: PdHandle,
 }
 
 impl Drop for PdInner {
     fn drop(&mut self) {
-        let _ = self.handle.0.lock().engine.dealloc_pd(self.pd);
+        let _ = self.ctx.read(|st| st.engine.dealloc_pd(self.pd));
+    }
+}
+
+impl PdInner {
+    /// Counts `len` more registered bytes against the device's cap.
+    fn charge(&self, len: usize) -> Result<(), RegMrError> {
+        let d = self.ctx.device.info();
+        let len64 = len as u64;
+        let before = d.mr_bytes.fetch_add(len64, Ordering::AcqRel);
+        if before.saturating_add(len64) > d.max_mr_bytes {
+            d.mr_bytes.fetch_sub(len64, Ordering::AcqRel);
+            return Err(RegMrError::TooMuch {
+                len,
+                cap: d.max_mr_bytes,
+            });
+        }
+        Ok(())
+    }
+
+    /// Gives back what [`PdInner::charge`] counted.
+    fn refund(&self, len: usize) {
+        self.ctx
+            .device
+            .info()
+            .mr_bytes
+            .fetch_sub(len as u64, Ordering::AcqRel);
+    }
+
+    /// Registers `len` bytes at `ptr` in the engine, within the cap.
+    ///
+    /// # Safety
+    /// As [`Pd::reg_mr_raw`].
+    unsafe fn register(
+        &self,
+        ptr: *mut u8,
+        len: usize,
+        access: AccessFlags,
+    ) -> Result<MrInfo, RegMrError> {
+        self.charge(len)?;
+        // SAFETY: forwarded from the caller's contract.
+        let r = self
+            .ctx
+            .read(|st| unsafe { st.engine.reg_mr(self.pd, ptr, len, access) });
+        match r {
+            Ok(Ok(info)) => Ok(info),
+            Ok(Err(e)) => {
+                self.refund(len);
+                Err(e.into())
+            }
+            Err(e) => {
+                self.refund(len);
+                Err(e.into())
+            }
+        }
+    }
+
+    /// Deregisters a region made by [`PdInner::register`].
+    fn deregister(&self, info: &MrInfo) {
+        if let Ok(Ok(())) = self.ctx.read(|st| st.engine.dereg_mr(info.handle)) {
+            self.refund(info.length);
+        }
     }
 }
 
@@ -152,14 +213,17 @@ impl Pd {
     /// Whether memory regions, memory windows, QPs or SRQs still use this PD.
     pub fn in_use(&self) -> bool {
         let inner = &self.inner;
-        inner.handle.0.lock().engine.pd_in_use(inner.pd)
+        inner
+            .ctx
+            .read(|st| st.engine.pd_in_use(inner.pd))
+            .unwrap_or(false)
     }
 
     pub(crate) fn new(ctx: &Context) -> Result<Pd, ResourceError> {
-        let pd = ctx.driver().lock().engine.alloc_pd()?;
+        let pd = ctx.inner.read(|st| st.engine.alloc_pd())??;
         Ok(Pd {
             inner: Arc::new(PdInner {
-                handle: Arc::clone(&ctx.handle),
+                ctx: Arc::clone(&ctx.inner),
                 pd,
             }),
         })
@@ -171,14 +235,12 @@ impl Pd {
         &self,
         mut buf: T,
         access: AccessFlags,
-    ) -> Result<Mr<T>, ResourceError> {
+    ) -> Result<Mr<T>, RegMrError> {
         let (ptr, len) = (buf.as_mut_ptr(), buf.len());
-        let mut st = self.inner.handle.0.lock();
         // SAFETY: `buf` is moved into the returned Mr, which deregisters before it
         // gives the buffer back or drops it; StableBuffer promises the pointer
         // stays valid while owned.
-        let info = unsafe { st.engine.reg_mr(self.inner.pd, ptr, len, access) }?;
-        drop(st);
+        let info = unsafe { self.inner.register(ptr, len, access) }?;
         Ok(Mr {
             buf: Some(buf),
             info,
@@ -186,7 +248,10 @@ impl Pd {
         })
     }
 
-    /// Registers raw memory.
+    /// Registers raw memory, as `ibv_reg_mr` does: the range must be mapped, and writable
+    /// when `access` lets the region be written (local or remote write, remote atomics, or
+    /// window binds), else [`RegMrError::Fault`]; it must not be empty; and it must fit the
+    /// device's cap on registered bytes ([`RegMrError::TooMuch`]).
     ///
     /// # Safety
     /// `addr..addr + len` must stay valid for reads and writes, from any thread,
@@ -197,10 +262,26 @@ impl Pd {
         addr: *mut u8,
         len: usize,
         access: AccessFlags,
-    ) -> Result<RawMr, ResourceError> {
-        let mut st = self.inner.handle.0.lock();
+    ) -> Result<RawMr, RegMrError> {
+        if len == 0 {
+            // The kernel's providers refuse a region with no pages behind it.
+            return Err(ResourceError::InvalidArgument("a memory region cannot be empty").into());
+        }
+        let writable = access.intersects(
+            AccessFlags::LOCAL_WRITE
+                | AccessFlags::REMOTE_WRITE
+                | AccessFlags::REMOTE_ATOMIC
+                | AccessFlags::MW_BIND,
+        );
+        crate::sys::check_mapped(addr as usize, len, writable).map_err(|why| {
+            RegMrError::Fault {
+                addr: addr as u64,
+                len,
+                why,
+            }
+        })?;
         // SAFETY: forwarded from this function's contract.
-        let info = unsafe { st.engine.reg_mr(self.inner.pd, addr, len, access) }?;
+        let info = unsafe { self.inner.register(addr, len, access) }?;
         Ok(RawMr {
             info,
             pd: Arc::clone(&self.inner),
@@ -306,7 +387,7 @@ impl<T: StableBuffer> Mr<T> {
     }
 
     fn deregister(&mut self) {
-        let _ = self.pd.handle.0.lock().engine.dereg_mr(self.info.handle);
+        self.pd.deregister(&self.info);
     }
 
     /// The engine handle (for tests and the C ABI).
@@ -343,6 +424,6 @@ impl RawMr {
 
 impl Drop for RawMr {
     fn drop(&mut self) {
-        let _ = self.pd.handle.0.lock().engine.dereg_mr(self.info.handle);
+        self.pd.deregister(&self.info);
     }
 }

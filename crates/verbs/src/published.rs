@@ -1,5 +1,5 @@
 //! Counters published for other processes: each open device keeps a small text
-//! file `<dir>/<port>.stat` up to date (name/value lines), so `softverbs stat`
+//! file `<dir>/<address>-<port>.stat` up to date (name/value lines), so `softverbs stat`
 //! can show every live device on the host. `<dir>` is `$XDG_RUNTIME_DIR/softverbs`
 //! or `/tmp/softverbs-<uid>`.
 
@@ -16,15 +16,20 @@ pub fn stats_dir() -> PathBuf {
     }
 }
 
+/// The file name stem of a device: its address and port (devices share ports: 4791).
+fn stem(local: SocketAddr) -> String {
+    format!("{}-{}", local.ip(), local.port())
+}
+
 fn file_for(local: SocketAddr) -> PathBuf {
-    stats_dir().join(format!("{}.stat", local.port()))
+    stats_dir().join(format!("{}.stat", stem(local)))
 }
 
 /// Writes `lines` as the device's counter file (atomically: temp file + rename).
 pub(crate) fn publish(local: SocketAddr, lines: &[(&str, u64)]) -> std::io::Result<()> {
     let dir = stats_dir();
     std::fs::create_dir_all(&dir)?;
-    let tmp = dir.join(format!(".{}.{}.tmp", local.port(), std::process::id()));
+    let tmp = dir.join(format!(".{}.{}.tmp", stem(local), std::process::id()));
     let mut f = std::fs::File::create(&tmp)?;
     writeln!(f, "pid {}", std::process::id())?;
     writeln!(f, "addr {local}")?;

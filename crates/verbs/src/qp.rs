@@ -1,8 +1,11 @@
 //! Queue pairs: a builder for creation, typed attributes per transition, posting.
 
+use crate::context::ContextInner;
 use crate::cq::{Cq, CqInner};
-use crate::driver::DriverHandle;
+use crate::device::Inherited;
+use crate::driver::State;
 use crate::error::{McastError, ModifyQpError, PostError, ResourceError};
+use crate::events::Source;
 use crate::gid::Gid;
 use crate::pd::{Pd, PdInner};
 use softverbs_engine::{
@@ -64,7 +67,7 @@ impl QpBuilder {
     }
     /// Creates the QP (in RESET).
     pub fn build(self) -> Result<Qp, ResourceError> {
-        let driver = &self.pd.inner.handle;
+        let ctx = &self.pd.inner.ctx;
         let init = QpInitAttr {
             pd: self.pd.inner.pd,
             send_cq: self.send_cq.inner.cq,
@@ -73,16 +76,16 @@ impl QpBuilder {
             cap: self.cap,
             sq_sig_all: self.sq_sig_all,
         };
-        let (qp, qpn) = match &self.srq {
-            None => driver.0.lock().engine.create_qp(init)?,
-            Some(srq) => driver
-                .0
-                .lock()
-                .engine
-                .create_qp_with_srq(init, srq.inner.srq)?,
-        };
+        let (qp, qpn) = ctx.read(|st| -> Result<(QpHandle, Qpn), ResourceError> {
+            let made = match &self.srq {
+                None => st.engine.create_qp(init)?,
+                Some(srq) => st.engine.create_qp_with_srq(init, srq.inner.srq)?,
+            };
+            ctx.adopt(st, Source::Qp(made.0));
+            Ok(made)
+        })??;
         Ok(Qp {
-            handle: Arc::clone(driver),
+            ctx: Arc::clone(ctx),
             qp,
             qpn,
             qp_type: self.qp_type,
@@ -165,7 +168,7 @@ impl Default for RtsAttr {
 
 /// A queue pair.
 pub struct Qp {
-    handle: Arc<DriverHandle>,
+    ctx: Arc<ContextInner>,
     qp: QpHandle,
     qpn: Qpn,
     qp_type: QpType,
@@ -183,12 +186,37 @@ impl std::fmt::Debug for Qp {
 
 impl Drop for Qp {
     fn drop(&mut self) {
-        let d = &self.handle.0;
-        let mut st = d.lock();
-        if st.engine.destroy_qp(self.qp).is_ok() {
+        let ctx = &self.ctx;
+        let groups = ctx.with(|st| {
+            ctx.disown(st, Source::Qp(self.qp));
+            st.engine
+                .destroy_qp(self.qp)
+                .ok()
+                .map(|()| st.engine.mcast_groups())
+        });
+        ctx.forget(Source::Qp(self.qp));
+        if let (Ok(Some(wanted)), Ok(d)) = (groups, ctx.device.driver()) {
             // It left its multicast groups: the device may leave them too.
-            let _ = d.sync_groups(&mut st);
+            let _ = d.sync_groups(&wanted);
         }
+    }
+}
+
+/// Posts work requests to one QP under one device lock: see [`Qp::post_sends`].
+pub struct Poster<'a> {
+    st: &'a mut State,
+    qp: QpHandle,
+}
+
+impl Poster<'_> {
+    /// Posts one send WR (as `ibv_post_send` does for one element of its list).
+    pub fn post_send(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
+        self.st.engine.post_send(self.qp, wr)
+    }
+
+    /// Posts one receive WR.
+    pub fn post_recv(&mut self, wr_id: u64, sges: &[Sge]) -> Result<(), PostError> {
+        self.st.engine.post_recv(self.qp, &RecvWr { wr_id, sges })
     }
 }
 
@@ -205,12 +233,9 @@ impl Qp {
 
     /// Any transition with raw attributes and mask (IBA table rules apply).
     pub fn modify(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<(), ModifyQpError> {
-        let d = &self.handle.0;
-        let mut st = d.lock();
-        let now = d.now();
-        st.engine.modify_qp(self.qp, attr, mask, now)?;
-        d.pump(&mut st);
-        Ok(())
+        let now = self.ctx.device.info().now();
+        self.ctx
+            .with(|st| st.engine.modify_qp(self.qp, attr, mask, now))?
     }
 
     /// RESET → INIT.
@@ -348,46 +373,51 @@ impl Qp {
 
     /// Current attributes.
     pub fn query(&self) -> QpAttr {
-        self.handle
-            .0
-            .lock()
-            .engine
-            .query_qp(self.qp)
-            .map(|(a, _)| a)
+        self.ctx
+            .read(|st| st.engine.query_qp(self.qp).map(|(a, _)| a))
+            .ok()
+            .flatten()
             .unwrap_or_default()
     }
 
     /// Posts a send WR and transmits what it produced right away.
     pub fn post_send(&self, wr: &SendWr<'_>) -> Result<(), PostError> {
-        let d = &self.handle.0;
-        let mut st = d.lock();
-        st.engine.post_send(self.qp, wr)?;
-        d.pump(&mut st);
-        Ok(())
+        self.post_sends(|p| p.post_send(wr))?
     }
 
     /// Posts several send WRs; stops at the first that fails (index, error).
     pub fn post_send_list(&self, wrs: &[SendWr<'_>]) -> Result<(), (usize, PostError)> {
-        let d = &self.handle.0;
-        let mut st = d.lock();
-        let mut result = Ok(());
-        for (i, wr) in wrs.iter().enumerate() {
-            if let Err(e) = st.engine.post_send(self.qp, wr) {
-                result = Err((i, e));
-                break;
+        self.post_sends(|p| {
+            for (i, wr) in wrs.iter().enumerate() {
+                p.post_send(wr).map_err(|e| (i, e))?;
             }
-        }
-        d.pump(&mut st);
-        result
+            Ok(())
+        })
+        .map_err(|e| (0usize, PostError::from(e)))?
+    }
+
+    /// Runs `f`, which posts work requests through the [`Poster`], under one device lock,
+    /// then transmits everything they produced at once: a list of N work requests costs
+    /// one lock, one pump of the engine and one batch of `sendmmsg`, not N.
+    pub fn post_sends<R>(&self, f: impl FnOnce(&mut Poster<'_>) -> R) -> Result<R, Inherited> {
+        self.ctx.with(|st| f(&mut Poster { st, qp: self.qp }))
     }
 
     /// Posts a receive WR.
     pub fn post_recv(&self, wr_id: u64, sges: &[Sge]) -> Result<(), PostError> {
-        let d = &self.handle.0;
-        let mut st = d.lock();
-        st.engine.post_recv(self.qp, &RecvWr { wr_id, sges })?;
-        d.pump(&mut st);
-        Ok(())
+        self.post_sends(|p| p.post_recv(wr_id, sges))?
+    }
+
+    /// Stops this QP's asynchronous events: pending ones are dropped and no new one is
+    /// delivered (the first step of destroying it).
+    pub fn close_events(&self) {
+        self.ctx.events.close(Source::Qp(self.qp));
+    }
+
+    /// Waits until every asynchronous event of this QP handed out was acknowledged (as
+    /// `ibv_destroy_qp` does).
+    pub fn wait_events_acked(&self) {
+        self.ctx.events.wait_acked(Source::Qp(self.qp));
     }
 
     /// Attaches this UD QP to the multicast group `gid` names
@@ -396,15 +426,37 @@ impl Qp {
     /// [`Qpn::MULTICAST`] at an [`AddressHandle`] for `gid`, from any device on
     /// this host (or beyond, as far as IP multicast goes), reach every QP
     /// attached to it, each consuming one of its own receive WRs.
+    ///
+    /// The device joins at most `max_mcast_grp` groups, with at most
+    /// `max_mcast_qp_attach` QPs each ([`crate::DeviceAttr`]); beyond, `LimitReached`.
     pub fn attach_mcast(&self, gid: Gid) -> Result<(), McastError> {
+        use crate::context::{MAX_MCAST_GRP, MAX_MCAST_QP_ATTACH, MAX_TOTAL_MCAST_QP_ATTACH};
         let group = gid.to_socket_addr();
-        let d = &self.handle.0;
-        let mut st = d.lock();
-        st.engine.attach_mcast(self.qp, group)?;
-        if let Err(source) = d.sync_groups(&mut st) {
+        let d = self.ctx.device.driver()?;
+        let wanted = self
+            .ctx
+            .read(|st| -> Result<Vec<SocketAddr>, ResourceError> {
+                let all: Vec<(SocketAddr, QpHandle)> = st.engine.mcast_attachments().collect();
+                if !all.contains(&(group, self.qp)) {
+                    let groups = st.engine.mcast_groups();
+                    let members = all.iter().filter(|(g, _)| *g == group).count();
+                    if (!groups.contains(&group) && groups.len() >= MAX_MCAST_GRP as usize)
+                        || members >= MAX_MCAST_QP_ATTACH as usize
+                        || all.len() >= MAX_TOTAL_MCAST_QP_ATTACH as usize
+                    {
+                        return Err(ResourceError::LimitReached);
+                    }
+                }
+                st.engine.attach_mcast(self.qp, group)?;
+                Ok(st.engine.mcast_groups())
+            })??;
+        if let Err(source) = d.sync_groups(&wanted) {
             // Only a group new to this device can fail to join: undo.
-            let _ = st.engine.detach_mcast(self.qp, group);
-            let _ = d.sync_groups(&mut st);
+            let wanted = self.ctx.read(|st| {
+                let _ = st.engine.detach_mcast(self.qp, group);
+                st.engine.mcast_groups()
+            })?;
+            let _ = d.sync_groups(&wanted);
             return Err(McastError::Join { group, source });
         }
         Ok(())
@@ -413,10 +465,14 @@ impl Qp {
     /// Detaches this QP from the group `gid` names (`ibv_detach_mcast`); the
     /// device leaves the group when no QP of it is attached any more.
     pub fn detach_mcast(&self, gid: Gid) -> Result<(), McastError> {
-        let d = &self.handle.0;
-        let mut st = d.lock();
-        st.engine.detach_mcast(self.qp, gid.to_socket_addr())?;
-        let _ = d.sync_groups(&mut st);
+        let d = self.ctx.device.driver()?;
+        let wanted = self
+            .ctx
+            .read(|st| -> Result<Vec<SocketAddr>, ResourceError> {
+                st.engine.detach_mcast(self.qp, gid.to_socket_addr())?;
+                Ok(st.engine.mcast_groups())
+            })??;
+        let _ = d.sync_groups(&wanted);
         Ok(())
     }
 
@@ -429,12 +485,8 @@ impl Qp {
     pub(crate) fn with_engine<R>(
         &self,
         f: impl FnOnce(&mut softverbs_engine::Engine, QpHandle) -> R,
-    ) -> R {
-        let d = &self.handle.0;
-        let mut st = d.lock();
-        let r = f(&mut st.engine, self.qp);
-        d.pump(&mut st);
-        r
+    ) -> Result<R, Inherited> {
+        self.ctx.with(|st| f(&mut st.engine, self.qp))
     }
 }
 
@@ -458,11 +510,10 @@ impl AddressHandle {
         AddressHandle { addr }
     }
 
-    /// The device on this host with LID `lid`, as seen from `ctx`.
-    pub fn from_lid(ctx: &crate::Context, lid: u16) -> AddressHandle {
-        AddressHandle {
-            addr: ctx.lid_to_addr(lid),
-        }
+    /// The device on this host with LID `lid`, as seen from `ctx` (`None`: the LID names
+    /// no device; see `crate::addressing`).
+    pub fn from_lid(ctx: &crate::Context, lid: u16) -> Option<AddressHandle> {
+        ctx.lid_to_addr(lid).map(|addr| AddressHandle { addr })
     }
 
     /// The sender of a received UD message, to reply to (`ibv_create_ah_from_wc`);

@@ -1,7 +1,7 @@
 //! Completions as an async stream (feature `tokio`).
 //!
 //! The stream owns a non-blocking completion channel; tokio's reactor watches
-//! its eventfd. Each `poll_next` drains the CQ; when it is empty the CQ is
+//! its fd. Each `poll_next` drains the CQ; when it is empty the CQ is
 //! armed, polled once more (a completion may have landed between the two), and
 //! the task sleeps until the channel fires.
 
@@ -99,8 +99,10 @@ impl Stream for CompletionStream {
                 Poll::Ready(Err(_)) => return Poll::Ready(None),
                 Poll::Pending => return Poll::Pending,
             };
-            // Consume the events; when none is left the fd would block.
-            if this.channel.try_get_event().is_none() {
+            // Consume (and acknowledge) the events; when none is left the fd would block.
+            if this.channel.try_get_event().is_some() {
+                this.cq.ack_events(1);
+            } else {
                 guard.clear_ready();
             }
         }

@@ -41,7 +41,8 @@ pub fn set_dont_fragment(sock: &UdpSocket, v6: bool) -> io::Result<()> {
 }
 
 /// Sets SO_RCVBUF/SO_SNDBUF (best effort: the kernel caps them).
-pub fn set_buffers(sock: &UdpSocket, bytes: libc::c_int) {
+pub fn set_buffers(sock: &UdpSocket, bytes: usize) {
+    let bytes = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
     for name in [libc::SO_RCVBUF, libc::SO_SNDBUF] {
         // SAFETY: as above; failure is ignored on purpose (a smaller buffer works).
         unsafe {
@@ -192,6 +193,7 @@ impl RecvBatch {
             msgs[i].msg_hdr.msg_control = self.ctrl[i].as_mut_ptr().cast();
             msgs[i].msg_hdr.msg_controllen = CMSG_SPACE_INT as _;
         }
+        crate::driver::note_syscall();
         // SAFETY: every msghdr points at live buffers of the stated lengths owned by
         // `self` or this frame; the kernel writes at most those lengths.
         let r = unsafe {
@@ -279,7 +281,65 @@ pub struct SendBatch {
     ids: Vec<u16>,
     count: usize,
     sealed: bool,
+    /// Datagrams before this one were sent (or dropped) by an earlier [`SendBatch::flush`]
+    /// that the socket stopped.
+    sent_upto: usize,
+    /// A flush was tried (fault injection and capture are done).
+    started: bool,
     gso: bool,
+}
+
+/// How a [`SendBatch::flush`] went.
+#[derive(Debug)]
+pub enum Flushed {
+    /// Everything was handed to the kernel or refused for good.
+    Done {
+        /// Datagrams sent.
+        sent: usize,
+        /// Datagrams refused for good (and the first refusal).
+        errors: usize,
+        first_error: Option<io::Error>,
+        /// `sendmmsg` calls made.
+        calls: usize,
+    },
+    /// The socket pushed back (`errno` EAGAIN or ENOBUFS): the rest stays in the batch
+    /// for the next flush.
+    Blocked {
+        sent: usize,
+        errors: usize,
+        first_error: Option<io::Error>,
+        calls: usize,
+        errno: i32,
+    },
+}
+
+impl Flushed {
+    /// (datagrams sent, datagrams refused, sendmmsg calls).
+    pub fn counts(&self) -> (usize, usize, usize) {
+        match self {
+            Flushed::Done {
+                sent,
+                errors,
+                calls,
+                ..
+            }
+            | Flushed::Blocked {
+                sent,
+                errors,
+                calls,
+                ..
+            } => (*sent, *errors, *calls),
+        }
+    }
+
+    /// The first error that made the kernel refuse a datagram.
+    pub fn first_error(&self) -> Option<&io::Error> {
+        match self {
+            Flushed::Done { first_error, .. } | Flushed::Blocked { first_error, .. } => {
+                first_error.as_ref()
+            }
+        }
+    }
 }
 
 impl SendBatch {
@@ -297,8 +357,20 @@ impl SendBatch {
             ids: vec![0; BATCH],
             count: 0,
             sealed: false,
+            sent_upto: 0,
+            started: false,
             gso,
         }
+    }
+
+    /// Whether datagrams go out as GSO groups.
+    pub fn gso(&self) -> bool {
+        self.gso
+    }
+
+    /// Whether a flush was tried already (and stopped by the socket).
+    pub fn started(&self) -> bool {
+        self.started
     }
 
     pub fn is_full(&self) -> bool {
@@ -384,9 +456,12 @@ impl SendBatch {
             && bytes + len <= GSO_MAX_BYTES
     }
 
-    /// Sends everything queued (sealed: see [`SendBatch::seal`]); returns how many
-    /// datagrams the kernel refused (counted, not raised: UDP loses datagrams anyway).
-    pub fn flush(&mut self, sock: &UdpSocket) -> usize {
+    /// Sends everything queued, sealed (see [`SendBatch::seal`]), from where an earlier,
+    /// blocked flush stopped. Datagrams the kernel refuses for good are counted and dropped
+    /// (UDP loses datagrams anyway); when the socket pushes back (`EAGAIN`, `ENOBUFS`) the
+    /// rest stays queued for the next flush.
+    pub fn flush(&mut self, sock: &UdpSocket) -> Flushed {
+        self.started = true;
         if !self.sealed {
             self.seal();
         }
@@ -396,9 +471,11 @@ impl SendBatch {
         // SAFETY: as above.
         let mut msgs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
         let mut ctrl = [[0u64; CMSG_SPACE_INT / 8]; BATCH];
+        // Per message: its first datagram and how many it carries.
+        let mut first = [0usize; BATCH];
         let mut members = [0usize; BATCH];
         let mut m = 0;
-        let mut a = 0;
+        let mut a = self.sent_upto;
         while a < self.count {
             // The group starting at a: the datagrams after it with IDs 1, 2, ...
             let mut b = a + 1;
@@ -435,33 +512,65 @@ impl SendBatch {
                     std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut u16, self.lens[a] as u16);
                 }
             }
+            first[m] = a;
             members[m] = b - a;
             m += 1;
             a = b;
         }
-        let mut errors = 0;
-        let mut sent = 0;
-        while sent < m {
+        let (mut sent, mut errors, mut calls) = (0, 0, 0);
+        let mut first_error = None;
+        let mut done = 0;
+        while done < m {
+            calls += 1;
+            crate::driver::note_syscall();
             // SAFETY: the headers point at live buffers, addresses and control
             // data in this frame and `self`; the kernel only reads them.
             let r = unsafe {
                 libc::sendmmsg(
                     sock.as_raw_fd(),
-                    msgs[sent..].as_mut_ptr(),
-                    (m - sent) as libc::c_uint,
+                    msgs[done..].as_mut_ptr(),
+                    (m - done) as libc::c_uint,
                     0,
                 )
             };
-            if r <= 0 {
-                // Drop the message that failed (e.g. unreachable) and go on.
-                errors += members[sent];
-                sent += 1;
-            } else {
-                sent += r as usize;
+            if r > 0 {
+                let r = r as usize;
+                sent += members[done..done + r].iter().sum::<usize>();
+                done += r;
+                continue;
+            }
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(errno @ (libc::EAGAIN | libc::ENOBUFS)) => {
+                    // Backpressure: keep the rest for the next flush.
+                    self.sent_upto = first[done];
+                    return Flushed::Blocked {
+                        sent,
+                        errors,
+                        first_error,
+                        calls,
+                        errno,
+                    };
+                }
+                Some(libc::EINTR) => continue,
+                _ => {
+                    // Refused for good (unreachable, too large): drop it and go on.
+                    errors += members[done];
+                    first_error.get_or_insert(e);
+                    done += 1;
+                }
             }
         }
         self.count = 0;
-        errors
+        self.sent_upto = 0;
+        self.started = false;
+        self.sealed = false;
+        Flushed::Done {
+            sent,
+            errors,
+            first_error,
+            calls,
+        }
     }
 }
 
@@ -491,6 +600,7 @@ impl EventFd {
 
     pub fn signal(&self) {
         let one: u64 = 1;
+        crate::driver::note_syscall();
         // SAFETY: writes 8 bytes from a live u64; a full counter (EAGAIN) is fine.
         unsafe { libc::write(self.0.as_raw_fd(), (&one as *const u64).cast(), 8) };
     }
@@ -499,6 +609,7 @@ impl EventFd {
     /// pending on a non-blocking fd.
     pub fn take(&self) -> Option<u64> {
         let mut v: u64 = 0;
+        crate::driver::note_syscall();
         // SAFETY: reads 8 bytes into a live u64.
         let r = unsafe { libc::read(self.0.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
         (r == 8).then_some(v)
@@ -516,6 +627,7 @@ impl EventFd {
 /// device of every process on the host can bind the same group, and joined
 /// with IP_ADD_MEMBERSHIP. Closing it leaves the group. Non-blocking.
 pub fn multicast_socket(group: SocketAddrV4, iface: std::net::Ipv4Addr) -> io::Result<UdpSocket> {
+    crate::driver::note_syscall();
     // SAFETY: socket has no memory arguments.
     let fd = cvt(unsafe {
         libc::socket(
@@ -572,16 +684,9 @@ pub fn set_multicast_if(sock: &UdpSocket, ip: std::net::Ipv4Addr) -> io::Result<
     Ok(())
 }
 
-/// Waits until one of `fds` is readable or `timeout` passes (`None`: forever).
-pub fn poll_readable(fds: &[RawFd], timeout: Option<Duration>) -> io::Result<()> {
-    let mut pfds: Vec<libc::pollfd> = fds
-        .iter()
-        .map(|&fd| libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        })
-        .collect();
+/// Waits until one of `fds` is ready as asked or `timeout` passes (`None`: forever); the
+/// `revents` are filled in.
+pub fn poll(fds: &mut [libc::pollfd], timeout: Option<Duration>) -> io::Result<()> {
     let ts = timeout.map(|t| libc::timespec {
         tv_sec: t.as_secs().min(i64::MAX as u64) as libc::time_t,
         tv_nsec: t.subsec_nanos() as libc::c_long,
@@ -589,11 +694,11 @@ pub fn poll_readable(fds: &[RawFd], timeout: Option<Duration>) -> io::Result<()>
     let tsp = ts
         .as_ref()
         .map_or(std::ptr::null(), |t| t as *const libc::timespec);
-    // SAFETY: `pfds` and `ts` are live for the call; the sizes match.
+    // SAFETY: `fds` and `ts` are live for the call; the sizes match.
     let r = unsafe {
         libc::ppoll(
-            pfds.as_mut_ptr(),
-            pfds.len() as libc::nfds_t,
+            fds.as_mut_ptr(),
+            fds.len() as libc::nfds_t,
             tsp,
             std::ptr::null(),
         )
@@ -661,4 +766,109 @@ pub fn link_mtu(ip: std::net::IpAddr) -> Option<u32> {
         .trim()
         .parse()
         .ok()
+}
+
+/// Runs `f` with every signal blocked on the calling thread (threads it spawns inherit the
+/// mask), then restores the mask.
+pub fn with_signals_blocked<R>(f: impl FnOnce() -> R) -> R {
+    // SAFETY: sigset_t is plain old data; sigfillset initialises `all`; pthread_sigmask
+    // reads `all` and writes the old mask into `old`, both live locals.
+    let old = unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
+        old
+    };
+    let r = f();
+    // SAFETY: restores the mask saved above.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+    r
+}
+
+/// Checks that `len` bytes at `addr` are mapped in this process, readable, and writable
+/// when `writable` (what the kernel's `ib_umem_get` demands before it pins a memory
+/// region: EFAULT otherwise); `Err` says what is wrong. Reads `/proc/self/maps`.
+pub fn check_mapped(addr: usize, len: usize, writable: bool) -> Result<(), &'static str> {
+    let end = addr.checked_add(len).ok_or("the range wraps around")?;
+    let maps = std::fs::read_to_string("/proc/self/maps")
+        .map_err(|_| "cannot read /proc/self/maps to check the range")?;
+    covered(&maps, addr, end, writable)
+}
+
+/// Whether the mappings listed in `maps` (the format of `/proc/<pid>/maps`, in address
+/// order) cover `start..end` without a gap, readable (and writable when asked).
+fn covered(maps: &str, start: usize, end: usize, writable: bool) -> Result<(), &'static str> {
+    let mut cur = start;
+    for line in maps.lines() {
+        let mut fields = line.split_ascii_whitespace();
+        let (Some(range), Some(perms)) = (fields.next(), fields.next()) else {
+            continue;
+        };
+        let Some((lo, hi)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(lo), Ok(hi)) = (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16))
+        else {
+            continue;
+        };
+        if hi <= cur {
+            continue;
+        }
+        if lo > cur {
+            return Err("part of the range is not mapped");
+        }
+        let p = perms.as_bytes();
+        if p.first() != Some(&b'r') {
+            return Err("part of the range is not readable");
+        }
+        if writable && p.get(1) != Some(&b'w') {
+            return Err("part of the range is read-only but the access flags allow writes");
+        }
+        cur = hi;
+        if cur >= end {
+            return Ok(());
+        }
+    }
+    Err("part of the range is not mapped")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MAPS: &str = "\
+00400000-00452000 r-xp 00000000 08:02 173521      /usr/bin/prog
+00651000-00652000 r--p 00051000 08:02 173521      /usr/bin/prog
+00652000-00655000 rw-p 00052000 08:02 173521      /usr/bin/prog
+7f0000000000-7f0000001000 ---p 00000000 00:00 0
+7f0000001000-7f0000003000 rw-p 00000000 00:00 0
+";
+
+    #[test]
+    fn ranges_are_checked_against_the_mappings() {
+        assert_eq!(covered(MAPS, 0x400100, 0x400200, false), Ok(()));
+        // Across two adjacent mappings, the first read-only.
+        assert_eq!(covered(MAPS, 0x651800, 0x653000, false), Ok(()));
+        assert!(covered(MAPS, 0x651800, 0x653000, true).is_err());
+        assert_eq!(covered(MAPS, 0x652000, 0x655000, true), Ok(()));
+        // Past the end of a mapping, in a gap, below everything.
+        assert!(covered(MAPS, 0x654000, 0x656000, false).is_err());
+        assert!(covered(MAPS, 0x500000, 0x500010, false).is_err());
+        assert!(covered(MAPS, 0x1000, 0x2000, false).is_err());
+        // PROT_NONE.
+        assert!(covered(MAPS, 0x7f0000000800, 0x7f0000001800, false).is_err());
+        assert_eq!(covered(MAPS, 0x7f0000001000, 0x7f0000003000, true), Ok(()));
+    }
+
+    #[test]
+    fn this_process() {
+        let v = vec![0u8; 10_000];
+        assert_eq!(check_mapped(v.as_ptr() as usize, v.len(), true), Ok(()));
+        static RO: [u8; 64] = [1; 64];
+        assert_eq!(check_mapped(RO.as_ptr() as usize, RO.len(), false), Ok(()));
+        assert!(check_mapped(RO.as_ptr() as usize, RO.len(), true).is_err());
+        assert!(check_mapped(usize::MAX - 10, 100, false).is_err());
+        assert!(check_mapped(0x1000, 4096, false).is_err());
+    }
 }

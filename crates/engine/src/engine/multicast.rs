@@ -43,6 +43,11 @@ impl Engine {
         Ok(())
     }
 
+    /// Every attachment of a QP to a group.
+    pub fn mcast_attachments(&self) -> impl Iterator<Item = (SocketAddr, QpHandle)> + '_ {
+        self.mcast.iter().copied()
+    }
+
     /// The groups at least one QP is attached to, each once.
     pub fn mcast_groups(&self) -> Vec<SocketAddr> {
         let mut groups: Vec<SocketAddr> = self.mcast.iter().map(|&(g, _)| g).collect();

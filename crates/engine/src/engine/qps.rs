@@ -202,7 +202,9 @@ impl Engine {
         if ud_op != (q.init.qp_type == QpType::Ud) {
             return Err(PostError::InvalidOpcode);
         }
-        if matches!(wr.payload, Payload::Inline(_)) && wr.op.is_read_or_atomic() {
+        if matches!(wr.payload, Payload::Inline(_) | Payload::InlineParts(_))
+            && wr.op.is_read_or_atomic()
+        {
             return Err(PostError::InvalidOpcode);
         }
         let seq = q.sq.post(

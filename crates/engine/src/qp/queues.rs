@@ -133,19 +133,34 @@ impl SendQueue {
                     .iter()
                     .fold(0u32, |acc, s| acc.saturating_add(s.length));
             }
-            Payload::Inline(data) => {
-                if data.len() > self.max_inline {
-                    return Err(PostRefused::InlineTooLong);
-                }
-                self.inline[slot * self.max_inline..][..data.len()].copy_from_slice(data);
-                wqe.flags |= SendFlags::INLINE;
-                wqe.inline_len = data.len() as u32;
-                wqe.length = data.len() as u32;
-            }
+            Payload::Inline(data) => self.post_inline(slot, &mut wqe, &[data])?,
+            Payload::InlineParts(parts) => self.post_inline(slot, &mut wqe, parts)?,
         }
         self.slots[slot] = wqe;
         self.tail += 1;
         Ok(seq)
+    }
+
+    /// Copies inline data (in pieces) into `slot`'s part of the inline pool.
+    fn post_inline(
+        &mut self,
+        slot: usize,
+        wqe: &mut SendWqe,
+        parts: &[&[u8]],
+    ) -> Result<(), PostRefused> {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        if len > self.max_inline {
+            return Err(PostRefused::InlineTooLong);
+        }
+        let mut at = slot * self.max_inline;
+        for p in parts {
+            self.inline[at..at + p.len()].copy_from_slice(p);
+            at += p.len();
+        }
+        wqe.flags |= SendFlags::INLINE;
+        wqe.inline_len = len as u32;
+        wqe.length = len as u32;
+        Ok(())
     }
 
     pub fn get(&self, seq: u64) -> &SendWqe {

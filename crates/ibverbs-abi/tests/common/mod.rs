@@ -218,7 +218,8 @@ impl Side {
     }
 
     /// The command: the drop-in directory alone on `LD_LIBRARY_PATH`, no inherited
-    /// `SOFTVERBS_*` setting, the device on 127.0.0.1 unless `env` says otherwise.
+    /// `SOFTVERBS_*` setting (so the device takes its own loopback address, as for a user)
+    /// unless `env` says otherwise.
     pub fn command(&self, dropin: &Path) -> Command {
         let mut cmd = match &self.netns {
             Some(ns) => {
@@ -234,8 +235,7 @@ impl Side {
                 cmd.env_remove(k);
             }
         }
-        cmd.env("LD_LIBRARY_PATH", dropin)
-            .env("SOFTVERBS_ADDR", "127.0.0.1");
+        cmd.env("LD_LIBRARY_PATH", dropin);
         for (k, v) in &self.env {
             cmd.env(k, v);
         }
