@@ -10,6 +10,7 @@
 //! | `SOFTVERBS_PCAP` | write every packet sent and received to this pcap file | none |
 //! | `SOFTVERBS_ICRC` | receive-side ICRC: `enforce`, `count` or `skip` | `enforce` |
 //! | `SOFTVERBS_GSO` | UDP GSO/GRO batching; `0` turns it off (injected faults act on GSO segments) | `1` |
+//! | `SOFTVERBS_SELECTIVE_REPEAT` | selective repeat with softverbs peers that offer it too; `0`: plain IBA go-back-N with every peer | `1` |
 //! | `SOFTVERBS_MAX_MR_BYTES` | most bytes registered at once on the device (beyond: ENOMEM) | the machine's physical memory |
 //! | `SOFTVERBS_SOCKET_BUFFER` | the UDP socket's send and receive buffer sizes in bytes | `8388608` |
 //!
@@ -60,6 +61,9 @@ pub struct Config {
     pub max_mr_bytes: u64,
     /// SO_SNDBUF and SO_RCVBUF of the device's socket (the kernel may cap them).
     pub socket_buffer: usize,
+    /// Selective repeat with softverbs peers that offer it too (RC recovers only
+    /// the packets lost); off, RC is plain IBA go-back-N with every peer.
+    pub selective_repeat: bool,
 }
 
 /// The machine's physical memory in bytes (a registration cap no real program passes).
@@ -90,6 +94,7 @@ impl Default for Config {
             gso: true,
             max_mr_bytes: physical_memory(),
             socket_buffer: 8 << 20,
+            selective_repeat: true,
         }
     }
 }
@@ -174,6 +179,13 @@ impl Config {
                 _ => return Err(err("SOFTVERBS_GSO", &v, "must be 0 or 1")),
             };
         }
+        if let Some(v) = get("SOFTVERBS_SELECTIVE_REPEAT") {
+            c.selective_repeat = match v.trim() {
+                "1" | "on" | "yes" => true,
+                "0" | "off" | "no" => false,
+                _ => return Err(err("SOFTVERBS_SELECTIVE_REPEAT", &v, "must be 0 or 1")),
+            };
+        }
         if let Some(v) = get("SOFTVERBS_MAX_MR_BYTES") {
             c.max_mr_bytes = v
                 .trim()
@@ -246,8 +258,11 @@ mod tests {
             ("SOFTVERBS_ICRC", "count"),
             ("SOFTVERBS_MAX_MR_BYTES", "1048576"),
             ("SOFTVERBS_SOCKET_BUFFER", "65536"),
+            ("SOFTVERBS_SELECTIVE_REPEAT", "0"),
         ])
         .unwrap();
+        assert!(!c.selective_repeat);
+        assert!(Config::default().selective_repeat);
         assert_eq!(c.addr, Some(IpAddr::from([10, 1, 2, 3])));
         assert_eq!((c.max_mr_bytes, c.socket_buffer), (1 << 20, 65536));
         assert_eq!(c.port, Some(4791));
@@ -273,5 +288,6 @@ mod tests {
         assert!(cfg(&[("SOFTVERBS_ICRC", "maybe")]).is_err());
         assert!(cfg(&[("SOFTVERBS_MAX_MR_BYTES", "lots")]).is_err());
         assert!(cfg(&[("SOFTVERBS_SOCKET_BUFFER", "0")]).is_err());
+        assert!(cfg(&[("SOFTVERBS_SELECTIVE_REPEAT", "sometimes")]).is_err());
     }
 }

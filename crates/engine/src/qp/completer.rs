@@ -620,7 +620,7 @@ impl Completer {
         let mut v = Verdict::default();
         if self.ack_deadline.is_some_and(|d| d <= now) {
             self.ack_deadline = None;
-            self.recovery.stop();
+            self.recovery.on_ibta_timeout();
             if self.una == ctx.next_psn {
                 return v;
             }

@@ -239,6 +239,14 @@ impl Recovery {
         self.cap = cap.min(u64::from(u32::MAX / 2)) as u32;
     }
 
+    /// An IBTA local ACK timeout sent everything back: the early timer starts its
+    /// back-off over (each IBTA period gets its own early retransmissions, so a
+    /// lossy path has several chances per retry counted, not one).
+    pub fn on_ibta_timeout(&mut self) {
+        self.deadline = None;
+        self.backoff = 1;
+    }
+
     /// Everything outstanding may be resent: the packet being timed may be
     /// answered by its copy, so it gives no sample (Karn's rule).
     pub fn on_resend(&mut self, now: Instant) {
