@@ -1522,13 +1522,16 @@ fn one_mib_write_and_read_back_at_20_percent_loss() {
 fn replay() {
     let spec = std::env::var("CHAOS_CASE").expect("CHAOS_CASE=seed,n_a,n_b,loss");
     let f: Vec<&str> = spec.split(',').map(str::trim).collect();
-    let case = Case::random(
+    let mut case = Case::random(
         f[0].parse().unwrap(),
         f[3].parse().unwrap(),
         f[1].parse().unwrap(),
         f[2].parse().unwrap(),
     )
     .with_extras();
+    if std::env::var_os("CHAOS_GO_BACK_N").is_some() {
+        case.selective_repeat = false;
+    }
     run_case(&case);
 }
 

@@ -330,7 +330,7 @@ impl Responder {
                     va,
                     rkey,
                     dma_len,
-                    received: received + h.len,
+                    received: received.saturating_add(h.len),
                 });
                 if pos.ends_message() {
                     self.msg = None;
@@ -358,7 +358,7 @@ impl Responder {
                     }
                     _ => return Err(Refusal::OpcodeOutOfSequence),
                 };
-                let total = received + h.len;
+                let total = received.saturating_add(h.len);
                 if pos.ends_message() {
                     if let Some(rkey) = h.ieth {
                         if !ctx
