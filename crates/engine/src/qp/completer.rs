@@ -2,11 +2,14 @@
 //! local ACK timer and counts retries; decides which send WQEs are done
 //! (IBA 9.7.5.2, 9.7.6).
 //!
-//! It owns the oldest unacknowledged PSN, the retry counts, the ACK timer and the
-//! early recovery state (`recovery.rs`: RTT, early timer, in-flight cap). It marks WQEs done in the send queue lent to it in a
-//! [`CompleteCtx`] and places READ data and atomic results, and returns a
-//! [`Verdict`] for what the requester and the QP must do: move the send cursor on
-//! or back, wait out an RNR NAK, count a READ or atomic finished, or fail a WQE.
+//! It owns the oldest unacknowledged PSN, the retry counts, the ACK timer, the
+//! early recovery state (`recovery.rs`: RTT, early timer, in-flight cap) and the
+//! selective-repeat scoreboard (`selective.rs`). It marks WQEs done in the send
+//! queue lent to it in a [`CompleteCtx`] and places READ data (also responses ahead
+//! of the one expected) and atomic results, and returns a [`Verdict`] for what the
+//! requester and the QP must do: move the send cursor on or back, resend what the
+//! responder lacks, probe, wait out an RNR NAK, count a READ or atomic finished,
+//! or fail a WQE.
 
 use super::attr::QpAttr;
 use super::queues::SendQueue;

@@ -7,6 +7,9 @@
 //! for a missing receive WQE, NAK Invalid Request, NAK Remote Access Error or NAK
 //! Remote Operational Error. Duplicates are answered without being executed again
 //! (`duplicates.rs`). Answers leave in PSN order through one queue (`answers.rs`).
+//! With a requester doing selective repeat (`qp/selective.rs`), packets that arrive
+//! ahead of the expected PSN are placed where they can be and committed in order
+//! later (`ahead.rs`) instead of dropped after one sequence NAK.
 //!
 //! The responder owns its state (expected PSN, MSN, the message in progress, the
 //! answer queue, the duplicate cache). What it works with besides — the QP's
