@@ -559,3 +559,99 @@ fn drop_net_run(net: &mut Net, n: usize) {
         })
         .unwrap();
 }
+
+/// Eight QPs of one device each write 1 MiB at once: the device never has more
+/// than its window in flight across them (each QP may always have one packet out,
+/// so it is never starved), and every WRITE completes.
+#[test]
+fn the_device_window_bounds_packets_in_flight_across_qps() {
+    const QPS: usize = 8;
+    const WINDOW: u32 = 48;
+    let opts = PairOpts {
+        mtu: Mtu::Mtu4096,
+        ..PairOpts::default()
+    };
+    let addrs: [SocketAddr; 2] = [ADDR_A.parse().unwrap(), ADDR_B.parse().unwrap()];
+    // Declared before the simulator, so they are dropped after it.
+    let mut bufs: Vec<Box<[u8]>> = Vec::new();
+    let mut sim = Sim::new(9, link(0.01));
+    let mut nodes = Vec::new();
+    let mut qps = [Vec::new(), Vec::new()];
+    let mut mrs = Vec::new();
+    let mut cqs = Vec::new();
+    for (i, &addr) in addrs.iter().enumerate() {
+        let config = EngineConfig {
+            device_window: WINDOW,
+            ..EngineConfig::new(addr)
+        };
+        let mut e = Engine::new(config);
+        let pd = e.alloc_pd().unwrap();
+        let cq = e.create_cq(1024).unwrap();
+        let mut buf = vec![0u8; 2 << 20].into_boxed_slice();
+        fill(&mut buf, i as u64);
+        // SAFETY: the buffer never moves and is dropped after the simulator (`bufs`
+        // is declared before it).
+        let mr = unsafe { e.reg_mr(pd, buf.as_mut_ptr(), buf.len(), opts.mr_access) }.unwrap();
+        for _ in 0..QPS {
+            let init = QpInitAttr {
+                pd,
+                send_cq: cq,
+                recv_cq: cq,
+                qp_type: QpType::Rc,
+                cap: opts.cap,
+                sq_sig_all: true,
+            };
+            let (qp, qpn) = e.create_qp(init).unwrap();
+            qps[i].push((qp, qpn));
+        }
+        bufs.push(buf);
+        mrs.push(mr);
+        cqs.push(cq);
+        nodes.push(sim.add_node(Tap {
+            e,
+            sent: Vec::new(),
+            answers_seen: 0,
+        }));
+    }
+    for i in 0..2 {
+        for (&(qp, _), &(_, peer_qpn)) in qps[i].iter().zip(&qps[1 - i]) {
+            let e = &mut sim.node_mut(nodes[i]).e;
+            connect(e, qp, addrs[1 - i], peer_qpn, opts.psn_a, opts.psn_a, &opts);
+        }
+    }
+    let chunk = (1 << 20) / QPS;
+    for (k, &(qp, _)) in qps[0].iter().enumerate() {
+        let sge = Sge {
+            addr: mrs[0].addr + (k * chunk) as u64,
+            length: chunk as u32,
+            lkey: mrs[0].lkey,
+        };
+        let op = SendOp::RdmaWrite {
+            remote_addr: mrs[1].addr + ((1 << 20) + k * chunk) as u64,
+            rkey: Rkey(mrs[1].rkey),
+        };
+        sim.node_mut(nodes[0])
+            .e
+            .post_send(qp, &SendWr::new(k as u64, op, &[sge]))
+            .unwrap();
+    }
+    let (a, cq) = (nodes[0], cqs[0]);
+    let mut most = 0;
+    sim.run_until(Limits::new(2_000_000, Duration::from_secs(60)), |sim| {
+        let e = &sim.node(a).e;
+        most = most.max(e.packets_in_flight());
+        e.cq_len(cq).unwrap() == QPS
+    })
+    .unwrap();
+    assert!(
+        most <= u64::from(WINDOW) + QPS as u64,
+        "{most} packets in flight for a window of {WINDOW}"
+    );
+    assert!(most >= u64::from(WINDOW), "the window was used: {most}");
+    let mut wcs = [WorkCompletion::default(); QPS];
+    let n = sim.node_mut(a).e.poll_cq(cq, &mut wcs).unwrap();
+    assert!(wcs[..n].iter().all(|w| w.status == WcStatus::Success));
+    assert_eq!(sim.node(a).e.packets_in_flight(), 0);
+    drop(sim);
+    assert!(bufs[1][1 << 20..] == bufs[0][..1 << 20], "data differs");
+}

@@ -98,6 +98,12 @@ impl Engine {
         self.shared.counters
     }
 
+    /// Request packets in flight (sent, not yet acknowledged) across every RC QP:
+    /// what [`EngineConfig::device_window`] bounds.
+    pub fn packets_in_flight(&self) -> u64 {
+        self.inflight
+    }
+
     fn qp_by_qpn(&self, qpn: Qpn) -> Option<QpHandle> {
         let index = qpn.value() & QPN_INDEX_MASK;
         let (h, q) = self.qps.get_by_index(index)?;
