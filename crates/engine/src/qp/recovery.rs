@@ -17,7 +17,8 @@
 //! an ACK, a sequence NAK or a selective acknowledgement — shows what is missing.
 //! The in-flight cap follows IRN (Mittal et al., SIGCOMM 2018): no more than about
 //! two bandwidth-delay products unacknowledged, the bandwidth being the fastest
-//! delivery rate seen over an RTT and the delay the shortest RTT seen.
+//! delivery rate seen over an RTT and the delay the shortest RTT seen (or half the
+//! smoothed one, if longer: see `update_cap`).
 
 use crate::time::Instant;
 use core::time::Duration;
@@ -227,8 +228,13 @@ impl Recovery {
             self.stalls = self.stalls.saturating_add(1);
         }
         self.max_rate = rate.max(self.max_rate - self.max_rate / 8);
-        let bdp = (u128::from(self.max_rate) * u128::from(self.rtt.min_rtt) / 1_000_000_000 / 1024)
-            as u64;
+        // The delay: the shortest RTT seen, or half the smoothed one if that is
+        // longer. Where the round trip is mostly a receiver's wake-up latency
+        // (a loaded host) rather than a queue, the shortest one understates the
+        // pipe; where it is mostly queue, half the smoothed one keeps the cap
+        // from growing with it.
+        let delay = self.rtt.min_rtt.max(self.rtt.srtt / 2);
+        let bdp = (u128::from(self.max_rate) * u128::from(delay) / 1_000_000_000 / 1024) as u64;
         let starting = self.stalls < STARTUP_STALLS && delivered + 1 >= u64::from(self.cap());
         let grown = if starting {
             u64::from(self.cap()) * 2

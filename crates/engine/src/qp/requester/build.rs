@@ -99,10 +99,19 @@ impl Requester {
         let mut bth = BthRepr::new(opcode, dest_qp, psn);
         self.since_ack_req += 1;
         // Ask for an ACK at the end of every message and every ack_req_interval
-        // packets, so long messages free window space as they go (IBA 9.7.6.1.1).
-        // UC is never acknowledged (IBA 9.8.2).
-        bth.ack_req =
-            reliable && (last_packet || self.since_ack_req >= ctx.shared.config.ack_req_interval);
+        // packets (half the window if that is less), so long messages free window
+        // space as they go (IBA 9.7.6.1.1); and on the packet that fills the window,
+        // or nothing would be acknowledged until a timer fired. A tail-loss probe
+        // asks too. UC is never acknowledged (IBA 9.8.2).
+        let window = ctx.window;
+        let interval = ctx
+            .shared
+            .config
+            .ack_req_interval
+            .min((window.size / 2).max(1));
+        let fills_window = window.una.distance_to(psn.next()) >= window.size;
+        bth.ack_req = reliable
+            && (last_packet || self.since_ack_req >= interval || fills_window || self.probing);
         if bth.ack_req {
             self.since_ack_req = 0;
         }
