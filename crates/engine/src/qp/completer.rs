@@ -42,6 +42,8 @@ pub(crate) struct Completer {
     recovery: Recovery,
     /// Selective repeat: what the peer is, and which packets it holds.
     pub sr: Scoreboard,
+    /// When the last selective walk was asked for.
+    walked_at: Option<Instant>,
 }
 
 /// What the completer works with besides its own state, lent for one call.
@@ -128,14 +130,20 @@ impl Completer {
     }
 
     /// How far past una the requester may send: `configured` PSNs, bounded by half
-    /// the PSN space whatever the configuration, and by the in-flight cap the
-    /// measured bandwidth-delay product gives.
+    /// the PSN space whatever the configuration, by the in-flight cap the measured
+    /// bandwidth-delay product gives, and by how far a responder doing selective
+    /// repeat keeps packets ahead.
     #[inline]
     pub fn window(&self, configured: u32) -> super::requester::Window {
-        let configured = configured.min(Psn::HALF_SPACE);
+        let mut size = self.recovery.cap().min(configured.min(Psn::HALF_SPACE));
+        if self.sr.peer == Peer::Selective {
+            // A responder doing selective repeat keeps at most this far ahead: more
+            // in flight would be dropped there after a loss and sent again.
+            size = size.min(selective::WINDOW);
+        }
         super::requester::Window {
             una: self.una,
-            size: self.recovery.cap().min(configured),
+            size,
         }
     }
 
@@ -257,14 +265,19 @@ impl Completer {
             self.sr.set_held(seen.add(k));
         }
         let until = if held > 0 { seen } else { seen.next() };
+        // Holes resent by a walk more than a round trip ago and still missing were
+        // lost again (RFC 8985's idea, per walk): this walk covers them too.
+        let srtt = self.recovery.srtt().unwrap_or(core::time::Duration::ZERO);
+        let stale = self.walked_at.is_none_or(|at| now - at > srtt + srtt / 4);
         let walked = self.sr.walked_to;
-        let from = if una.before(walked) && walked.before(ctx.next_psn) {
+        let from = if !stale && una.before(walked) && walked.before(ctx.next_psn) {
             walked
         } else {
             una
         };
         if from.before(until) {
             self.sr.walked_to = until;
+            self.walked_at = Some(now);
             self.recovery.on_resend_range(now, from, until);
             v.selective = Some((from, until));
         }

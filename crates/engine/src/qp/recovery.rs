@@ -142,7 +142,16 @@ impl Recovery {
         }
         let base = (self.rtt.srtt + 4 * self.rtt.rttvar).max(2 * self.rtt.srtt);
         let base = Duration::from_nanos(base).max(self.min_rto);
-        Some(base.saturating_mul(1 << self.backoff.min(20)))
+        Some(base.saturating_mul(1 << self.backoff.saturating_sub(1).min(20)))
+    }
+
+    /// When the early timer fires next: a tail-loss probe after 2 SRTT (RFC 8985
+    /// 7.2's PTO, at least the floor), then the RTO, doubled per expiry.
+    fn timeout(&self) -> Option<Duration> {
+        if self.backoff == 0 && self.rtt.sampled {
+            return Some(Duration::from_nanos(2 * self.rtt.srtt).max(self.min_rto));
+        }
+        self.rto()
     }
 
     /// The early timer's deadline, if armed.
@@ -175,8 +184,8 @@ impl Recovery {
 
     fn arm(&mut self, now: Instant, ibta: Option<Instant>) {
         self.deadline = self
-            .rto()
-            .map(|rto| now + rto)
+            .timeout()
+            .map(|t| now + t)
             .filter(|&d| ibta.is_none_or(|ibta| d < ibta));
     }
 
@@ -325,10 +334,10 @@ mod tests {
         assert_eq!(r.deadline(), None);
         r.on_progress(at(100), Psn::new(6), 1, false, None);
         assert_eq!(r.srtt(), Some(Duration::from_micros(100)));
-        // SRTT 100, RTTVAR 50: 100 + 200.
+        // SRTT 100, RTTVAR 50: the RTO is 100 + 200; the probe comes at 2 SRTT.
         assert_eq!(r.rto(), Some(Duration::from_micros(300)));
         r.on_sent(at(200), Psn::new(6), true, None);
-        assert_eq!(r.deadline(), Some(at(500)));
+        assert_eq!(r.deadline(), Some(at(400)));
         r.on_progress(at(220), Psn::new(7), 1, false, None);
         // err 80: RTTVAR (150 + 80) / 4 = 57.5; SRTT (700 + 20) / 8 = 90.
         assert_eq!(r.srtt(), Some(Duration::from_micros(90)));
@@ -362,13 +371,15 @@ mod tests {
         assert_eq!(r.on_timeout(at(119), ibta), None);
         assert_eq!(r.on_timeout(at(120), ibta), Some(EarlyAction::Probe));
         r.on_sent(at(120), Psn::new(2), false, ibta);
-        assert_eq!(r.deadline(), Some(at(320)));
-        assert_eq!(r.on_timeout(at(320), ibta), Some(EarlyAction::Retransmit));
-        r.on_sent(at(320), Psn::new(2), false, ibta);
-        assert_eq!(r.deadline(), Some(at(720)));
-        assert_eq!(r.on_timeout(at(720), ibta), Some(EarlyAction::Retransmit));
-        // 720 + 800 is past the IBTA timer: that one takes over.
-        r.on_sent(at(720), Psn::new(2), false, ibta);
+        assert_eq!(r.deadline(), Some(at(220)));
+        assert_eq!(r.on_timeout(at(220), ibta), Some(EarlyAction::Retransmit));
+        r.on_sent(at(220), Psn::new(2), false, ibta);
+        assert_eq!(r.deadline(), Some(at(420)));
+        assert_eq!(r.on_timeout(at(420), ibta), Some(EarlyAction::Retransmit));
+        assert_eq!(r.deadline(), Some(at(820)));
+        assert_eq!(r.on_timeout(at(820), ibta), Some(EarlyAction::Retransmit));
+        // 820 + 800 is past the IBTA timer: that one takes over.
+        r.on_sent(at(820), Psn::new(2), false, ibta);
         assert_eq!(r.deadline(), None);
     }
 

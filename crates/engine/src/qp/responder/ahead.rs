@@ -242,6 +242,23 @@ impl Responder {
             _ => (Some(psn), Some(false)),
         };
         self.sr.note_message(self.epsn, first, last, takes_wqe);
+        // A message starting right after the expected PSN, with a message in
+        // progress: the expected packet (lost) is that message's last, so it ends
+        // there. (Anything else between could be whole messages nothing is known
+        // of.)
+        if info.position.starts_message() && psn.sub(1) == self.epsn {
+            let in_progress = match self.msg {
+                Some(InMessage::Send { .. }) => Some(Some(true)),
+                // Whether a WRITE takes a WQE shows in its last packet's opcode.
+                Some(InMessage::Write { .. }) => Some(None),
+                None => None,
+            };
+            if let Some(takes_wqe) = in_progress {
+                let first = self.msg_first;
+                self.sr
+                    .note_message(self.epsn, first, Some(self.epsn), takes_wqe);
+            }
+        }
     }
 
     /// How many receive WQEs the messages before the one starting at `first`

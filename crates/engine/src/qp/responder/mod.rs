@@ -214,9 +214,10 @@ impl Responder {
             }
             return Verdict::Done;
         }
-        // The packet itself replaces any copy kept ahead of it.
-        if self.sr.count > 0 {
-            self.sr.take(psn);
+        // The packet itself replaces any copy kept ahead of it (and what was noted
+        // of the WRITE it starts).
+        if self.sr.count > 0 && self.sr.take(psn).is_some() {
+            self.sr.drop_write(psn);
         }
         let executed = self.check_and_execute(ctx, &Request::new(pkt));
         // Packets kept ahead that are next now are committed in order.
