@@ -5,6 +5,7 @@
 //! connection data over TCP as the classic tools do; the data path is softverbs
 //! RoCEv2-in-UDP.
 
+mod cmpingpong;
 mod conn;
 mod devinfo;
 mod json;
@@ -13,6 +14,7 @@ mod perf;
 mod pingpong;
 mod plot;
 mod progress;
+mod rping;
 mod run;
 mod stat;
 mod stats;
@@ -74,6 +76,9 @@ Every process that opens a softverbs device publishes that device's counters (at
     Pingpong(PingpongArgs),
     /// perftest-like bandwidth and latency benchmarks (like ib_write_bw, ib_send_lat...).
     Perf(PerfArgs),
+    /// RDMA ping through the connection manager (like rdmacm-utils' rping): the server READs
+    /// the client's buffer and WRITEs it back into another.
+    Rping(RpingArgs),
     /// UD multicast between processes: attach to a group and print what arrives, or send to it.
     Mcast(mcast::McastArgs),
     /// Run an unmodified rdma-core program on softverbs (the drop-in libibverbs.so.1).
@@ -86,6 +91,34 @@ and runs CMD with that directory prepended to LD_LIBRARY_PATH. The device is con
 SOFTVERBS_* environment variables as usual. Example: softverbs run -- ibv_devinfo -v"
     )]
     Run(run::RunArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct RpingArgs {
+    /// Run the server.
+    #[arg(short, long, conflicts_with = "client")]
+    server: bool,
+    /// Run the client.
+    #[arg(short, long)]
+    client: bool,
+    /// Address: the server's to connect to (client), or to listen at (server; default: all).
+    #[arg(short, long)]
+    addr: Option<String>,
+    /// rdma_cm port (TCP port space).
+    #[arg(short, long, default_value_t = 7174)]
+    port: u16,
+    /// Pings (0: until interrupted).
+    #[arg(short = 'C', long, default_value_t = 0)]
+    count: u32,
+    /// Ping size in bytes (16-65535).
+    #[arg(short = 'S', long, default_value_t = 64)]
+    size: u32,
+    /// Check every pong against its ping.
+    #[arg(short = 'V', long)]
+    validate: bool,
+    /// Print the ping data.
+    #[arg(short, long)]
+    verbose: bool,
 }
 
 #[derive(Args, Debug)]
@@ -141,6 +174,10 @@ pub struct PingpongArgs {
     /// most one MTU, received after a 40-byte GRH area; needs a lossless path.
     #[arg(long)]
     ud: bool,
+    /// Connect the RC QPs through the connection manager (as perftest's -R): --port is
+    /// the rdma_cm port (TCP port space) and no TCP connection is used.
+    #[arg(long, conflicts_with_all = ["ud", "uc", "srq"])]
+    cm: bool,
 }
 
 /// The operation a benchmark measures.
@@ -256,6 +293,7 @@ fn main() -> ExitCode {
         Cmd::Pingpong(a) => pingpong::run(&a),
         Cmd::Perf(a) => perf::run(&a),
         Cmd::Mcast(a) => mcast::run(&a),
+        Cmd::Rping(a) => rping::run(&a),
         Cmd::Run(a) => run::run(&a),
     };
     match result {

@@ -32,13 +32,13 @@ pub fn pattern_byte(iter: u32, j: usize, from_server: bool) -> u8 {
     (x ^ (x >> 13) ^ (x >> 24)) as u8
 }
 
-fn fill(buf: &mut [u8], iter: u32, from_server: bool) {
+pub fn fill_pattern(buf: &mut [u8], iter: u32, from_server: bool) {
     for (j, b) in buf.iter_mut().enumerate() {
         *b = pattern_byte(iter, j, from_server);
     }
 }
 
-fn check(buf: &[u8], iter: u32, from_server: bool) -> Result<()> {
+pub fn check_pattern(buf: &[u8], iter: u32, from_server: bool) -> Result<()> {
     for (j, &b) in buf.iter().enumerate() {
         let want = pattern_byte(iter, j, from_server);
         if b != want {
@@ -55,6 +55,9 @@ const UD_QKEY: u32 = 0x1111_1111;
 const UD_SIZE: u32 = 2048;
 
 pub fn run(a: &PingpongArgs) -> Result<()> {
+    if a.cm {
+        return crate::cmpingpong::run(a);
+    }
     // The path MTU of RC and UC QPs; UD QPs have none (the port's MTU bounds a datagram).
     let mtu = parse_mtu(a.mtu.unwrap_or(1024))?;
     if a.size == Some(0) {
@@ -240,7 +243,7 @@ fn session(a: &PingpongArgs, ctrl: &mut Ctrl, mtu: softverbs::Mtu) -> Result<()>
         }
         if a.validate {
             mr.read(slot(got.wr_id) + grh, &mut recv_buf);
-            check(&recv_buf, iter, !server)?;
+            check_pattern(&recv_buf, iter, !server)?;
         }
         if recv_posted < a.iters {
             post_recv(
@@ -332,7 +335,7 @@ fn send(
     sends_out: &mut u32,
 ) -> Result<()> {
     if a.validate {
-        fill(buf, iter, from_server);
+        fill_pattern(buf, iter, from_server);
         mr.write(0, buf);
     }
     let sges = [mr.sge(0, size as u32)];
@@ -357,7 +360,7 @@ mod tests {
         assert_ne!(a, b);
         assert_ne!(a, c);
         assert!(a.windows(2).filter(|w| w[0] == w[1]).count() < 100);
-        assert!(check(&a, 1, false).is_ok());
-        assert!(check(&a, 2, false).is_err());
+        assert!(check_pattern(&a, 1, false).is_ok());
+        assert!(check_pattern(&a, 2, false).is_err());
     }
 }

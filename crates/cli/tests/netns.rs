@@ -202,3 +202,24 @@ fn pingpong_and_perf_between_two_namespaces() {
     );
     assert!(out.contains("usec/iter"), "{out}");
 }
+
+/// The connection manager across a real link: rping (RC connect through rendezvous
+/// socket and QP1, RDMA READ and WRITE, disconnect), clean and with 2 % loss.
+#[test]
+fn rping_between_two_namespaces() {
+    if !can_run("rping_between_two_namespaces") {
+        return;
+    }
+    let link = Link::new(2);
+    let peer = link.addr[0].clone();
+    for env in [&[][..], &[("SOFTVERBS_FAULTS", "loss=0.02,seed=11")][..]] {
+        pair(
+            &link,
+            &["rping", "-s", "-p", "7174"],
+            &[
+                "rping", "-c", "-a", &peer, "-p", "7174", "-C", "10", "-S", "2000", "-V",
+            ],
+            env,
+        );
+    }
+}

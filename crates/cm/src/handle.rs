@@ -10,6 +10,27 @@ pub struct CmIdHandle {
     generation: u32,
 }
 
+impl CmIdHandle {
+    /// The handle as one nonzero number (index + 1 in the high half, generation in
+    /// the low half), for callers that keep ids as integers (the C ABI).
+    pub const fn to_raw(self) -> u64 {
+        ((self.index as u64 + 1) << 32) | self.generation as u64
+    }
+
+    /// The handle [`CmIdHandle::to_raw`] gave; `None` for 0 and numbers no handle
+    /// gives. A handle of a destroyed id still names nothing.
+    pub const fn from_raw(raw: u64) -> Option<CmIdHandle> {
+        let high = (raw >> 32) as u32;
+        if high == 0 {
+            return None;
+        }
+        Some(CmIdHandle {
+            index: high - 1,
+            generation: raw as u32,
+        })
+    }
+}
+
 impl fmt::Debug for CmIdHandle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "CmId({}/{})", self.index, self.generation)
@@ -112,5 +133,20 @@ mod tests {
         assert_eq!(s.get(b), Some(&2));
         assert_eq!(s.len(), 1);
         assert_eq!(s.iter().count(), 1);
+    }
+
+    #[test]
+    fn raw_handles_round_trip_and_are_nonzero() {
+        let mut s = Slab::new();
+        let a = s.insert(1);
+        s.remove(a);
+        let b = s.insert(2);
+        for h in [a, b] {
+            assert_ne!(h.to_raw(), 0);
+            assert_eq!(CmIdHandle::from_raw(h.to_raw()), Some(h));
+        }
+        assert_eq!(CmIdHandle::from_raw(0), None);
+        assert_eq!(CmIdHandle::from_raw(7), None);
+        assert_eq!(s.get(CmIdHandle::from_raw(a.to_raw()).unwrap()), None);
     }
 }

@@ -23,6 +23,9 @@ pub enum AsyncEvent {
     /// The port became active (IBV_EVENT_PORT_ACTIVE): raised by the driver once
     /// the device's socket is bound and its progress thread runs.
     PortActive,
+    /// A connected QP in RTR received its first packet (IBV_EVENT_COMM_EST, IBA
+    /// 11.6.3): the connection manager takes it in place of a lost RTU.
+    CommEstablished(QpHandle),
     /// An armed SRQ fell below its limit (IBV_EVENT_SRQ_LIMIT_REACHED).
     SrqLimitReached(crate::types::SrqHandle),
 }

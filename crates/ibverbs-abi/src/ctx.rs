@@ -578,6 +578,7 @@ pub unsafe extern "C" fn ibv_get_async_event(
             E::QpRequestError(_) => IBV_EVENT_QP_REQ_ERR,
             E::QpAccessError(_) => IBV_EVENT_QP_ACCESS_ERR,
             E::SqDrained(_) => IBV_EVENT_SQ_DRAINED,
+            E::CommEstablished(_) => IBV_EVENT_COMM_EST,
             E::LastWqeReached(_) => IBV_EVENT_QP_LAST_WQE_REACHED,
             E::SrqLimitReached(_) => IBV_EVENT_SRQ_LIMIT_REACHED,
             #[allow(unreachable_patterns)]
@@ -600,6 +601,7 @@ pub unsafe extern "C" fn ibv_get_async_event(
                 | E::QpRequestError(h)
                 | E::QpAccessError(h)
                 | E::SqDrained(h)
+                | E::CommEstablished(h)
                 | E::LastWqeReached(h) => o.qps.get(h).map(|&p| ibv_async_event_element {
                     qp: p as *mut ibv_qp,
                 }),

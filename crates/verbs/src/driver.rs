@@ -82,6 +82,8 @@ pub(crate) struct State {
     pub owners: HashMap<Source, Arc<AsyncQueue>>,
     /// When the last datagram reached the engine (see [`Driver::linger`]).
     last_rx: Instant,
+    /// The connection manager beside the engine (`crate::cm::driver`).
+    pub cm: crate::cm::driver::CmState,
 }
 
 /// What a pump leaves to do once the device lock is released.
@@ -92,6 +94,8 @@ pub(crate) struct Deferred {
     events: Vec<(Arc<AsyncQueue>, AsyncEvent)>,
     /// The progress thread must wake for an earlier timer.
     wake: bool,
+    /// The connection manager's share.
+    pub(crate) cm: crate::cm::driver::CmDeferred,
 }
 
 /// Why sending stopped with datagrams left.
@@ -119,7 +123,9 @@ struct Sender {
 
 pub(crate) struct Driver {
     state: Mutex<State>,
-    socket: UdpSocket,
+    pub(crate) socket: UdpSocket,
+    /// The connection manager's sockets, event queue and sinks.
+    pub(crate) cm_io: crate::cm::driver::CmIo,
     /// The receive buffers; whoever holds them receives. Taken before `state`.
     rx: Mutex<RecvBatch>,
     outbox: Mutex<Outbox>,
@@ -227,6 +233,8 @@ impl Driver {
         let io_err = |what| move |source| OpenError::Io { what, source };
         let local = socket.local_addr().map_err(io_err("local_addr"))?;
         sys::set_dont_fragment(&socket, local.is_ipv6()).map_err(io_err("IP_MTU_DISCOVER"))?;
+        // ICMP reports of sends (port unreachable for a connection request) reach the cm.
+        crate::cm::sys::set_recverr(&socket, local.is_ipv6()).map_err(io_err("IP_RECVERR"))?;
         sys::set_buffers(&socket, config.socket_buffer);
         if let IpAddr::V4(ip) = local.ip() {
             // Multicast sends leave through this device's interface (`lo` for loopback
@@ -277,12 +285,14 @@ impl Driver {
             channels: HashMap::new(),
             owners: HashMap::new(),
             last_rx: Instant::from_nanos(0),
+            cm: crate::cm::driver::CmState::new(local),
         };
         let rx = RecvBatch::new(if gro { sys::GRO_BUF } else { MAX_DATAGRAM + 64 });
         crate::fork::register_socket(socket.as_raw_fd());
         let driver = Arc::new(Driver {
             state: Mutex::new(state),
             socket,
+            cm_io: crate::cm::driver::CmIo::new(),
             rx: Mutex::new(rx),
             outbox: Mutex::new(Outbox {
                 queue: VecDeque::new(),
@@ -350,12 +360,55 @@ impl Driver {
     /// and pass the result to [`Driver::finish`] once the lock is released.
     pub fn pump(&self, st: &mut State) -> Deferred {
         let now = self.now();
+        let mut d = Deferred::default();
+        // The cm's QP moves first (they may make the engine send), then the engine's
+        // output, whose COMM_EST events feed the cm again.
+        self.cm_pump(st, now, &mut d);
         self.transmit(st, now);
-        let mut d = self.dispatch(st);
-        if let Some(deadline) = st.engine.poll_timeout() {
+        self.dispatch(st, now, &mut d);
+        self.cm_pump(st, now, &mut d);
+        self.transmit(st, now);
+        if let Some(deadline) = Self::next_deadline(st) {
             d.wake = deadline.as_nanos() < self.sleeping_until.load(Ordering::Acquire);
         }
         d
+    }
+
+    /// The earliest timer of the engine and the cm.
+    fn next_deadline(st: &State) -> Option<Instant> {
+        let cm = st
+            .cm
+            .cm
+            .poll_timeout()
+            .map(|t| Instant::from_nanos(t.as_nanos()));
+        match (st.engine.poll_timeout(), cm) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Fires the engine's and the cm's due timers.
+    fn fire_timers(st: &mut State, now: Instant) {
+        st.engine.handle_timeout(now);
+        st.cm.cm.handle_timeout(crate::cm::driver::cm_now(now));
+    }
+
+    /// Wakes the progress thread (its socket set or timers changed).
+    pub(crate) fn wake_progress(&self) {
+        self.wake.signal();
+    }
+
+    /// Whether fault injection drops one CM datagram (only losses apply to the CM).
+    pub(crate) fn inject_cm_loss(&self) -> bool {
+        let mut sender = lock(&self.sender);
+        let drop = sender
+            .faults
+            .as_mut()
+            .is_some_and(|f| f.decide() == Fate::Drop);
+        if drop {
+            self.counters.injected_drops.fetch_add(1, Ordering::Relaxed);
+        }
+        drop
     }
 
     /// What a pump left to do: sends the batches, delivers the events, wakes the progress
@@ -371,6 +424,7 @@ impl Driver {
         if d.wake {
             self.wake.signal();
         }
+        self.cm_finish(d.cm);
     }
 
     fn transmit(&self, st: &mut State, now: Instant) {
@@ -562,8 +616,7 @@ impl Driver {
 
     /// Collects CQ notifications for completion channels and async events for their
     /// contexts.
-    fn dispatch(&self, st: &mut State) -> Deferred {
-        let mut d = Deferred::default();
+    fn dispatch(&self, st: &mut State, now: Instant, d: &mut Deferred) {
         while let Some(cq) = st.engine.poll_cq_notification() {
             if let Some(ch) = st.channels.get(&cq) {
                 d.notifications.push((Arc::clone(ch), cq));
@@ -571,12 +624,12 @@ impl Driver {
         }
         while let Some(ev) = st.engine.poll_event() {
             use crate::events::Sourced;
+            self.cm_engine_event(st, &ev, now);
             // Events of objects no context owns any more are dropped.
             if let Some(q) = ev.source().and_then(|s| st.owners.get(&s)) {
                 d.events.push((Arc::clone(q), ev));
             }
         }
-        d
     }
 
     /// Makes the device's multicast sockets match `wanted`, the groups the engine's QPs are
@@ -632,6 +685,11 @@ impl Driver {
     fn receive(&self, rx: &mut RecvBatch) -> usize {
         let got = match rx.recv(&self.socket) {
             Ok(n) => n,
+            // An ICMP report of a send (IP_RECVERR): the cm reads the error queue.
+            Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => {
+                self.cm_device_errors();
+                return 1;
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "recvmmsg failed");
                 0
@@ -655,8 +713,14 @@ impl Driver {
             let mut st = self.lock();
             let now = self.now();
             st.last_rx = now;
+            let state = &mut *st;
             self.for_each_datagram(rx, got, |src, k, data| {
-                st.engine.handle_datagram_with_ipv4_id(now, src, data, k);
+                if crate::cm::driver::is_qp1(data) {
+                    let t = crate::cm::driver::cm_now(now);
+                    state.cm.cm.handle_datagram(t, src, self.local, data);
+                } else {
+                    state.engine.handle_datagram_with_ipv4_id(now, src, data, k);
+                }
             });
             st.engine.handle_timeout(now);
             self.pump(&mut st)
@@ -855,11 +919,28 @@ fn progress_thread(d: Arc<Driver>) {
     let mut groups_seen = 0;
     let mut mc_rx: Option<RecvBatch> = None;
     let mut pfds: Vec<libc::pollfd> = Vec::new();
+    // The connection manager's sockets (rendezvous, then the companion), refreshed when
+    // `cm_io.sockets_gen` moves.
+    let mut cm_socks: Vec<(SocketAddr, Arc<UdpSocket>)> = Vec::new();
+    let mut cm_seen = 0;
+    let mut cm_buf = vec![0u8; 2048];
+    let mut rounds: u32 = 0;
     while !d.stop.load(Ordering::Acquire) {
         let gen = d.groups_gen.load(Ordering::Acquire);
         if gen != groups_seen {
             groups_seen = gen;
             groups = lock(&d.groups).clone();
+        }
+        let gen = d.cm_io.sockets_gen.load(Ordering::Acquire);
+        if gen != cm_seen {
+            cm_seen = gen;
+            cm_socks = lock(&d.cm_io.sockets).clone();
+        }
+        // Under a steady stream of data the thread rarely sleeps in poll: look at the
+        // rendezvous sockets now and then anyway.
+        rounds = rounds.wrapping_add(1);
+        if !cm_socks.is_empty() && rounds % 64 == 0 {
+            d.cm_receive(&cm_socks, &mut cm_buf);
         }
         let mc_got = if groups.is_empty() {
             0
@@ -890,9 +971,9 @@ fn progress_thread(d: Arc<Driver>) {
         let (deferred, timer, counters) = {
             let mut st = d.lock();
             let now = d.now();
-            st.engine.handle_timeout(now);
+            Driver::fire_timers(&mut st, now);
             let deferred = d.pump(&mut st);
-            let deadline = st.engine.poll_timeout();
+            let deadline = Driver::next_deadline(&st);
             d.sleeping_until.store(
                 deadline.map_or(u64::MAX, |t| t.as_nanos()),
                 Ordering::Release,
@@ -918,7 +999,12 @@ fn progress_thread(d: Arc<Driver>) {
         ]
         .into_iter()
         .chain(groups.iter().map(|(_, s)| (s.as_raw_fd(), libc::POLLIN)))
-        {
+        .chain(cm_socks.iter().map(|(_, s)| (s.as_raw_fd(), libc::POLLIN)))
+        .chain(
+            lock(&d.cm_io.companion)
+                .as_ref()
+                .map(|s| (s.as_raw_fd(), libc::POLLIN)),
+        ) {
             pfds.push(libc::pollfd {
                 fd,
                 events,
@@ -926,6 +1012,13 @@ fn progress_thread(d: Arc<Driver>) {
             });
         }
         let _ = sys::poll(&mut pfds, timeout);
+        // An ICMP report on the device socket (a request to a closed port).
+        if pfds[0].revents & libc::POLLERR != 0 {
+            d.cm_device_errors();
+        }
+        if pfds[2 + groups.len()..].iter().any(|p| p.revents != 0) {
+            d.cm_receive(&cm_socks, &mut cm_buf);
+        }
         if blocked.is_some() {
             // POLLOUT (or the ENOBUFS retry time): send what is left.
             d.flush_outbox(true);

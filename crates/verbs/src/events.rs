@@ -55,6 +55,7 @@ impl Sourced for AsyncEvent {
             | E::QpRequestError(h)
             | E::QpAccessError(h)
             | E::SqDrained(h)
+            | E::CommEstablished(h)
             | E::LastWqeReached(h) => Some(Source::Qp(h)),
             E::SrqLimitReached(h) => Some(Source::Srq(h)),
             #[allow(unreachable_patterns)]

@@ -17,6 +17,7 @@
 #![warn(missing_docs)]
 
 pub mod addressing;
+pub mod cm;
 pub mod config;
 mod context;
 mod cq;

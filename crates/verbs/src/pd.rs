@@ -210,6 +210,15 @@ impl<T: StableBuffer> std::fmt::Debug for Mr<T> {
 }
 
 impl Pd {
+    /// The context the PD belongs to.
+    pub fn context(&self) -> crate::Context {
+        crate::Context {
+            inner: Arc::clone(&self.inner.ctx),
+        }
+    }
+}
+
+impl Pd {
     /// Whether memory regions, memory windows, QPs or SRQs still use this PD.
     pub fn in_use(&self) -> bool {
         let inner = &self.inner;

@@ -65,6 +65,10 @@ impl QpBuilder {
         self.sq_sig_all = on;
         self
     }
+    /// Whether the QP will take receives from an SRQ.
+    pub(crate) fn has_srq(&self) -> bool {
+        self.srq.is_some()
+    }
     /// Creates the QP (in RESET).
     pub fn build(self) -> Result<Qp, ResourceError> {
         let ctx = &self.pd.inner.ctx;

@@ -57,7 +57,7 @@ pub fn set_buffers(sock: &UdpSocket, bytes: usize) {
     }
 }
 
-fn to_storage(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+pub(crate) fn to_storage(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
     // SAFETY: sockaddr_storage is plain old data; all-zero is a valid value.
     let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
     let len = match addr {
@@ -92,7 +92,7 @@ fn to_storage(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
     (ss, len as libc::socklen_t)
 }
 
-fn from_storage(ss: &libc::sockaddr_storage) -> Option<SocketAddr> {
+pub(crate) fn from_storage(ss: &libc::sockaddr_storage) -> Option<SocketAddr> {
     match i32::from(ss.ss_family) {
         libc::AF_INET => {
             // SAFETY: the family says the storage holds a sockaddr_in.
@@ -520,6 +520,7 @@ impl SendBatch {
         let (mut sent, mut errors, mut calls) = (0, 0, 0);
         let mut first_error = None;
         let mut done = 0;
+        let mut stale_reports = 0;
         while done < m {
             calls += 1;
             crate::driver::note_syscall();
@@ -553,6 +554,9 @@ impl SendBatch {
                     };
                 }
                 Some(libc::EINTR) => continue,
+                // A port-unreachable report of an earlier send (IP_RECVERR, read by the
+                // connection manager from the error queue): nothing was sent, try again.
+                Some(libc::ECONNREFUSED) if stale_reports < 4 => stale_reports += 1,
                 _ => {
                     // Refused for good (unreachable, too large): drop it and go on.
                     errors += members[done];

@@ -60,3 +60,50 @@ async fn receives_arrive_as_a_stream() {
     }
     sender.join().unwrap();
 }
+
+/// CM events as a tokio stream: a listener's channel yields the connect request.
+#[tokio::test(flavor = "current_thread")]
+async fn cm_events_arrive_as_a_stream() {
+    use softverbs::cm::{CmEventKind, CmId, EventChannel, PortSpace};
+    let server = Device::with_config("stream-s", Config::default())
+        .open()
+        .unwrap();
+    let channel = EventChannel::new(&server).unwrap();
+    let listener = CmId::new(&channel, PortSpace::Tcp).unwrap();
+    listener.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    listener.listen(1).unwrap();
+    let at = listener.local_addr().unwrap();
+    let mut stream = channel.stream().unwrap();
+    let client = Device::with_config("stream-c", Config::default())
+        .open()
+        .unwrap();
+    let cch = EventChannel::new(&client).unwrap();
+    let id = CmId::new(&cch, PortSpace::Tcp).unwrap();
+    id.resolve_addr(None, at, std::time::Duration::from_secs(5))
+        .unwrap();
+    let mut cstream = cch.stream().unwrap();
+    let ev = poll_fn(|cx| Pin::new(&mut cstream).poll_next(cx))
+        .await
+        .unwrap();
+    assert_eq!(ev.kind(), CmEventKind::AddrResolved);
+    id.resolve_route().unwrap();
+    let ev = poll_fn(|cx| Pin::new(&mut cstream).poll_next(cx))
+        .await
+        .unwrap();
+    assert_eq!(ev.kind(), CmEventKind::RouteResolved);
+    id.connect(None).unwrap();
+    let mut ev = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        poll_fn(|cx| Pin::new(&mut stream).poll_next(cx)),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(ev.kind(), CmEventKind::ConnectRequest);
+    let request = ev.take_request().unwrap();
+    request.reject(b"no").unwrap();
+    let ev = poll_fn(|cx| Pin::new(&mut cstream).poll_next(cx))
+        .await
+        .unwrap();
+    assert_eq!(ev.kind(), CmEventKind::Rejected);
+}

@@ -61,6 +61,22 @@ impl Gid {
     pub fn ip(&self) -> IpAddr {
         self.to_socket_addr().ip()
     }
+
+    /// Whether this GID names an IP multicast group (an IPv4 multicast address in the
+    /// IPv4-mapped form, or an IPv6 `ff00::/8` address).
+    pub fn is_multicast(&self) -> bool {
+        self.ip().is_multicast()
+    }
+
+    /// The subnet prefix (bytes 0-7) in network order.
+    pub fn subnet_prefix(&self) -> u64 {
+        u64::from_be_bytes(self.0[..8].try_into().unwrap_or([0; 8]))
+    }
+
+    /// The interface id (bytes 8-15) in network order.
+    pub fn interface_id(&self) -> u64 {
+        u64::from_be_bytes(self.0[8..].try_into().unwrap_or([0; 8]))
+    }
 }
 
 impl fmt::Debug for Gid {

@@ -104,7 +104,9 @@ impl Engine {
         self.inflight
     }
 
-    fn qp_by_qpn(&self, qpn: Qpn) -> Option<QpHandle> {
+    /// The live QP numbered `qpn` (how the connection manager, which names QPs by
+    /// number, reaches the QP it drives).
+    pub fn qp_by_qpn(&self, qpn: Qpn) -> Option<QpHandle> {
         let index = qpn.value() & QPN_INDEX_MASK;
         let (h, q) = self.qps.get_by_index(index)?;
         (q.qpn == qpn).then_some(QpHandle(h))

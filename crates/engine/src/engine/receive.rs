@@ -46,6 +46,17 @@ impl Engine {
         };
         self.shared.counters.rx_packets += 1;
         self.shared.counters.rx_bytes += data.len() as u64;
+        // IBA 11.6.3: a connected QP in RTR reports its first packet (Communication
+        // Established), once per entry into RTR; the CM takes it for a lost RTU.
+        if q.state() == crate::types::QpState::Rtr
+            && q.init.qp_type != QpType::Ud
+            && !q.comm_established
+        {
+            q.comm_established = true;
+            self.shared
+                .events
+                .push_back(crate::event::AsyncEvent::CommEstablished(qp));
+        }
         if pkt.info().is_request {
             q.handle_request(&mut self.shared, &pkt, route);
         } else {

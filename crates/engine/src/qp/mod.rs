@@ -68,6 +68,8 @@ pub(crate) struct Qp {
     pub inflight: u32,
     /// In the engine's list of QPs waiting for room under the device window.
     pub device_blocked: bool,
+    /// Communication Established was reported since the QP last entered RTR.
+    pub comm_established: bool,
 }
 
 impl Qp {
@@ -104,6 +106,7 @@ impl Qp {
             lost_completion: false,
             inflight: 0,
             device_blocked: false,
+            comm_established: false,
         }
     }
 

@@ -140,6 +140,9 @@ impl Qp {
         }
 
         self.attr.qp_state = to;
+        if to == QpState::Rtr && from != QpState::Rtr {
+            self.comm_established = false;
+        }
         self.attr.sq_draining = to == QpState::Sqd;
         match to {
             QpState::Reset if from != QpState::Reset => self.reset(),
