@@ -511,7 +511,9 @@ def vs_tcp(t, r):
 def figure_text(t, r):
     c = cells[(t, r)]
     if c["figure"] is not None:
-        return "%.2f s" % c["figure"] if t == "ibv_rc_pingpong" else "%.1f MB/s" % c["figure"]
+        if t == "ibv_rc_pingpong":
+            return "%.2f s" % c["figure"]
+        return ("%.1f MB/s" if c["figure"] >= 10 else "%.2f MB/s") % c["figure"]
     # Nothing completed: what the bound says.
     if t == "ibv_rc_pingpong":
         return "> %d s" % bound if "timeout" in " ".join(c["why"]) else "-"

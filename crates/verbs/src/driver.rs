@@ -913,7 +913,17 @@ fn write_capture(
     }
 }
 
+thread_local! {
+    static PROGRESS_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether the caller is a device's progress thread (which must never wait for itself).
+pub(crate) fn on_progress_thread() -> bool {
+    PROGRESS_THREAD.with(|p| p.get())
+}
+
 fn progress_thread(d: Arc<Driver>) {
+    PROGRESS_THREAD.with(|p| p.set(true));
     // The multicast group sockets, refreshed when `groups_gen` moves.
     let mut groups: Vec<(SocketAddr, Arc<UdpSocket>)> = Vec::new();
     let mut groups_seen = 0;

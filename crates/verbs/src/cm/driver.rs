@@ -411,15 +411,24 @@ impl Driver {
                 }
             }
             DriverRequest::ReleasePort { addr } => {
-                let mut socks = lock(&self.cm_io.sockets);
-                socks.retain(|(a, s)| {
+                let mut released = Vec::new();
+                lock(&self.cm_io.sockets).retain(|(a, s)| {
                     let keep = *a != addr;
                     if !keep {
                         crate::fork::unregister_socket(std::os::fd::AsRawFd::as_raw_fd(&**s));
+                        released.push(s.clone());
                     }
                     keep
                 });
                 self.cm_io.sockets_gen.fetch_add(1, Ordering::AcqRel);
+                // rdma_destroy_id frees the port before it returns (a new bind may follow at
+                // once): wait until the progress thread let go of its copy, so that the
+                // socket closes here.
+                if !crate::driver::on_progress_thread() {
+                    for sock in released {
+                        self.wait_sole_owner(sock);
+                    }
+                }
             }
             // Handled under the lock by `cm_pump`.
             DriverRequest::ModifyQp { .. } => {}
@@ -512,6 +521,15 @@ impl Driver {
     /// Removes the sink of `id`; when this returns no delivery to it runs or will start.
     pub(crate) fn cm_remove_sink(&self, id: CmIdHandle) {
         lock(&self.cm_io.sinks).remove(&id);
+    }
+
+    /// Waits (bounded) until the progress thread dropped its copy of `sock`, then closes it.
+    fn wait_sole_owner(&self, sock: Arc<UdpSocket>) {
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        while Arc::strong_count(&sock) > 1 && std::time::Instant::now() < until {
+            self.wake_progress();
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
     }
 
     /// Binds a rendezvous socket at `addr` (the cm's [`softverbs_cm::Reservation::Needed`]).
