@@ -180,13 +180,26 @@ struct Run {
     a: Counters,
     b: Counters,
     sim: softverbs_sim::Stats,
+    /// The most request packets A had in flight at once.
+    most_in_flight: u64,
 }
 
 /// A moves `n` messages of [`SIZE`] bytes to B by `stream` (for READ: B's data
 /// to A), at most `depth` outstanding, as perftest's bandwidth tests do; checks
 /// every completion and byte; returns the virtual time it took.
 fn transfer(seed: u64, faults: Faults, sr: [bool; 2], stream: Stream, n: usize) -> Run {
-    let depth = 16;
+    transfer_deep(seed, faults, sr, stream, n, 16)
+}
+
+/// [`transfer`] with `depth` messages outstanding (at most the send queue's 64).
+fn transfer_deep(
+    seed: u64,
+    faults: Faults,
+    sr: [bool; 2],
+    stream: Stream,
+    n: usize,
+    depth: usize,
+) -> Run {
     let buf_len = 2 * n * SIZE;
     let mut net = Net::new(seed, faults, sr, buf_len);
     // The source half of the side the data comes from.
@@ -226,7 +239,9 @@ fn transfer(seed: u64, faults: Faults, sr: [bool; 2], stream: Stream, n: usize) 
     let (qp_a, qp_b) = (net.ends[0].qp, net.ends[1].qp);
     let (scq_a, rcq_b) = (net.ends[0].send_cq, net.ends[1].recv_cq);
     let rkey = Rkey(b_mr.rkey);
+    let mut most_in_flight = 0;
     let outcome = net.sim.run_until(limits, |sim| {
+        most_in_flight = most_in_flight.max(sim.node(node_a).e.packets_in_flight());
         // Completions at A: in order, each once, successful.
         loop {
             let got = sim.node_mut(node_a).e.poll_cq(scq_a, &mut wcs).unwrap();
@@ -338,6 +353,7 @@ fn transfer(seed: u64, faults: Faults, sr: [bool; 2], stream: Stream, n: usize) 
         a: net.sim.node(node_a).e.counters(),
         b: net.sim.node(node_b).e.counters(),
         sim: net.sim.stats(),
+        most_in_flight,
     }
 }
 
@@ -437,6 +453,32 @@ fn in_flight_cap_keeps_the_queue_from_overflowing() {
     // At 10 Gb/s the data alone takes 64 x 64 KiB / 1.25 GB/s = 3.36 ms.
     let wire = Duration::from_nanos(packets * 4096 * 1_000_000_000 / 1_250_000_000);
     assert!(r.elapsed < wire * 2, "{:?} for {wire:?} of data", r.elapsed);
+}
+
+/// On a long fat path (10 Gb/s, 1 ms each way: a pipe of about 600 packets of
+/// 4 KiB) the in-flight cap grows past 256 packets with go-back-N, but a QP whose
+/// peer does selective repeat never has more in flight than the 256 PSNs that
+/// peer's responder keeps ahead (more would be dropped there after a loss and
+/// sent again).
+#[test]
+fn selective_repeat_keeps_in_flight_within_what_the_peer_holds_ahead() {
+    let faults = Faults {
+        delay: Duration::from_millis(1),
+        ..Faults::none().with_rate(1_250_000_000, 16 << 20)
+    };
+    let gbn = transfer_deep(12, faults, NEITHER, Stream::Write, 96, 64);
+    let sr = transfer_deep(12, faults, BOTH, Stream::Write, 96, 64);
+    assert!(
+        gbn.most_in_flight > 256,
+        "go-back-N: {}",
+        gbn.most_in_flight
+    );
+    assert!(
+        (200..=256).contains(&sr.most_in_flight),
+        "selective repeat: {}",
+        sr.most_in_flight
+    );
+    assert_eq!(sr.a.ack_timeouts, 0, "{:?}", sr.a);
 }
 
 /// A peer that goes silent after the RTT was measured: the early timer resends
