@@ -481,6 +481,53 @@ fn selective_repeat_keeps_in_flight_within_what_the_peer_holds_ahead() {
     assert_eq!(sr.a.ack_timeouts, 0, "{:?}", sr.a);
 }
 
+/// READs longer than the selective-repeat window (2 MiB: 512 responses of 4 KiB,
+/// against 256 PSNs the requester can hold ahead), at 5 % loss: after a loss the
+/// READ is asked again for the run missing up to the next response held, or for
+/// all the rest when none is held within the window, and a gap before a response
+/// seen but not held (past the window) is found at once too. (Before, the
+/// requester asked for the 257 responses after the loss only and found the gaps
+/// of the rest by timer: `ib_read_bw -a` on the drop-in stalled at 8 MiB.)
+#[test]
+fn reads_longer_than_the_window_recover_without_timers() {
+    const READ: usize = 2 << 20;
+    const N: usize = 4;
+    let mut net = Net::new(14, link(0.05), BOTH, 2 * N * READ);
+    fill(&mut net.ends[1].buf[..N * READ], 14);
+    let (a_mr, b_mr) = (net.ends[0].mr, net.ends[1].mr);
+    let (qp, scq) = (net.ends[0].qp, net.ends[0].send_cq);
+    for i in 0..N {
+        let sge = Sge {
+            addr: a_mr.addr + ((N + i) * READ) as u64,
+            length: READ as u32,
+            lkey: a_mr.lkey,
+        };
+        let op = SendOp::RdmaRead {
+            remote_addr: b_mr.addr + (i * READ) as u64,
+            rkey: Rkey(b_mr.rkey),
+        };
+        net.engine(0)
+            .post_send(qp, &SendWr::new(i as u64, op, &[sge]))
+            .unwrap();
+    }
+    let a = net.ends[0].node;
+    net.sim
+        .run_until(Limits::new(5_000_000, Duration::from_secs(60)), |sim| {
+            sim.node(a).e.cq_len(scq).unwrap() == N
+        })
+        .unwrap();
+    let mut wcs = [WorkCompletion::default(); N];
+    let got = net.engine(0).poll_cq(scq, &mut wcs).unwrap();
+    assert!(wcs[..got].iter().all(|w| w.status == WcStatus::Success));
+    assert!(net.sim.stats().lost > 0);
+    let c = net.engine(0).counters();
+    assert_eq!(c.ack_timeouts, 0, "{c:?}");
+    // Timers remain for tails lost again (26 expiries here, against 149 when the
+    // requester asked for 257 responses after a loss and found later gaps by timer).
+    assert!(c.tail_loss_probes + c.early_retransmits <= 40, "{c:?}");
+    assert!(net.ends[0].buf[N * READ..] == net.ends[1].buf[..N * READ]);
+}
+
 /// A peer that goes silent after the RTT was measured: the early timer resends
 /// (probe, then backed-off retransmissions) without spending retries, and the
 /// QP still ends in RETRY_EXC_ERR after retry_cnt + 1 local ACK timeouts, within

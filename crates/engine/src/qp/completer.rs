@@ -44,6 +44,9 @@ pub(crate) struct Completer {
     pub sr: Scoreboard,
     /// When the last selective walk was asked for.
     walked_at: Option<Instant>,
+    /// The newest READ response PSN seen: a response missing before it was lost
+    /// (the responder sends them in order), held or not.
+    newest_response: Option<Psn>,
 }
 
 /// What the completer works with besides its own state, lent for one call.
@@ -96,6 +99,7 @@ impl Completer {
         self.ack_deadline = None;
         self.recovery = Recovery::new(self.recovery.min_rto());
         self.rewound_to = None;
+        self.newest_response = None;
         self.sr = Scoreboard::default();
         self.sr.clear(psn);
     }
@@ -501,6 +505,9 @@ impl Completer {
             ctx.shared.counters.drop_out_of_sequence += 1;
             return;
         }
+        if self.newest_response.is_none_or(|n| n.before(psn)) {
+            self.newest_response = Some(psn);
+        }
         // A READ response acknowledges every request before the READ.
         self.ack_through(ctx, v, now, wqe.first_psn.sub(1));
         let expected = wqe.first_psn.add(wqe.read_pkts_done);
@@ -578,9 +585,15 @@ impl Completer {
             if !complete {
                 // Responses ahead but the next one missing: ask again from it.
                 let next = w.first_psn.add(w.read_pkts_done);
-                let held_beyond = (w.read_pkts_done..w.npsn.min(selective::WINDOW))
+                let held_beyond = (w.read_pkts_done
+                    ..w.npsn.min(w.read_pkts_done + selective::WINDOW))
                     .any(|k| self.sr.has(w.first_psn.add(k)));
-                if held_beyond && self.rewound_to != Some(next) && v.rewind.is_none() {
+                // Or later responses came but were not held (past the window).
+                let seen_beyond = self.newest_response.is_some_and(|n| next.before(n));
+                if (held_beyond || seen_beyond)
+                    && self.rewound_to != Some(next)
+                    && v.rewind.is_none()
+                {
                     self.rewind(v, now, next);
                 }
                 return;
@@ -600,7 +613,8 @@ impl Completer {
             if !self.sr.has(at) {
                 // Its next response is missing but later ones came: the requests
                 // before it are acknowledged, and it is asked again at once.
-                let held_beyond = (nw.read_pkts_done..nw.npsn.min(selective::WINDOW))
+                let held_beyond = (nw.read_pkts_done
+                    ..nw.npsn.min(nw.read_pkts_done + selective::WINDOW))
                     .any(|k| self.sr.has(nw.first_psn.add(k)));
                 if held_beyond {
                     self.ack_through(ctx, v, now, nw.first_psn.sub(1));

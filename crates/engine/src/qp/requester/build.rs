@@ -175,11 +175,14 @@ impl Requester {
                     // The run missing, and the response after it (held already):
                     // its copy arriving with the run still missing says the run
                     // was lost again.
-                    let missing = (k..wqe.npsn)
-                        .take(selective::WINDOW as usize)
+                    // Only the scoreboard's window is known: with no response
+                    // held within it (a READ longer than the window), all the
+                    // rest is asked for, as go-back-N does.
+                    let scanned = (wqe.npsn - k).min(selective::WINDOW);
+                    let missing = (k..k + scanned)
                         .take_while(|&j| !ctx.board.has(wqe.first_psn.add(j)))
                         .count() as u32;
-                    if k + missing + 1 < wqe.npsn {
+                    if missing < scanned && k + missing + 1 < wqe.npsn {
                         (missing + 1) * mtu
                     } else {
                         rest
