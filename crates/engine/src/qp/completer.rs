@@ -505,7 +505,12 @@ impl Completer {
             ctx.shared.counters.drop_out_of_sequence += 1;
             return;
         }
-        if self.newest_response.is_none_or(|n| n.before(psn)) {
+        // (One left from long ago, outside what is outstanding, is replaced: PSNs
+        // compare only within half their space.)
+        if self
+            .newest_response
+            .is_none_or(|n| n.before(psn) || !outstanding(self.una, ctx.next_psn, n))
+        {
             self.newest_response = Some(psn);
         }
         // A READ response acknowledges every request before the READ.
@@ -589,7 +594,9 @@ impl Completer {
                     ..w.npsn.min(w.read_pkts_done + selective::WINDOW))
                     .any(|k| self.sr.has(w.first_psn.add(k)));
                 // Or later responses came but were not held (past the window).
-                let seen_beyond = self.newest_response.is_some_and(|n| next.before(n));
+                let seen_beyond = self
+                    .newest_response
+                    .is_some_and(|n| next.before(n) && outstanding(self.una, ctx.next_psn, n));
                 if (held_beyond || seen_beyond)
                     && self.rewound_to != Some(next)
                     && v.rewind.is_none()
@@ -712,6 +719,11 @@ fn place_read_response(
     ctx.shared
         .scatter(ctx.pd, ctx.sq.sges(seq), offset, payload)
         .map_err(|_| WcStatus::LocProtErr)
+}
+
+/// Whether `psn` lies in `[una, next_psn)`: sent and not yet acknowledged.
+fn outstanding(una: Psn, next_psn: Psn, psn: Psn) -> bool {
+    una.distance_to(psn) < una.distance_to(next_psn)
 }
 
 /// The started WQE whose PSN range holds `psn`.
