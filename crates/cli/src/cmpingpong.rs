@@ -70,26 +70,26 @@ pub fn run(a: &PingpongArgs) -> Result<()> {
         timeout: STEP,
     };
     let server = a.server || a.host.is_none();
+    let (tx, rx) = (0usize, size);
+    // A receive is always posted before the peer can send, the first before the REQ or
+    // REP goes out (else the SEND would wait out an RNR NAK timer).
+    let first_recv = |qp: &softverbs::Qp| qp.post_recv(2, &[mr.sge(rx, size as u32)]);
     let conn: RcConnection = if server {
         let listener = RcListener::bind(&ctx, SocketAddr::from(([0, 0, 0, 0], a.port)), 1)?;
         eprintln!("waiting for a client on rdma_cm port {}", a.port);
         let (id, data) = listener.get_request(Duration::from_secs(3600))?;
-        softverbs::cm::accept_request(id, data, &pd, &cq, &opts)?
+        softverbs::cm::accept_request_with(id, data, &pd, &cq, &opts, first_recv)?
     } else {
         let host = a.host.as_deref().unwrap_or("127.0.0.1");
         let Some(dst) = (host, a.port).to_socket_addrs()?.next() else {
             fail!("{host} has no address");
         };
-        softverbs::cm::connect_rc(&pd, &cq, dst, &opts)?
+        softverbs::cm::connect_rc_with(&pd, &cq, dst, &opts, first_recv)?
     };
     let qp = &conn.qp;
-    let (tx, rx) = (0usize, size);
     let mut buf = vec![0u8; size];
     let start = Instant::now();
     let mut early = [false; 3];
-    // A receive is always posted before the peer can send (else it would wait out an
-    // RNR NAK timer).
-    qp.post_recv(2, &[mr.sge(rx, size as u32)])?;
     for iter in 0..a.iters {
         if !server {
             send(a, &mr, qp, &cq, &mut buf, iter, false, tx, &mut early)?;

@@ -2,6 +2,7 @@
 //! carries text lines, the device each end opens, and connecting RC QPs from the
 //! peer's `lid:qpn:psn:...:gid` line.
 
+use crate::cmlink::CmLink;
 use crate::{fail, Result};
 use softverbs::{
     AccessFlags, Config, Context, Device, Gid, InitAttr, Mtu, Qp, Qpn, RemoteQp, RtrAttr, RtsAttr,
@@ -11,19 +12,44 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
-/// A TCP connection carrying newline-terminated text messages.
+/// A control connection carrying text messages: newline-terminated lines over TCP, or
+/// one SEND per line over an RC connection the connection manager made ([`CmLink`]).
 pub struct Ctrl {
-    reader: BufReader<TcpStream>,
-    writer: TcpStream,
+    link: Link,
+}
+
+enum Link {
+    Tcp {
+        reader: BufReader<TcpStream>,
+        writer: TcpStream,
+    },
+    Cm(Box<CmLink>),
 }
 
 impl Ctrl {
     fn new(stream: TcpStream) -> Result<Ctrl> {
         stream.set_nodelay(true)?;
         Ok(Ctrl {
-            reader: BufReader::new(stream.try_clone()?),
-            writer: stream,
+            link: Link::Tcp {
+                reader: BufReader::new(stream.try_clone()?),
+                writer: stream,
+            },
         })
+    }
+
+    /// Control messages over a connection the connection manager made.
+    pub fn over_cm(link: CmLink) -> Ctrl {
+        Ctrl {
+            link: Link::Cm(Box::new(link)),
+        }
+    }
+
+    /// The connection-manager link, if this is one.
+    pub fn cm_link(&mut self) -> Option<&mut CmLink> {
+        match &mut self.link {
+            Link::Cm(l) => Some(l),
+            Link::Tcp { .. } => None,
+        }
     }
 
     /// Connects to `host:port`, retrying while nobody listens yet (a server that
@@ -74,28 +100,50 @@ impl Ctrl {
 
     /// The IP address of this end of the connection.
     pub fn local_ip(&self) -> Result<IpAddr> {
-        Ok(self.writer.local_addr()?.ip())
+        match &self.link {
+            Link::Tcp { writer, .. } => Ok(writer.local_addr()?.ip()),
+            Link::Cm(l) => match l.local() {
+                Some(a) => Ok(a.ip()),
+                None => fail!("the control connection has no local address"),
+            },
+        }
     }
 
-    /// The peer's address.
+    /// The peer's address (TCP, or rdma_cm).
     pub fn peer(&self) -> Result<SocketAddr> {
-        Ok(self.writer.peer_addr()?)
+        match &self.link {
+            Link::Tcp { writer, .. } => Ok(writer.peer_addr()?),
+            Link::Cm(l) => match l.peer() {
+                Some(a) => Ok(a),
+                None => fail!("the control connection has no peer address"),
+            },
+        }
     }
 
-    /// Sends one line (a newline is appended).
+    /// Sends one line (a newline is appended on TCP).
     pub fn send(&mut self, line: &str) -> Result<()> {
-        let mut buf = Vec::with_capacity(line.len() + 1);
-        buf.extend_from_slice(line.as_bytes());
-        buf.push(b'\n');
-        self.writer.write_all(&buf)?;
+        match &mut self.link {
+            Link::Tcp { writer, .. } => {
+                let mut buf = Vec::with_capacity(line.len() + 1);
+                buf.extend_from_slice(line.as_bytes());
+                buf.push(b'\n');
+                writer.write_all(&buf)?;
+            }
+            Link::Cm(l) => l.send(line)?,
+        }
         Ok(())
     }
 
     /// Receives one line (without its newline); the peer closing is an error.
     pub fn recv(&mut self) -> Result<String> {
         let mut line = String::new();
-        if self.reader.read_line(&mut line)? == 0 {
-            fail!("the peer closed the connection");
+        match &mut self.link {
+            Link::Tcp { reader, .. } => {
+                if reader.read_line(&mut line)? == 0 {
+                    fail!("the peer closed the connection");
+                }
+            }
+            Link::Cm(l) => line = l.recv()?,
         }
         while line.ends_with('\n') || line.ends_with('\r') {
             line.pop();
@@ -117,7 +165,15 @@ impl Ctrl {
 
     /// Tells the peer this end failed (best effort).
     pub fn send_error(&mut self, why: &str) {
-        let _ = self.send(&format!("ERR {}", why.replace('\n', " ")));
+        let mut line = format!("ERR {}", why.replace('\n', " "));
+        if line.len() > crate::cmlink::LINE_MAX {
+            let mut end = crate::cmlink::LINE_MAX;
+            while !line.is_char_boundary(end) {
+                end -= 1;
+            }
+            line.truncate(end);
+        }
+        let _ = self.send(&line);
     }
 }
 
@@ -134,6 +190,20 @@ pub fn open_device(ip: Option<IpAddr>, mtu: Option<u32>) -> Result<Context> {
         cfg.mtu = parse_mtu(m)?;
     }
     Ok(Device::with_config("softverbs0", cfg).open()?)
+}
+
+/// The local address the kernel would send to `dst` from (a connected UDP socket's),
+/// `None` when there is no route.
+pub fn route_source(dst: IpAddr) -> Option<IpAddr> {
+    let any: IpAddr = if dst.is_ipv4() {
+        Ipv4Addr::UNSPECIFIED.into()
+    } else {
+        std::net::Ipv6Addr::UNSPECIFIED.into()
+    };
+    let s = std::net::UdpSocket::bind((any, 0)).ok()?;
+    // Port 9 (discard): a connect sends nothing.
+    s.connect((dst, 9)).ok()?;
+    Some(s.local_addr().ok()?.ip())
 }
 
 /// The address a device can use for `ip`: IPv4 (a softverbs GID carries an IPv4

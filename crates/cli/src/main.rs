@@ -1,13 +1,16 @@
 //! `softverbs`: the command-line tool of softverbs.
 //!
 //! Device information (`devinfo`), counters (`stat`), an `ibv_rc_pingpong`-like
-//! ping-pong (`pingpong`) and perftest-like benchmarks (`perf`). Peers exchange
-//! connection data over TCP as the classic tools do; the data path is softverbs
-//! RoCEv2-in-UDP.
+//! ping-pong (`pingpong`), perftest-like benchmarks (`perf`), rdmacm-utils-like tools
+//! (`rping`, `udaddy`) and multicast (`mcast`). Peers exchange connection data over TCP
+//! as the classic tools do, or meet through the connection manager (`--cm`, as
+//! perftest's `-R`); the data path is softverbs RoCEv2-in-UDP.
 
+mod cmlink;
 mod cmpingpong;
 mod conn;
 mod devinfo;
+mod devnode;
 mod json;
 mod mcast;
 mod perf;
@@ -18,6 +21,7 @@ mod rping;
 mod run;
 mod stat;
 mod stats;
+mod udaddy;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
@@ -79,6 +83,9 @@ Every process that opens a softverbs device publishes that device's counters (at
     /// RDMA ping through the connection manager (like rdmacm-utils' rping): the server READs
     /// the client's buffer and WRITEs it back into another.
     Rping(RpingArgs),
+    /// UD datagrams to a service resolved through the connection manager (SIDR), echoed
+    /// back (like rdmacm-utils' udaddy, and surviving loss).
+    Udaddy(udaddy::UdaddyArgs),
     /// UD multicast between processes: attach to a group and print what arrives, or send to it.
     Mcast(mcast::McastArgs),
     /// Run an unmodified rdma-core program on softverbs (the drop-in libibverbs.so.1).
@@ -88,7 +95,11 @@ perftest...) on softverbs.\n\n\
 Finds libsoftverbs_ibverbs.so next to this softverbs binary (cargo builds both into \
 target/<profile>/), makes a directory dropin/ there holding a symlink libibverbs.so.1 to it, \
 and runs CMD with that directory prepended to LD_LIBRARY_PATH. The device is configured by the \
-SOFTVERBS_* environment variables as usual. Example: softverbs run -- ibv_devinfo -v"
+SOFTVERBS_* environment variables as usual. Example: softverbs run -- ibv_devinfo -v\n\n\
+UCX uses a device only if /dev/infiniband/<dev_name> is a character device, so CMD runs in a \
+private mount namespace (a user namespace too when not root) whose /dev also holds \
+infiniband/softverbs0, a bind mount of /dev/null; nothing outside CMD and its children sees it. \
+--dev-node off leaves /dev alone; see docs/scale-out.md."
     )]
     Run(run::RunArgs),
 }
@@ -280,6 +291,12 @@ pub struct PerfArgs {
     /// (like ib_send_bw/lat on a UD connection).
     #[arg(long)]
     ud: bool,
+    /// Connect through the connection manager, as perftest's -R: --port is the rdma_cm
+    /// port (TCP port space, and the UDP one for --ud), the test parameters travel over an
+    /// rdma_cm connection, and every test QP gets a connection of its own (UD: a service
+    /// resolution, SIDR). No TCP connection is used.
+    #[arg(long)]
+    cm: bool,
     /// Set on the server a local run starts: it stays quiet.
     #[arg(long, hide = true)]
     spawned: bool,
@@ -293,6 +310,7 @@ fn main() -> ExitCode {
         Cmd::Pingpong(a) => pingpong::run(&a),
         Cmd::Perf(a) => perf::run(&a),
         Cmd::Mcast(a) => mcast::run(&a),
+        Cmd::Udaddy(a) => udaddy::run(&a),
         Cmd::Rping(a) => rping::run(&a),
         Cmd::Run(a) => run::run(&a),
     };

@@ -185,10 +185,13 @@ fn server(a: &RpingArgs) -> Result<()> {
             Err(e) => return Err(e.into()),
         }
     };
-    let conn = softverbs::cm::accept_request(id, pd_data, &pd, &cq, &opts())?;
+    // The receive for the client's first message is posted before the REP goes out, and
+    // each next one before "done": a SEND that found none would wait out the RNR timer.
+    let conn = softverbs::cm::accept_request_with(id, pd_data, &pd, &cq, &opts(), |qp| {
+        qp.post_recv(2, &[b.mr.sge(b.rx(), 16)])
+    })?;
     let mut n = 0u64;
     loop {
-        post_ctrl_recv(&conn, &b)?;
         // The client's source buffer, or the end.
         if !wait_recv_or_disconnect(&conn, &cq)? {
             break;
@@ -224,6 +227,7 @@ fn server(a: &RpingArgs) -> Result<()> {
             &sge,
         ))?;
         wait_for_id(&cq, 3)?;
+        post_ctrl_recv(&conn, &b)?;
         send_ctrl(&conn, &b, *b"done\0\0\0\0\0\0\0\0\0\0\0\0")?;
         wait_for_id(&cq, 1)?;
         n += 1;

@@ -10,6 +10,8 @@ use std::process::Command;
 
 use clap::Args;
 
+use crate::devnode::{self, DevNodeMode};
+
 /// The cdylib cargo builds beside the `softverbs` binary.
 const LIB: &str = "libsoftverbs_ibverbs.so";
 
@@ -26,6 +28,10 @@ const ALSO: [(&str, &str); 3] = [
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
+    /// Give the program /dev/infiniband/softverbs0, the device node UCX requires before it
+    /// uses a device, in a private mount namespace (see docs/scale-out.md).
+    #[arg(long, value_enum, default_value_t = DevNodeMode::Auto)]
+    dev_node: DevNodeMode,
     /// The program to run, then its arguments (put `--` before them).
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
     cmd: Vec<OsString>,
@@ -77,6 +83,15 @@ fn dropin_dir() -> Result<PathBuf, Box<dyn Error + Send + Sync>> {
 /// Execs the program; returns only on failure.
 pub fn run(a: &RunArgs) -> Result<(), Box<dyn Error + Send + Sync>> {
     let dropin = dropin_dir()?;
+    match devnode::provide(a.dev_node) {
+        Ok(_) => {}
+        Err(e) if a.dev_node == DevNodeMode::Required => return Err(e.into()),
+        Err(e) => eprintln!(
+            "softverbs run: {e}; running without {} (UCX will not list softverbs0; \
+             see docs/scale-out.md)",
+            devnode::node_path().display()
+        ),
+    }
     let mut path = OsString::from(dropin.as_os_str());
     if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|v| !v.is_empty()) {
         path.push(":");

@@ -451,6 +451,19 @@ impl Cm {
         id: CmIdHandle,
         private_data: &[u8],
     ) -> Result<(), CmError> {
+        self.reject_with_reason(now, id, private_data, RejReason::CONSUMER_DEFINED)
+    }
+
+    /// Rejects a connection request with an RC REJ of reason `reason`: what
+    /// `rdma_reject_ece` does with reason 35 ("vendor option not supported"). UD
+    /// requests get SIDR_REP "rejected" whatever the reason, as with Linux.
+    pub fn reject_with_reason(
+        &mut self,
+        now: Instant,
+        id: CmIdHandle,
+        private_data: &[u8],
+        reason: RejReason,
+    ) -> Result<(), CmError> {
         let rec = self.id(id)?;
         if rec.qp_type == QpType::Ud {
             return self.sidr_answer(
@@ -492,7 +505,7 @@ impl Cm {
                 })
             }
         };
-        self.send_rej(local_id, which, RejReason::CONSUMER_DEFINED, private_data);
+        self.send_rej(local_id, which, reason, private_data);
         if which == RejectedMessage::Req {
             // Linux leaves a refused request's ID empty and forgets the connection.
             self.remove_conn(local_id);

@@ -476,6 +476,25 @@ fn reject_with_private_data_is_rejected_28() {
 }
 
 #[test]
+fn reject_with_a_reason_sends_that_reason() {
+    // rdma_reject_ece: REJ reason 35, "vendor option not supported".
+    let mut p = Pair::new(13, None, None);
+    p.s.borrow_mut().hook = Some(Box::new(|cm, now, e| {
+        if e.kind == CmEventKind::ConnectRequest {
+            cm.reject_with_reason(now, e.id, b"no ece", RejReason(35))
+                .unwrap();
+        }
+    }));
+    let id = start_connect(&mut p.net, &p.c, SERVICE, Some(param()));
+    let c = p.c.clone();
+    p.net.run_until(|_| rejected(&c, id).is_some()).unwrap();
+    let (status, data) = rejected(&p.c, id).unwrap();
+    assert_eq!(status, EventStatus::Rejected(RejReason(35)));
+    assert_eq!(&data[..6], b"no ece");
+    assert_eq!(p.s.borrow().cm.connection_count(), 0);
+}
+
+#[test]
 fn a_request_nobody_listens_for_is_rejected_8_on_the_wire() {
     // The server listens on UDP port space 7174 (so the rendezvous socket exists);
     // a TCP-port-space request there finds no service: REJ 8 (CM.md 2.4).

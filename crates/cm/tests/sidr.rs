@@ -298,3 +298,42 @@ fn multicast_join_and_leave() {
     )));
     assert!(net.call(&c, |cm, _| cm.leave_multicast(id, group)).is_err());
 }
+
+/// A join the driver cannot make (the host refuses the membership) ends in
+/// MULTICAST_ERROR with the join's status, and leaves nothing behind: the id may
+/// try the group again, and there is nothing to leave.
+#[test]
+fn a_failed_join_is_a_multicast_error_and_may_be_tried_again() {
+    let mut net = Net::lossless(9);
+    let c = net.host(CLIENT);
+    c.borrow_mut().fail_join = true;
+    let group: std::net::IpAddr = "239.1.2.4".parse().unwrap();
+    let id = net.call(&c, |cm, now| {
+        let id = cm.create_id(PortSpace::Udp, QpType::Ud).unwrap();
+        // Port 0: an ephemeral port, no rendezvous socket to reserve.
+        assert!(matches!(
+            cm.bind_addr(id, "10.0.0.1:0".parse().unwrap()).unwrap(),
+            Reservation::NotNeeded
+        ));
+        cm.join_multicast(now, id, group, false, 0xbad).unwrap();
+        id
+    });
+    net.run_until(|_| !c.borrow().events_of(CmEventKind::MulticastError).is_empty())
+        .unwrap();
+    {
+        let h = c.borrow();
+        let failed = h.events_of(CmEventKind::MulticastError)[0];
+        assert_eq!(failed.id, id);
+        assert_eq!(failed.status, EventStatus::JoinFailed);
+        assert!(h.events_of(CmEventKind::MulticastJoin).is_empty());
+    }
+    assert!(net.call(&c, |cm, _| cm.leave_multicast(id, group)).is_err());
+    // The failed join is forgotten: a second try is a new join, not EADDRINUSE.
+    c.borrow_mut().fail_join = false;
+    net.call(&c, |cm, now| {
+        cm.join_multicast(now, id, group, false, 0xfeed).unwrap()
+    });
+    net.run_until(|_| !c.borrow().events_of(CmEventKind::MulticastJoin).is_empty())
+        .unwrap();
+    net.call(&c, |cm, _| cm.leave_multicast(id, group).unwrap());
+}

@@ -50,17 +50,32 @@ impl Cq {
             return Pushed::Overrun;
         }
         self.entries.push_back((wc, reclaim));
-        // ibv_req_notify_cq: with solicited_only, only solicited receives and error
-        // completions wake the channel.
-        let notify = match self.armed {
-            Some(false) => true,
-            Some(true) => wc.solicited || wc.status != WcStatus::Success,
-            None => false,
-        };
+        let notify = self
+            .armed
+            .is_some_and(|solicited_only| wakes(&wc, solicited_only));
         if notify {
             self.armed = None;
         }
         Pushed::Stored { notify }
+    }
+
+    /// Arms the queue (`ibv_req_notify_cq`); true when the notification fires at once.
+    ///
+    /// It fires at once when a completion already waiting would have fired it: RNICs arm
+    /// against their consumer index, so an entry produced but not yet polled raises the
+    /// event (mlx5's arm doorbell carries the consumer index). Consumers rely on it: UCX
+    /// polls its CQs empty, then arms them and sleeps, and does not poll again in between;
+    /// a completion that lands after the poll and before the arm would otherwise never
+    /// wake it. A consumer that arms before polling what woke it gets one extra event,
+    /// which it must tolerate anyway (the event only says "look at the CQ").
+    pub fn arm(&mut self, solicited_only: bool) -> bool {
+        if self.entries.iter().any(|(wc, _)| wakes(wc, solicited_only)) {
+            self.armed = None;
+            true
+        } else {
+            self.armed = Some(solicited_only);
+            false
+        }
     }
 
     pub fn pop(&mut self) -> Option<(WorkCompletion, Option<Reclaim>)> {
@@ -70,4 +85,10 @@ impl Cq {
     pub fn len(&self) -> usize {
         self.entries.len()
     }
+}
+
+/// Whether `wc` fires a notification armed with `solicited_only`: with it, only solicited
+/// receives and error completions do (ibv_req_notify_cq(3)).
+fn wakes(wc: &WorkCompletion, solicited_only: bool) -> bool {
+    !solicited_only || wc.solicited || wc.status != WcStatus::Success
 }

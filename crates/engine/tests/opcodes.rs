@@ -1052,6 +1052,57 @@ fn solicited_flag_reaches_the_receive_completion() {
     }
 }
 
+/// Arming a CQ that already holds a completion of the armed kind, not yet polled, notifies
+/// at once (an RNIC arms against its consumer index); UCX polls its CQs empty, arms them and
+/// sleeps, so a completion landing between its poll and its arm must still wake it.
+#[test]
+fn arming_over_a_waiting_completion_notifies_at_once() {
+    let mut p = pair(Mtu::Mtu1024);
+    let rcq = p.b.recv_cq;
+    let send = |p: &mut Pair, i: u64, solicited: bool| {
+        let rs = [p.sge(End::B, 40_000, 2048)];
+        p.post_recv(End::B, i, &rs).unwrap();
+        let s = sges(p, End::A, SRC, 100);
+        let mut flags = SendFlags::SIGNALED;
+        if solicited {
+            flags |= SendFlags::SOLICITED;
+        }
+        let wr = SendWr {
+            wr_id: i,
+            op: SendOp::Send,
+            payload: Payload::Sges(&s),
+            flags,
+        };
+        p.post_send(End::A, &wr).unwrap();
+        p.settle();
+        one(p.poll_send(End::A), "send");
+    };
+    // An unsolicited completion waits, unpolled: arming for any completion fires now.
+    send(&mut p, 1, false);
+    assert_eq!(p.engine(End::B).poll_cq_notification(), None);
+    p.engine(End::B).req_notify_cq(rcq, false).unwrap();
+    assert_eq!(p.engine(End::B).poll_cq_notification(), Some(rcq));
+    // One shot: the next completion finds the CQ disarmed.
+    send(&mut p, 2, false);
+    assert_eq!(p.engine(End::B).poll_cq_notification(), None);
+    // Armed for solicited completions only, the two unsolicited ones waiting do not fire
+    // it; a solicited one arriving then does.
+    p.engine(End::B).req_notify_cq(rcq, true).unwrap();
+    assert_eq!(p.engine(End::B).poll_cq_notification(), None);
+    send(&mut p, 3, true);
+    assert_eq!(p.engine(End::B).poll_cq_notification(), Some(rcq));
+    // And a solicited one waiting fires a solicited-only arm at once.
+    p.engine(End::B).req_notify_cq(rcq, true).unwrap();
+    assert_eq!(p.engine(End::B).poll_cq_notification(), Some(rcq));
+    // Polled empty, the CQ stays armed until the next completion.
+    assert_eq!(p.poll_recv(End::B).len(), 3);
+    p.engine(End::B).req_notify_cq(rcq, false).unwrap();
+    assert_eq!(p.engine(End::B).poll_cq_notification(), None);
+    send(&mut p, 4, false);
+    assert_eq!(p.engine(End::B).poll_cq_notification(), Some(rcq));
+    assert_eq!(p.engine(End::B).poll_cq_notification(), None);
+}
+
 #[test]
 fn completions_follow_post_order() {
     let mtu = Mtu::Mtu1024;

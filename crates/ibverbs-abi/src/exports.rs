@@ -14,6 +14,7 @@ use crate::ah::*;
 use crate::ctx::*;
 use crate::ex::ibv_qp_to_qp_ex;
 use crate::marshall::*;
+use crate::private_cm::softverbs_private_cm;
 use crate::srq::*;
 use crate::stubs::{self, *};
 use crate::verbs::*;
@@ -230,6 +231,9 @@ exports! {
         __ioctl_final_num_attrs,
         __verbs_log,
     }
+    "SOFTVERBS_PRIVATE_1" {
+        softverbs_private_cm,
+    }
     compat "IBVERBS_1.0" {
         ibv_ack_async_event,
         ibv_ack_cq_events,
@@ -416,6 +420,21 @@ mod tests {
         }
     }
 
+    /// softverbs' own version node (`softverbs_private_abi::VERSION_NODE`).
+    const PRIVATE_NODE: &str = "SOFTVERBS_PRIVATE_1";
+
+    #[test]
+    fn private_node_is_the_one_librdmacm_looks_up() {
+        assert_eq!(
+            softverbs_private_abi::VERSION_NODE.to_str().unwrap(),
+            PRIVATE_NODE
+        );
+        assert_eq!(
+            softverbs_private_abi::ENTRY_SYMBOL.to_str().unwrap(),
+            "softverbs_private_cm"
+        );
+    }
+
     #[test]
     fn export_table_is_consistent() {
         let mut names: Vec<_> = EXPORTS
@@ -435,6 +454,7 @@ mod tests {
             .collect();
         let mut ours: Vec<String> = EXPORTS
             .iter()
+            .filter(|e| e.node != PRIVATE_NODE)
             .map(|e| match e.default {
                 true => format!("{} {}", e.node, e.name),
                 false => format!("({}) {}", e.node, e.name),
@@ -444,6 +464,16 @@ mod tests {
         listed.sort();
         ours.sort();
         assert_eq!(ours, listed);
-        assert!(EXPORTS.iter().all(|e| e.node.starts_with("IBVERBS_")));
+        // Beyond rdma-core's: the private entry point, and nothing else.
+        let ours: Vec<_> = EXPORTS
+            .iter()
+            .filter(|e| !e.node.starts_with("IBVERBS_"))
+            .map(|e| (e.name, e.node, e.default))
+            .collect();
+        assert_eq!(
+            ours,
+            [("softverbs_private_cm", PRIVATE_NODE, true)],
+            "exports beyond rdma-core's"
+        );
     }
 }

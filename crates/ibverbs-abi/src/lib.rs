@@ -5,6 +5,9 @@
 //!   these structs, so their layout *is* the ABI. `tests/layout.rs` compiles a C program
 //!   against the installed `<infiniband/verbs.h>` and checks every field's offset and size.
 //! - [`exports`]: the exported functions.
+//! - [`private_cm`]: the one export beyond rdma-core's, `softverbs_private_cm` at the private
+//!   node `SOFTVERBS_PRIVATE_1`: the connection manager as the table softverbs'
+//!   `librdmacm.so.1` drives (crate `softverbs-private-abi`).
 //!
 //! # Symbol versions
 //!
@@ -55,6 +58,7 @@ pub mod ex;
 pub mod exports;
 pub mod marshall;
 pub mod mw;
+pub mod private_cm;
 pub mod srq;
 pub mod strs;
 pub mod stubs;

@@ -1,8 +1,9 @@
 //! Checks the built `libsoftverbs_ibverbs.so` as a drop-in `libibverbs.so.1`:
 //!
-//! - every symbol in `EXPORTS` is exported at its rdma-core version node (`name@@NODE`),
-//!   nothing else is exported, all rdma-core 44 nodes are defined, and the SONAME is
-//!   `libibverbs.so.1` (`readelf`);
+//! - every symbol in `EXPORTS` is exported at its rdma-core version node (`name@@NODE`)
+//!   (plus `softverbs_private_cm@@SOFTVERBS_PRIVATE_1`, which `EXPORTS` lists and its unit
+//!   test pins as the only addition), nothing else is exported, all rdma-core 44 nodes are
+//!   defined, and the SONAME is `libibverbs.so.1` (`readelf`);
 //! - a C program linked against it (no rdma-core headers needed) imports the symbols at their
 //!   nodes, starts under `-z now`, and gets the softverbs device and rdma-core's strings;
 //! - a C program built against the real rdma-core headers and `libibverbs.so` runs unchanged
@@ -18,7 +19,8 @@ use std::process::Command;
 
 use softverbs_ibverbs::EXPORTS;
 
-/// Version nodes of rdma-core 44's libibverbs (rdma-core-44-exports.txt).
+/// Version nodes of rdma-core 44's libibverbs (rdma-core-44-exports.txt), and softverbs'
+/// private one.
 const NODES: &[&str] = &[
     "IBVERBS_1.0",
     "IBVERBS_1.1",
@@ -33,6 +35,8 @@ const NODES: &[&str] = &[
     "IBVERBS_1.13",
     "IBVERBS_1.14",
     "IBVERBS_PRIVATE_34",
+    // softverbs' own node: the entry point of its connection manager, for its librdmacm.
+    "SOFTVERBS_PRIVATE_1",
 ];
 
 const LIB: &str = "libsoftverbs_ibverbs.so";

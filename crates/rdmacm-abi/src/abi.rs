@@ -135,12 +135,191 @@ macro_rules! opaque {
 opaque!(
     ibv_device,
     ibv_context,
-    ibv_pd,
-    ibv_qp,
     ibv_cq,
     ibv_comp_channel,
-    ibv_srq
+    ibv_srq,
+    ibv_xrcd
 );
+
+/// `struct ibv_pd`: librdmacm reads `pd->context` (`rdma_create_qp` checks the PD belongs
+/// to the id's device, as rdma-core does).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_pd {
+    pub context: *mut ibv_context,
+    pub handle: u32,
+}
+
+/// `struct ibv_qp` (160 bytes): librdmacm reads `qp_num`, `srq` and `pd`, and keeps `state`
+/// current for the transitions its connection manager makes (as `ibv_modify_qp` would).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_qp {
+    pub context: *mut ibv_context,
+    pub qp_context: *mut c_void,
+    pub pd: *mut ibv_pd,
+    pub send_cq: *mut ibv_cq,
+    pub recv_cq: *mut ibv_cq,
+    pub srq: *mut ibv_srq,
+    pub handle: u32,
+    pub qp_num: u32,
+    /// `enum ibv_qp_state`
+    pub state: c_int,
+    /// `enum ibv_qp_type`
+    pub qp_type: c_int,
+    /// `pthread_mutex_t` (libibverbs' own).
+    pub mutex: [u64; 5],
+    /// `pthread_cond_t` (libibverbs' own).
+    pub cond: [u64; 6],
+    pub events_completed: u32,
+}
+
+/// `struct ibv_qp_cap` (20 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ibv_qp_cap {
+    pub max_send_wr: u32,
+    pub max_recv_wr: u32,
+    pub max_send_sge: u32,
+    pub max_recv_sge: u32,
+    pub max_inline_data: u32,
+}
+
+/// `struct ibv_qp_init_attr` (64 bytes): what `rdma_create_qp` takes.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_qp_init_attr {
+    pub qp_context: *mut c_void,
+    pub send_cq: *mut ibv_cq,
+    pub recv_cq: *mut ibv_cq,
+    pub srq: *mut ibv_srq,
+    pub cap: ibv_qp_cap,
+    /// `enum ibv_qp_type`
+    pub qp_type: c_int,
+    pub sq_sig_all: c_int,
+}
+
+/// `struct ibv_rx_hash_conf` (24 bytes), inside `ibv_qp_init_attr_ex`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_rx_hash_conf {
+    pub rx_hash_function: u8,
+    pub rx_hash_key_len: u8,
+    pub rx_hash_key: *mut u8,
+    pub rx_hash_fields_mask: u64,
+}
+
+/// `struct ibv_qp_init_attr_ex` (136 bytes): what `rdma_create_qp_ex` takes. Its first
+/// fields are those of `ibv_qp_init_attr`; `comp_mask` lies in that struct's tail padding.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_qp_init_attr_ex {
+    pub qp_context: *mut c_void,
+    pub send_cq: *mut ibv_cq,
+    pub recv_cq: *mut ibv_cq,
+    pub srq: *mut ibv_srq,
+    pub cap: ibv_qp_cap,
+    pub qp_type: c_int,
+    pub sq_sig_all: c_int,
+    /// `IBV_QP_INIT_ATTR_*`
+    pub comp_mask: u32,
+    pub pd: *mut ibv_pd,
+    pub xrcd: *mut ibv_xrcd,
+    pub create_flags: u32,
+    pub max_tso_header: u16,
+    pub rwq_ind_tbl: *mut c_void,
+    pub rx_hash_conf: ibv_rx_hash_conf,
+    pub source_qpn: u32,
+    pub send_ops_flags: u64,
+}
+
+/// `struct ibv_srq_attr` (12 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ibv_srq_attr {
+    pub max_wr: u32,
+    pub max_sge: u32,
+    pub srq_limit: u32,
+}
+
+/// `struct ibv_srq_init_attr` (24 bytes): what `rdma_create_srq` takes.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_srq_init_attr {
+    pub srq_context: *mut c_void,
+    pub attr: ibv_srq_attr,
+}
+
+/// `struct ibv_tm_cap`
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_tm_cap {
+    pub max_num_tags: u32,
+    pub max_ops: u32,
+}
+
+/// `struct ibv_srq_init_attr_ex` (64 bytes): what `rdma_create_srq_ex` takes.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_srq_init_attr_ex {
+    pub srq_context: *mut c_void,
+    pub attr: ibv_srq_attr,
+    /// `IBV_SRQ_INIT_ATTR_*`
+    pub comp_mask: u32,
+    /// `enum ibv_srq_type`
+    pub srq_type: c_int,
+    pub pd: *mut ibv_pd,
+    pub xrcd: *mut ibv_xrcd,
+    pub cq: *mut ibv_cq,
+    pub tm_cap: ibv_tm_cap,
+}
+
+/// `struct ibv_qp_attr` (144 bytes), as an opaque buffer: librdmacm fills it only through
+/// its connection manager (`rdma_init_qp_attr`) and reads `qp_state` (offset 0) from
+/// `ibv_query_qp`.
+#[repr(C, align(8))]
+#[derive(Clone, Copy)]
+pub struct ibv_qp_attr {
+    /// `enum ibv_qp_state`
+    pub qp_state: c_int,
+    pub rest: [u32; 35],
+}
+
+/// `IBV_QP_INIT_ATTR_PD` and the other `ibv_qp_init_attr_ex.comp_mask` bits.
+pub const IBV_QP_INIT_ATTR_PD: u32 = 1 << 0;
+pub const IBV_QP_INIT_ATTR_XRCD: u32 = 1 << 1;
+/// `IBV_SRQ_INIT_ATTR_*`
+pub const IBV_SRQ_INIT_ATTR_TYPE: u32 = 1 << 0;
+pub const IBV_SRQ_INIT_ATTR_PD: u32 = 1 << 1;
+pub const IBV_SRQ_INIT_ATTR_XRCD: u32 = 1 << 2;
+pub const IBV_SRQ_INIT_ATTR_CQ: u32 = 1 << 3;
+/// `enum ibv_srq_type`
+pub const IBV_SRQT_BASIC: c_int = 0;
+pub const IBV_SRQT_XRC: c_int = 1;
+/// `IBV_QP_STATE`, the `ibv_query_qp` mask bit librdmacm asks for.
+pub const IBV_QP_STATE: c_int = 1;
+/// `IBV_EVENT_COMM_EST`, the one event `rdma_notify` passes on.
+pub const IBV_EVENT_COMM_EST: c_int = 4;
+/// `IBV_TRANSPORT_IB`
+pub const IBV_TRANSPORT_IB: c_int = 0;
+
+// Where the header inline `ibv_create_qp_ex` finds its op (`verbs_get_ctx_op`): a context
+// from libibverbs is the last member of a `struct verbs_context`, whose `sz` says how much of
+// it precedes the context, and whose `abi_compat` is `VERBS_ABI_IS_EXTENDED`. Offsets checked
+// against `<infiniband/verbs.h>` by tests/layout.rs.
+
+/// `offsetof(struct ibv_context, abi_compat)`
+pub const IBV_CONTEXT_ABI_COMPAT_OFFSET: usize = 320;
+/// `offsetof(struct verbs_context, context)`
+pub const VERBS_CONTEXT_CONTEXT_OFFSET: usize = 320;
+/// `offsetof(struct verbs_context, create_qp_ex)`
+pub const VERBS_CONTEXT_CREATE_QP_EX_OFFSET: usize = 264;
+/// `offsetof(struct verbs_context, sz)`
+pub const VERBS_CONTEXT_SZ_OFFSET: usize = 312;
+/// `sizeof(struct verbs_context)`
+pub const VERBS_CONTEXT_SIZE: usize = 648;
+/// `VERBS_ABI_IS_EXTENDED`: `abi_compat` of a context with a `verbs_context` around it.
+pub const VERBS_ABI_IS_EXTENDED: usize = usize::MAX;
 
 // ---------------------------------------------------------------------------------------------
 // Embedded verbs types
@@ -462,6 +641,17 @@ pub struct rdma_cm_join_mc_attr_ex {
 }
 
 zeroed!(
+    ibv_pd,
+    ibv_qp,
+    ibv_qp_cap,
+    ibv_qp_init_attr,
+    ibv_rx_hash_conf,
+    ibv_qp_init_attr_ex,
+    ibv_srq_attr,
+    ibv_srq_init_attr,
+    ibv_tm_cap,
+    ibv_srq_init_attr_ex,
+    ibv_qp_attr,
     ibv_gid_global,
     ibv_gid,
     ibv_global_route,

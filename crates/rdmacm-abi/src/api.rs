@@ -1,11 +1,11 @@
 //! The rdma_cm functions (`<rdma/rdma_cma.h>`) behind the exports.
 //!
-//! Done for real: event channels, ids (create, destroy, migrate, synchronous ids), events
-//! (get, ack), devices, address lookup, ports, ECE options, destroying the verbs objects an
-//! id holds, `rdma_event_str`. The calls that need the connection manager (bind, resolve,
-//! listen, connect, accept, ...) check their id and fail with `ENOSYS`: after saying once on
-//! stderr what is missing when the loaded libibverbs.so.1 has no connection manager, and
-//! because this library does not drive it yet when it has one.
+//! Event channels, ids (create, destroy, migrate, synchronous ids), events (get, ack),
+//! devices, address lookup, ports, ECE, and every call of the connection manager (bind,
+//! resolve, listen, connect, accept, reject, disconnect, multicast, options, QPs, endpoints)
+//! through the private table of softverbs' libibverbs. When the loaded libibverbs.so.1 has no
+//! connection manager (it is not softverbs'), the calls that need it check their id and fail
+//! with `ENOSYS`, after saying once on stderr what is missing.
 //!
 //! Every pointer librdmacm handed out is checked against the live objects before use: an
 //! unknown, NULL or destroyed id, channel or event is `EINVAL`, never a crash.
@@ -14,13 +14,15 @@ use core::ffi::{c_char, c_int, c_void, CStr};
 use core::ptr;
 use std::sync::Arc;
 
+use softverbs_private_abi::{CmHandle, CmOps};
+
 use crate::abi::*;
 use crate::channel::Channel;
-use crate::errno::{ret, ret_ptr, Errno};
+use crate::errno::{errno, ret, ret_ptr, Errno};
 use crate::event::{ack, hand_out};
-use crate::ibverbs::{cm_ops, libibverbs};
 use crate::id::{qp_type_of, Id, CHANNELS, IDS};
-use crate::{addrinfo, cm, devices};
+use crate::mcast::Group;
+use crate::{addrinfo, cm, devices, qp};
 
 /// The live id at `id`.
 fn lookup(id: *const rdma_cm_id) -> Result<Arc<Id>, Errno> {
@@ -75,9 +77,9 @@ pub unsafe extern "C" fn rdma_get_cm_event(
             return Err(libc::EINVAL);
         }
         let channel = CHANNELS.get(channel).ok_or(libc::EINVAL)?;
-        let taken = channel.take(|e| e.owner.count_reported())?;
+        let taken = fetch(&channel)?;
         // SAFETY: `event` is writable (caller), checked non-NULL.
-        unsafe { *event = hand_out(taken) };
+        unsafe { *event = taken };
         Ok(())
     })())
 }
@@ -270,90 +272,6 @@ pub unsafe extern "C" fn rdma_get_remote_ece(id: *mut rdma_cm_id, ece: *mut ibv_
 }
 
 // ---------------------------------------------------------------------------------------------
-// The verbs objects an id holds
-// ---------------------------------------------------------------------------------------------
-
-/// rdma-core's `ucma_destroy_cqs`: destroys the CQs and completion channels librdmacm made
-/// for the id (never the program's own, which it does not store in the id).
-fn destroy_cqs(c: &mut rdma_cm_id) {
-    let Ok(verbs) = libibverbs() else { return };
-    if c.qp_type == IBV_QPT_XRC_RECV && !c.srq.is_null() {
-        return;
-    }
-    if !c.recv_cq.is_null() {
-        // SAFETY: CQs librdmacm created on the id's context, destroyed once.
-        unsafe {
-            (verbs.destroy_cq)(c.recv_cq);
-            if !c.send_cq.is_null() && c.send_cq != c.recv_cq {
-                (verbs.destroy_cq)(c.send_cq);
-            }
-        }
-        c.send_cq = ptr::null_mut();
-        c.recv_cq = ptr::null_mut();
-    }
-    if !c.recv_cq_channel.is_null() {
-        // SAFETY: as above, completion channels.
-        unsafe {
-            (verbs.destroy_comp_channel)(c.recv_cq_channel);
-            if !c.send_cq_channel.is_null() && c.send_cq_channel != c.recv_cq_channel {
-                (verbs.destroy_comp_channel)(c.send_cq_channel);
-            }
-        }
-        c.send_cq_channel = ptr::null_mut();
-        c.recv_cq_channel = ptr::null_mut();
-    }
-}
-
-/// `rdma_destroy_qp`: destroys the id's QP and the CQs librdmacm made for it.
-///
-/// # Safety
-/// None beyond the C prototype: the id is looked up before use.
-pub unsafe extern "C" fn rdma_destroy_qp(id: *mut rdma_cm_id) {
-    let (Ok(id), Ok(verbs)) = (lookup(id), libibverbs()) else {
-        return;
-    };
-    // SAFETY: the live id's C struct, accessed as rdma-core accesses it.
-    let c = unsafe { &mut *id.c() };
-    if !c.qp.is_null() {
-        // SAFETY: the id's QP, destroyed once (the field is cleared).
-        unsafe { (verbs.destroy_qp)(c.qp) };
-        c.qp = ptr::null_mut();
-    }
-    destroy_cqs(c);
-}
-
-/// `rdma_destroy_srq`: destroys the id's SRQ and the CQs librdmacm made for it.
-///
-/// # Safety
-/// None beyond the C prototype: the id is looked up before use.
-pub unsafe extern "C" fn rdma_destroy_srq(id: *mut rdma_cm_id) {
-    let (Ok(id), Ok(verbs)) = (lookup(id), libibverbs()) else {
-        return;
-    };
-    // SAFETY: as in `rdma_destroy_qp`.
-    let c = unsafe { &mut *id.c() };
-    if !c.srq.is_null() {
-        // SAFETY: the id's SRQ, destroyed once (the field is cleared).
-        unsafe { (verbs.destroy_srq)(c.srq) };
-        c.srq = ptr::null_mut();
-    }
-    destroy_cqs(c);
-}
-
-/// `rdma_destroy_ep`: the id's QP, SRQ, then the id.
-///
-/// # Safety
-/// None beyond the C prototype: the id is looked up before use.
-pub unsafe extern "C" fn rdma_destroy_ep(id: *mut rdma_cm_id) {
-    // SAFETY: each looks the id up itself.
-    unsafe {
-        rdma_destroy_qp(id);
-        rdma_destroy_srq(id);
-        rdma_destroy_id(id);
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
 // Devices and addresses
 // ---------------------------------------------------------------------------------------------
 
@@ -399,99 +317,748 @@ pub unsafe extern "C" fn rdma_freeaddrinfo(res: *mut rdma_addrinfo) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// What needs the connection manager
+// Connection management
 // ---------------------------------------------------------------------------------------------
 
-/// A call on `id` that needs the connection manager: `EINVAL` for an unknown id, else
-/// `ENOSYS` (with the reason on stderr, once, when there is no connection manager).
-fn needs_cm(id: *const rdma_cm_id) -> c_int {
+/// rdma-core's `ucma_addrlen`: the size of the socket address `addr` points to, by family
+/// (0 for NULL or a family rdma_cm does not take).
+///
+/// # Safety
+/// `addr` is NULL or points to at least a `sockaddr`'s family.
+unsafe fn addrlen(addr: *const sockaddr) -> usize {
+    if addr.is_null() {
+        return 0;
+    }
+    // SAFETY: the caller's guarantee.
+    match c_int::from(unsafe { (*addr).sa_family }) {
+        libc::AF_INET => size_of::<sockaddr_in>(),
+        libc::AF_INET6 => size_of::<sockaddr_in6>(),
+        AF_IB => size_of::<sockaddr_ib>(),
+        _ => 0,
+    }
+}
+
+/// Takes the next event of `channel` for the program, doing first what rdma-core's
+/// librdmacm does when an event is read (`cm::on_fetch`), and skipping those it swallows.
+fn fetch(channel: &Channel) -> Result<*mut rdma_cm_event, Errno> {
+    loop {
+        let mut event = channel.take(|e| e.reported())?;
+        match cm::on_fetch(&mut event) {
+            cm::Fetched::Keep => return Ok(hand_out(event)),
+            cm::Fetched::Swallow => event.completed(),
+        }
+    }
+}
+
+/// rdma-core's `ucma_complete`: for a synchronous id, waits for the event the call just
+/// made caused, keeps it in `id->event` (acknowledging the one held before), and fails as
+/// it says: `ECONNREFUSED` for REJECTED, else the event's status as an errno.
+fn complete(id: &Arc<Id>) -> Result<(), Errno> {
+    if !id.is_sync() {
+        return Ok(());
+    }
+    // SAFETY: plain read and write of our own C struct's field.
+    let held = unsafe { core::mem::replace(&mut (*id.c()).event, ptr::null_mut()) };
+    if !held.is_null() {
+        let _ = ack(held);
+    }
+    let event = fetch(&id.channel())?;
+    // SAFETY: as above; `event` was just handed out and is not acknowledged.
+    let (kind, status) = unsafe {
+        (*id.c()).event = event;
+        ((*event).event, (*event).status)
+    };
+    match status {
+        0 => Ok(()),
+        _ if kind == RDMA_CM_EVENT_REJECTED => Err(libc::ECONNREFUSED),
+        s => Err(s.abs()),
+    }
+}
+
+/// Runs a table call on the id's twin.
+fn call(id: &Id, f: impl FnOnce(&CmOps, CmHandle) -> c_int) -> Result<(), Errno> {
+    let (ops, handle) = cm::twin(id)?;
+    cm::check(f(ops, handle))
+}
+
+/// `rdma_bind_addr`: binds the id (port 0: an ephemeral one); `EADDRINUSE` when another id,
+/// in this process or another, holds the address and port.
+///
+/// # Safety
+/// `addr` is NULL or a socket address of its family's size.
+pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut sockaddr) -> c_int {
     ret((|| {
-        lookup(id)?;
-        cm_ops()?;
-        Err(libc::ENOSYS)
+        let id = lookup(id)?;
+        // SAFETY: the caller's guarantee.
+        let len = unsafe { addrlen(addr) };
+        if len == 0 {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: a table call with the caller's address of `len` bytes.
+        call(&id, |ops, h| unsafe {
+            (ops.bind_addr)(h, addr, len as socklen_t)
+        })?;
+        cm::query_route(&id)
     })())
 }
 
-/// Declares rdma_cm functions that need the connection manager: each checks its id and
-/// fails as [`needs_cm`] says.
-macro_rules! cm_calls {
-    ($( $(#[$doc:meta])* fn $name:ident($id:ident: $idty:ty $(, $arg:ident: $ty:ty)*); )*) => {$(
-        $(#[$doc])*
-        ///
-        /// # Safety
-        /// None beyond the C prototype: the id is looked up, nothing else is read.
-        pub unsafe extern "C" fn $name($id: $idty $(, $arg: $ty)*) -> c_int {
-            $( let _ = $arg; )*
-            needs_cm($id)
-        }
-    )*};
-}
-
-cm_calls! {
-    /// `rdma_bind_addr`
-    fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut sockaddr);
-    /// `rdma_resolve_addr`
-    fn rdma_resolve_addr(
-        id: *mut rdma_cm_id, src: *mut sockaddr, dst: *mut sockaddr, timeout_ms: c_int);
-    /// `rdma_resolve_route`
-    fn rdma_resolve_route(id: *mut rdma_cm_id, timeout_ms: c_int);
-    /// `rdma_create_qp` (the QP's first transitions need the connection manager's attributes)
-    fn rdma_create_qp(id: *mut rdma_cm_id, pd: *mut ibv_pd, attr: *mut c_void);
-    /// `rdma_create_qp_ex`
-    fn rdma_create_qp_ex(id: *mut rdma_cm_id, attr: *mut c_void);
-    /// `rdma_create_srq`
-    fn rdma_create_srq(id: *mut rdma_cm_id, pd: *mut ibv_pd, attr: *mut c_void);
-    /// `rdma_create_srq_ex`
-    fn rdma_create_srq_ex(id: *mut rdma_cm_id, attr: *mut c_void);
-    /// `rdma_connect`
-    fn rdma_connect(id: *mut rdma_cm_id, param: *mut rdma_conn_param);
-    /// `rdma_establish`
-    fn rdma_establish(id: *mut rdma_cm_id);
-    /// `rdma_listen`
-    fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int);
-    /// `rdma_get_request`
-    fn rdma_get_request(listen: *mut rdma_cm_id, id: *mut *mut rdma_cm_id);
-    /// `rdma_accept`
-    fn rdma_accept(id: *mut rdma_cm_id, param: *mut rdma_conn_param);
-    /// `rdma_reject`
-    fn rdma_reject(id: *mut rdma_cm_id, data: *const c_void, len: u8);
-    /// `rdma_reject_ece`
-    fn rdma_reject_ece(id: *mut rdma_cm_id, data: *const c_void, len: u8);
-    /// `rdma_notify`
-    fn rdma_notify(id: *mut rdma_cm_id, event: c_int);
-    /// `rdma_disconnect`
-    fn rdma_disconnect(id: *mut rdma_cm_id);
-    /// `rdma_join_multicast`
-    fn rdma_join_multicast(id: *mut rdma_cm_id, addr: *mut sockaddr, context: *mut c_void);
-    /// `rdma_join_multicast_ex`
-    fn rdma_join_multicast_ex(
-        id: *mut rdma_cm_id, attr: *mut rdma_cm_join_mc_attr_ex, context: *mut c_void);
-    /// `rdma_leave_multicast`
-    fn rdma_leave_multicast(id: *mut rdma_cm_id, addr: *mut sockaddr);
-    /// `rdma_set_option`
-    fn rdma_set_option(
-        id: *mut rdma_cm_id, level: c_int, optname: c_int, optval: *mut c_void, optlen: usize);
-    /// `rdma_init_qp_attr`
-    fn rdma_init_qp_attr(id: *mut rdma_cm_id, attr: *mut c_void, mask: *mut c_int);
-}
-
-/// `rdma_create_ep`: needs the connection manager (to bind or resolve the new id).
+/// `rdma_resolve_addr`: ADDR_RESOLVED (or ADDR_ERROR) follows; a synchronous id waits for
+/// it.
 ///
 /// # Safety
-/// None beyond the C prototype: nothing is read through the pointers.
+/// `src` is NULL or a socket address; `dst` a socket address.
+pub unsafe extern "C" fn rdma_resolve_addr(
+    id: *mut rdma_cm_id,
+    src: *mut sockaddr,
+    dst: *mut sockaddr,
+    timeout_ms: c_int,
+) -> c_int {
+    ret((|| {
+        let id = lookup(id)?;
+        // SAFETY: the caller's guarantee.
+        let (dst_len, src_len) = unsafe { (addrlen(dst), addrlen(src)) };
+        if dst_len == 0 || (!src.is_null() && src_len == 0) {
+            return Err(libc::EINVAL);
+        }
+        call(&id, |ops, h| {
+            // SAFETY: a table call with the caller's addresses.
+            unsafe {
+                (ops.resolve_addr)(
+                    h,
+                    src,
+                    src_len as socklen_t,
+                    dst,
+                    dst_len as socklen_t,
+                    timeout_ms,
+                )
+            }
+        })?;
+        // SAFETY: `dst_len` readable bytes into the id's destination storage (as rdma-core
+        // copies them), which is larger than any of them.
+        unsafe {
+            ptr::copy_nonoverlapping(
+                dst.cast::<u8>(),
+                (&raw mut (*id.c()).route.addr.dst.storage).cast::<u8>(),
+                dst_len.min(size_of::<sockaddr_storage>()),
+            );
+        }
+        complete(&id)
+    })())
+}
+
+/// `rdma_resolve_route`: ROUTE_RESOLVED follows (on RoCE the route is what address
+/// resolution found; there is no SA or ibacm to ask).
+///
+/// # Safety
+/// None beyond the C prototype: the id is looked up.
+pub unsafe extern "C" fn rdma_resolve_route(id: *mut rdma_cm_id, timeout_ms: c_int) -> c_int {
+    ret((|| {
+        let id = lookup(id)?;
+        // SAFETY: a table call on the id's twin.
+        call(&id, |ops, h| unsafe { (ops.resolve_route)(h, timeout_ms) })?;
+        complete(&id)
+    })())
+}
+
+/// `rdma_listen`: listens on the bound address (an unbound id: the IPv4 wildcard and an
+/// ephemeral port).
+///
+/// # Safety
+/// None beyond the C prototype: the id is looked up.
+pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_int {
+    ret((|| {
+        let id = lookup(id)?;
+        // SAFETY: a table call on the id's twin.
+        call(&id, |ops, h| unsafe { (ops.listen)(h, backlog) })?;
+        cm::query_route(&id)
+    })())
+}
+
+/// rdma-core's `ucma_valid_param` (what it checks itself; the connection manager checks
+/// the READ/atomic depths against the device, `EINVAL` too).
+fn valid_param(c: &rdma_cm_id, param: *const rdma_conn_param) -> Result<(), Errno> {
+    if c.ps == RDMA_PS_TCP && c.qp.is_null() && param.is_null() {
+        return Err(libc::EINVAL);
+    }
+    Ok(())
+}
+
+/// The connection parameters rdma-core's `ucma_copy_conn_param_to_kern` passes on: the
+/// program's, or for NULL 7 retries and no flow control; READ/atomic depths as given or 255
+/// (the device's most, or on accept what the peer asked for within it).
+///
+/// # Safety
+/// `param` is NULL or readable, its private data readable for its length.
+unsafe fn kernel_param(
+    param: *const rdma_conn_param,
+    qp_num: u32,
+    srq: u8,
+    data: &mut Vec<u8>,
+) -> softverbs_private_abi::ConnParam {
+    // SAFETY: the caller's guarantee.
+    let p = unsafe { param.as_ref() };
+    if let Some(p) = p.filter(|p| !p.private_data.is_null() && p.private_data_len != 0) {
+        // SAFETY: the caller's guarantee.
+        data.extend_from_slice(unsafe {
+            core::slice::from_raw_parts(
+                p.private_data.cast::<u8>(),
+                usize::from(p.private_data_len),
+            )
+        });
+    }
+    softverbs_private_abi::ConnParam {
+        private_data: data.as_ptr(),
+        private_data_len: data.len() as u32,
+        responder_resources: p.map_or(RDMA_MAX_RESP_RES, |p| p.responder_resources),
+        initiator_depth: p.map_or(RDMA_MAX_INIT_DEPTH, |p| p.initiator_depth),
+        flow_control: p.map_or(0, |p| p.flow_control),
+        retry_count: p.map_or(7, |p| p.retry_count),
+        rnr_retry_count: p.map_or(7, |p| p.rnr_retry_count),
+        srq,
+        qp_num,
+    }
+}
+
+/// `rdma_connect`: REQ (RC) or SIDR_REQ (UD); ESTABLISHED, REJECTED, UNREACHABLE or
+/// CONNECT_RESPONSE (for an id whose QP the program made) follows.
+///
+/// # Safety
+/// `param` is NULL or a valid `rdma_conn_param`.
+pub unsafe extern "C" fn rdma_connect(id: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int {
+    ret((|| {
+        let id = lookup(id)?;
+        // SAFETY: plain reads of the live id's C struct (and its QP, from libibverbs).
+        let (qp_num, srq) = unsafe {
+            let c = &*id.c();
+            valid_param(c, param)?;
+            match c.qp.is_null() {
+                false => ((*c.qp).qp_num, u8::from(!(*c.qp).srq.is_null())),
+                true => match param.as_ref() {
+                    Some(p) => (p.qp_num, p.srq),
+                    None => (0, 0),
+                },
+            }
+        };
+        let mut data = id.take_connect_data();
+        // SAFETY: the caller's guarantee.
+        let p = unsafe { kernel_param(param, qp_num, srq, &mut data) };
+        // SAFETY: a table call; `p` and the bytes it points to live across it.
+        call(&id, |ops, h| unsafe { (ops.connect)(h, &p) })?;
+        complete(&id)
+    })())
+}
+
+/// `rdma_accept`: REP after the id's QP is moved to RTS (RC; a synchronous id then waits
+/// for ESTABLISHED), or SIDR_REP (UD).
+///
+/// # Safety
+/// `param` is NULL or a valid `rdma_conn_param`.
+pub unsafe extern "C" fn rdma_accept(id: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int {
+    ret((|| {
+        let id = lookup(id)?;
+        // SAFETY: plain reads of the live id's C struct (and its QP, from libibverbs).
+        let (qp_num, srq, ud) = unsafe {
+            let c = &*id.c();
+            valid_param(c, param)?;
+            let (qp_num, srq) = match (c.qp.is_null(), param.as_ref()) {
+                (false, _) => ((*c.qp).qp_num, u8::from(!(*c.qp).srq.is_null())),
+                (true, Some(p)) => (p.qp_num, p.srq),
+                // rdma-core reads conn_param->qp_num here, through NULL.
+                (true, None) => return Err(libc::EINVAL),
+            };
+            (qp_num, srq, c.qp_type == IBV_QPT_UD)
+        };
+        let mut data = Vec::new();
+        // SAFETY: the caller's guarantee.
+        let p = unsafe { kernel_param(param, qp_num, srq, &mut data) };
+        // SAFETY: a table call; `p` and the bytes it points to live across it.
+        let accepted = call(&id, |ops, h| unsafe { (ops.accept)(h, &p) });
+        cm::sync_qp_state(&id);
+        accepted?;
+        if ud {
+            return Ok(());
+        }
+        complete(&id)
+    })())
+}
+
+/// `rdma_reject` / `rdma_reject_ece`: REJ (RC) or SIDR_REP "rejected" (UD).
+fn reject(id: *mut rdma_cm_id, data: *const c_void, len: u8, reason: u8) -> c_int {
+    ret((|| {
+        let id = lookup(id)?;
+        let (data, len) = match data.is_null() {
+            true => (ptr::null(), 0),
+            false => (data.cast::<u8>(), len),
+        };
+        // SAFETY: a table call with the caller's `len` bytes.
+        call(&id, |ops, h| unsafe { (ops.reject)(h, data, len, reason) })
+    })())
+}
+
+/// `rdma_reject`: REJ reason 28, "consumer defined".
+///
+/// # Safety
+/// `data` is NULL or readable for `len` bytes.
+pub unsafe extern "C" fn rdma_reject(id: *mut rdma_cm_id, data: *const c_void, len: u8) -> c_int {
+    reject(id, data, len, 0)
+}
+
+/// `rdma_reject_ece`: REJ reason 35, "vendor option not supported".
+///
+/// # Safety
+/// `data` is NULL or readable for `len` bytes.
+pub unsafe extern "C" fn rdma_reject_ece(
+    id: *mut rdma_cm_id,
+    data: *const c_void,
+    len: u8,
+) -> c_int {
+    reject(id, data, len, 35)
+}
+
+/// `rdma_establish`: the RTU after CONNECT_RESPONSE, for an id whose QP the program made
+/// and moved itself (`EINVAL` when the id has a QP of `rdma_create_qp`).
+///
+/// # Safety
+/// None beyond the C prototype: the id is looked up.
+pub unsafe extern "C" fn rdma_establish(id: *mut rdma_cm_id) -> c_int {
+    ret((|| {
+        let id = lookup(id)?;
+        // SAFETY: plain read of the live id's C struct.
+        if unsafe { !(*id.c()).qp.is_null() } {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: a table call on the id's twin.
+        call(&id, |ops, h| unsafe { (ops.establish)(h) })
+    })())
+}
+
+/// `rdma_notify`: IBV_EVENT_COMM_EST for a passive id whose own QP saw its first packet
+/// before the RTU (`EINVAL` for other events, as the kernel answers).
+///
+/// # Safety
+/// None beyond the C prototype: the id is looked up.
+pub unsafe extern "C" fn rdma_notify(id: *mut rdma_cm_id, event: c_int) -> c_int {
+    ret((|| {
+        let id = lookup(id)?;
+        // SAFETY: a table call on the id's twin.
+        call(&id, |ops, h| unsafe { (ops.notify)(h, event) })
+    })())
+}
+
+/// `rdma_disconnect`: the id's QP goes to the error state (flushing its work requests) and
+/// a DREQ (or the DREP of the peer's DREQ) goes out; DISCONNECTED follows, which a
+/// synchronous id waits for. `EINVAL` for an id without a device, as rdma-core.
+///
+/// # Safety
+/// None beyond the C prototype: the id is looked up.
+pub unsafe extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
+    ret((|| {
+        let id = lookup(id)?;
+        // SAFETY: plain read of the live id's C struct.
+        if unsafe { (*id.c()).verbs.is_null() } {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: a table call on the id's twin.
+        let r = call(&id, |ops, h| unsafe { (ops.disconnect)(h) });
+        cm::sync_qp_state(&id);
+        r?;
+        complete(&id)
+    })())
+}
+
+/// `rdma_init_qp_attr`: the attributes (and mask) that move the id's connection QP to
+/// `attr->qp_state` (INIT, RTR, RTS or ERR).
+///
+/// # Safety
+/// `attr` is NULL or a whole `struct ibv_qp_attr`; `mask` NULL or writable.
+pub unsafe extern "C" fn rdma_init_qp_attr(
+    id: *mut rdma_cm_id,
+    attr: *mut c_void,
+    mask: *mut c_int,
+) -> c_int {
+    ret((|| {
+        let id = lookup(id)?;
+        // SAFETY: a table call with the caller's buffers.
+        call(&id, |ops, h| unsafe { (ops.init_qp_attr)(h, attr, mask) })
+    })())
+}
+
+/// `rdma_set_option`: `RDMA_OPTION_ID_TOS` (u8), `_REUSEADDR` and `_AFONLY` (int, before
+/// binding), `_ACK_TIMEOUT` (u8); `EINVAL` for a wrong length; `RDMA_OPTION_IB_PATH`
+/// `EOPNOTSUPP` (RoCE routes come from softverbs, not an SA); others `ENOSYS`, as the
+/// kernel answers.
+///
+/// # Safety
+/// `optval` is NULL or readable for `optlen` bytes.
+pub unsafe extern "C" fn rdma_set_option(
+    id: *mut rdma_cm_id,
+    level: c_int,
+    optname: c_int,
+    optval: *mut c_void,
+    optlen: usize,
+) -> c_int {
+    ret((|| {
+        let id = lookup(id)?;
+        // SAFETY: a table call with the caller's buffer.
+        call(&id, |ops, h| unsafe {
+            (ops.set_option)(h, level, optname, optval, optlen)
+        })
+    })())
+}
+
+/// Joins `addr` (rdma-core's `rdma_join_multicast2`): MULTICAST_JOIN or MULTICAST_ERROR
+/// follows, with the id's QP attached unless the join is send-only.
+///
+/// # Safety
+/// `addr` is readable for `len` bytes.
+unsafe fn join(
+    id: *mut rdma_cm_id,
+    addr: *const sockaddr,
+    len: usize,
+    flags: u32,
+    context: *mut c_void,
+) -> Result<(), Errno> {
+    let id = lookup(id)?;
+    // SAFETY: all-zero is a valid socket address storage (family AF_UNSPEC).
+    let mut storage: sockaddr_storage = unsafe { core::mem::zeroed() };
+    // SAFETY: `len` readable bytes (the caller's guarantee), at most a storage's.
+    unsafe {
+        ptr::copy_nonoverlapping(
+            addr.cast::<u8>(),
+            (&raw mut storage).cast::<u8>(),
+            len.min(size_of::<sockaddr_storage>()),
+        )
+    };
+    let group = Group::new(storage, len, flags, context);
+    id.add_group(Arc::clone(&group));
+    let token = group.token();
+    // SAFETY: a table call with the caller's address.
+    let joined = call(&id, |ops, h| unsafe {
+        (ops.join_multicast)(h, addr, len as socklen_t, flags, token)
+    });
+    if let Err(e) = joined {
+        id.take_group(|g| ptr::eq(g, Arc::as_ptr(&group)));
+        group.forget();
+        return Err(e);
+    }
+    complete(&id)
+}
+
+/// `rdma_join_multicast`: a full-member join.
+///
+/// # Safety
+/// `addr` is NULL or a socket address of its family's size.
+pub unsafe extern "C" fn rdma_join_multicast(
+    id: *mut rdma_cm_id,
+    addr: *mut sockaddr,
+    context: *mut c_void,
+) -> c_int {
+    ret((|| {
+        // SAFETY: the caller's guarantee.
+        let len = unsafe { addrlen(addr) };
+        if len == 0 {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: as above.
+        unsafe { join(id, addr, len, RDMA_MC_JOIN_FLAG_FULLMEMBER, context) }
+    })())
+}
+
+/// `rdma_join_multicast_ex`: a join with flags (full member, or send-only full member,
+/// which neither makes the host a member of the IP group nor attaches the QP).
+///
+/// # Safety
+/// `attr` is NULL or a valid `rdma_cm_join_mc_attr_ex`.
+pub unsafe extern "C" fn rdma_join_multicast_ex(
+    id: *mut rdma_cm_id,
+    attr: *mut rdma_cm_join_mc_attr_ex,
+    context: *mut c_void,
+) -> c_int {
+    ret((|| {
+        // SAFETY: the caller's guarantee.
+        let a = unsafe { attr.as_ref() }.ok_or(libc::EINVAL)?;
+        if a.comp_mask >= RDMA_CM_JOIN_MC_ATTR_RESERVED {
+            return Err(libc::ENOTSUP);
+        }
+        if a.comp_mask & RDMA_CM_JOIN_MC_ATTR_ADDRESS == 0 {
+            return Err(libc::EINVAL);
+        }
+        if a.comp_mask & RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS == 0
+            || a.join_flags >= RDMA_MC_JOIN_FLAG_RESERVED
+        {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: the caller's guarantee.
+        let len = unsafe { addrlen(a.addr) };
+        if len == 0 {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: as above.
+        unsafe { join(id, a.addr, len, a.join_flags, context) }
+    })())
+}
+
+/// `rdma_leave_multicast`: leaves a group joined with the same address (`EADDRNOTAVAIL`
+/// otherwise), after waiting until the program acknowledged the group's events.
+///
+/// # Safety
+/// `addr` is NULL or a socket address of its family's size.
+pub unsafe extern "C" fn rdma_leave_multicast(id: *mut rdma_cm_id, addr: *mut sockaddr) -> c_int {
+    ret((|| {
+        let id = lookup(id)?;
+        // SAFETY: the caller's guarantee.
+        let len = unsafe { addrlen(addr) };
+        if len == 0 {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: `len` readable bytes (the caller's guarantee).
+        let bytes = unsafe { core::slice::from_raw_parts(addr.cast::<u8>(), len) };
+        let group = id.take_group(|g| g.is(bytes)).ok_or(libc::EADDRNOTAVAIL)?;
+        // SAFETY: a table call with the caller's address.
+        let left = call(&id, |ops, h| unsafe {
+            (ops.leave_multicast)(h, addr, len as socklen_t)
+        });
+        if left.is_ok() {
+            group.wait_acked();
+        }
+        group.forget();
+        left
+    })())
+}
+
+/// `rdma_create_qp`: a QP on the id's device (and PD, unless `pd` is given), with CQs of
+/// librdmacm's own when `attr` names none; the connection manager moves it (INIT now, RTR
+/// and RTS with the connection, ERR on disconnect).
+///
+/// # Safety
+/// `pd` is NULL or a PD from libibverbs; `attr` NULL or a valid `ibv_qp_init_attr`.
+pub unsafe extern "C" fn rdma_create_qp(
+    id: *mut rdma_cm_id,
+    pd: *mut ibv_pd,
+    attr: *mut ibv_qp_init_attr,
+) -> c_int {
+    // SAFETY: the caller's guarantees.
+    ret(lookup(id).and_then(|id| unsafe { qp::create_qp(&id, pd, attr) }))
+}
+
+/// `rdma_create_qp_ex`.
+///
+/// # Safety
+/// `attr` is NULL or a valid `ibv_qp_init_attr_ex`.
+pub unsafe extern "C" fn rdma_create_qp_ex(
+    id: *mut rdma_cm_id,
+    attr: *mut ibv_qp_init_attr_ex,
+) -> c_int {
+    // SAFETY: the caller's guarantee.
+    ret(lookup(id).and_then(|id| unsafe { qp::create_qp_ex(&id, attr) }))
+}
+
+/// `rdma_destroy_qp`: the id's QP and the CQs librdmacm made for it.
+///
+/// # Safety
+/// None beyond the C prototype: the id is looked up.
+pub unsafe extern "C" fn rdma_destroy_qp(id: *mut rdma_cm_id) {
+    if let Ok(id) = lookup(id) {
+        qp::destroy_qp(&id);
+    }
+}
+
+/// `rdma_create_srq`.
+///
+/// # Safety
+/// `pd` is NULL or a PD from libibverbs; `attr` NULL or a valid `ibv_srq_init_attr`.
+pub unsafe extern "C" fn rdma_create_srq(
+    id: *mut rdma_cm_id,
+    pd: *mut ibv_pd,
+    attr: *mut ibv_srq_init_attr,
+) -> c_int {
+    // SAFETY: the caller's guarantees.
+    ret(lookup(id).and_then(|id| unsafe { qp::create_srq(&id, pd, attr) }))
+}
+
+/// `rdma_create_srq_ex`.
+///
+/// # Safety
+/// `attr` is NULL or a valid `ibv_srq_init_attr_ex`.
+pub unsafe extern "C" fn rdma_create_srq_ex(
+    id: *mut rdma_cm_id,
+    attr: *mut ibv_srq_init_attr_ex,
+) -> c_int {
+    // SAFETY: the caller's guarantee.
+    ret(lookup(id).and_then(|id| unsafe { qp::create_srq_ex(&id, attr) }))
+}
+
+/// `rdma_destroy_srq`: the id's SRQ and the CQs librdmacm made for it.
+///
+/// # Safety
+/// None beyond the C prototype: the id is looked up.
+pub unsafe extern "C" fn rdma_destroy_srq(id: *mut rdma_cm_id) {
+    if let Ok(id) = lookup(id) {
+        qp::destroy_srq(&id);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Endpoints: rdma_create_ep / rdma_get_request
+// ---------------------------------------------------------------------------------------------
+
+/// `rdma_get_request`: on a synchronous listener, waits for the next connection request and
+/// returns its new id (holding the request in `id->event`), with the QP the listener's
+/// `rdma_create_ep` asked for. `EINVAL` for a listener with a channel.
+///
+/// # Safety
+/// `id` is NULL or writable.
+pub unsafe extern "C" fn rdma_get_request(
+    listen: *mut rdma_cm_id,
+    id: *mut *mut rdma_cm_id,
+) -> c_int {
+    ret((|| {
+        let listener = lookup(listen)?;
+        if !listener.is_sync() || id.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: plain read and write of the listener's C struct field.
+        let held = unsafe { core::mem::replace(&mut (*listener.c()).event, ptr::null_mut()) };
+        if !held.is_null() {
+            let _ = ack(held);
+        }
+        let event = fetch(&listener.channel())?;
+        // SAFETY: a fetched, unacknowledged event.
+        let (kind, status, new_id) = unsafe { ((*event).event, (*event).status, (*event).id) };
+        let hold = |e| {
+            // SAFETY: the listener's C struct; the event stays held there, as rdma-core.
+            unsafe { (*listener.c()).event = event };
+            Err(e)
+        };
+        if kind == RDMA_CM_EVENT_REJECTED {
+            return hold(libc::ECONNREFUSED);
+        }
+        if status != 0 {
+            return hold(status.abs());
+        }
+        if kind != RDMA_CM_EVENT_CONNECT_REQUEST {
+            return hold(libc::EINVAL);
+        }
+        let child = lookup(new_id)?;
+        if let Some(mut attr) = listener.qp_init_attr() {
+            // SAFETY: plain read of the listener's PD; the attributes are a local copy.
+            let pd = unsafe { (*listener.c()).pd };
+            // SAFETY: as above.
+            if let Err(e) = unsafe { qp::create_qp(&child, pd, &mut attr) } {
+                return hold(e);
+            }
+        }
+        // SAFETY: `id` is writable (checked non-NULL); the new id's C struct holds the
+        // request, charged to the listener, until it is acknowledged or the id destroyed.
+        unsafe {
+            *id = new_id;
+            (*new_id).event = event;
+        }
+        Ok(())
+    })())
+}
+
+/// rdma-core's `ucma_passive_ep`: binds, and keeps the PD and QP attributes for
+/// `rdma_get_request`.
+///
+/// # Safety
+/// As `rdma_create_ep`.
+unsafe fn passive_ep(
+    id: &Arc<Id>,
+    res: &rdma_addrinfo,
+    pd: *mut ibv_pd,
+    qp_init_attr: *mut ibv_qp_init_attr,
+) -> Result<(), Errno> {
+    // SAFETY: the caller's guarantee (`ai_src_addr` of `ai_src_len` bytes).
+    cm::check(unsafe { rdma_bind_addr(id.c_ptr(), res.ai_src_addr) }).map_err(|_| errno())?;
+    if !pd.is_null() {
+        // SAFETY: plain write of the id's C struct field.
+        unsafe { (*id.c()).pd = pd };
+    }
+    // SAFETY: NULL or valid (the caller's guarantee).
+    if let Some(a) = unsafe { qp_init_attr.as_ref() } {
+        let mut attr = *a;
+        attr.qp_type = res.ai_qp_type;
+        id.set_qp_init_attr(attr);
+    }
+    Ok(())
+}
+
+/// `rdma_create_ep`: a synchronous id for `res`: bound, for a passive endpoint
+/// (`RAI_PASSIVE`); otherwise resolved (address and route, 2 s each) and given a QP when
+/// `qp_init_attr` is given.
+///
+/// # Safety
+/// `id` is NULL or writable; `res` NULL or from `rdma_getaddrinfo`; `pd` NULL or a PD from
+/// libibverbs; `qp_init_attr` NULL or valid.
 pub unsafe extern "C" fn rdma_create_ep(
     id: *mut *mut rdma_cm_id,
     res: *mut rdma_addrinfo,
-    _pd: *mut ibv_pd,
-    _qp_init_attr: *mut c_void,
+    pd: *mut ibv_pd,
+    qp_init_attr: *mut ibv_qp_init_attr,
 ) -> c_int {
     ret((|| {
-        if id.is_null() || res.is_null() {
+        // SAFETY: the caller's guarantee.
+        let res = unsafe { res.as_ref() }.ok_or(libc::EINVAL)?;
+        if id.is_null() {
             return Err(libc::EINVAL);
         }
-        cm_ops()?;
-        Err(libc::ENOSYS)
+        qp_type_of(res.ai_port_space)?;
+        devices::init()?;
+        let new = Id::create(None, ptr::null_mut(), res.ai_port_space, res.ai_qp_type)?;
+        if let Err(e) = cm::attach(&new) {
+            new.destroy();
+            return Err(e);
+        }
+        let made = (|| {
+            if res.ai_flags & RAI_PASSIVE != 0 {
+                // SAFETY: the caller's guarantees.
+                return unsafe { passive_ep(&new, res, pd, qp_init_attr) };
+            }
+            // SAFETY: the addresses of `res` (the caller's guarantee).
+            let r =
+                unsafe { rdma_resolve_addr(new.c_ptr(), res.ai_src_addr, res.ai_dst_addr, 2000) };
+            cm::check(r).map_err(|_| errno())?;
+            // There is no ibacm: `ai_route` is always empty, so the route is resolved.
+            // SAFETY: a live id.
+            cm::check(unsafe { rdma_resolve_route(new.c_ptr(), 2000) }).map_err(|_| errno())?;
+            // SAFETY: NULL or valid (the caller's guarantee).
+            if let Some(a) = unsafe { qp_init_attr.as_mut() } {
+                a.qp_type = res.ai_qp_type;
+                // SAFETY: as above.
+                unsafe { qp::create_qp(&new, pd, a) }?;
+            }
+            if res.ai_connect_len != 0 && !res.ai_connect.is_null() {
+                // SAFETY: `ai_connect_len` readable bytes (the caller's guarantee).
+                let data = unsafe {
+                    core::slice::from_raw_parts(res.ai_connect.cast::<u8>(), res.ai_connect_len)
+                };
+                new.set_connect_data(data.to_vec());
+            }
+            Ok(())
+        })();
+        if let Err(e) = made {
+            // SAFETY: a live id of ours.
+            unsafe { rdma_destroy_ep(new.c_ptr()) };
+            return Err(e);
+        }
+        // SAFETY: `id` is writable (checked non-NULL).
+        unsafe { *id = new.c_ptr() };
+        Ok(())
     })())
+}
+
+/// `rdma_destroy_ep`: the id's QP, SRQ, then the id.
+///
+/// # Safety
+/// None beyond the C prototype: the id is looked up.
+pub unsafe extern "C" fn rdma_destroy_ep(id: *mut rdma_cm_id) {
+    // SAFETY: each looks the id up itself.
+    unsafe {
+        rdma_destroy_qp(id);
+        rdma_destroy_srq(id);
+        rdma_destroy_id(id);
+    }
 }
 
 #[cfg(test)]

@@ -10,17 +10,19 @@
 //! When there is no connection manager (a libibverbs.so.1 that is not softverbs') ids still
 //! exist, without a twin; the calls that need one fail with `ENOSYS` (see `ibverbs::cm`).
 
-use core::ffi::c_void;
+use core::ffi::{c_int, c_void};
 use core::ptr;
 use std::sync::Arc;
 
-use softverbs_private_abi::{CmEvent, EventSink};
+use softverbs_private_abi::{AddrInfo, CmEvent, CmHandle, CmOps, EventSink};
+use softverbs_stub_support::Zeroed;
 
 use crate::abi::*;
 use crate::errno::Errno;
 use crate::event::Event;
-use crate::ibverbs::cm_if_present;
+use crate::ibverbs::{cm_if_present, cm_ops};
 use crate::id::{Id, IDS};
+use crate::mcast::GROUPS;
 
 /// Creates the id's twin in the connection manager, if there is one.
 pub fn attach(id: &Arc<Id>) -> Result<(), Errno> {
@@ -114,8 +116,14 @@ fn fill(event: &mut Event, from: &CmEvent, ud: bool) {
         from.event as i32,
         RDMA_CM_EVENT_MULTICAST_JOIN | RDMA_CM_EVENT_MULTICAST_ERROR
     ) {
-        // rdma_cm reports the join's context in place of private data.
-        event.c.param.ud.private_data = from.mc_context.cast_const();
+        // The connection manager carries the group record's address (see `mcast`); rdma_cm
+        // reports the program's context for the join in place of private data.
+        event.group = GROUPS.get(from.mc_context.cast_const());
+        event.c.param.ud.private_data = match &event.group {
+            Some(g) => g.context.cast_const(),
+            None => from.mc_context.cast_const(),
+        };
+        event.c.param.ud.private_data_len = 0;
     }
 }
 
@@ -151,6 +159,154 @@ pub unsafe extern "C" fn deliver(cookie: *mut c_void, event: *const CmEvent) -> 
     fill(&mut out, from, is_ud(&id));
     id.post(out);
     child_ptr
+}
+
+// ---------------------------------------------------------------------------------------------
+// Calls into the connection manager
+// ---------------------------------------------------------------------------------------------
+
+/// The table and the id's twin in it (`ENOSYS`, said once on stderr, without a connection
+/// manager).
+pub fn twin(id: &Id) -> Result<(&'static CmOps, CmHandle), Errno> {
+    let ops = cm_ops()?;
+    match id.cm() {
+        0 => Err(libc::ENOSYS),
+        h => Ok((ops, h)),
+    }
+}
+
+/// A table call's result (0 or a negative errno).
+pub fn check(r: c_int) -> Result<(), Errno> {
+    if r < 0 {
+        Err(-r)
+    } else {
+        Ok(())
+    }
+}
+
+/// rdma-core's `ucma_query_route`: copies the id's addresses, GIDs and path records from
+/// the connection manager into `id->route`, and, the first time the id is on a device,
+/// sets `id->verbs`, `id->pd` (the device's shared PD) and `id->port_num`.
+pub fn query_route(id: &Arc<Id>) -> Result<(), Errno> {
+    let (ops, h) = twin(id)?;
+    // SAFETY: all-zero is a valid `AddrInfo` (integers and socket address storage).
+    let mut info: AddrInfo = unsafe { core::mem::zeroed() };
+    // SAFETY: a table call with a writable out-parameter.
+    check(unsafe { (ops.query_addr)(h, &mut info) })?;
+    let mut paths = [ibv_sa_path_rec::zeroed(); 1];
+    let mut n: c_int = paths.len() as c_int;
+    // SAFETY: room for `n` path records in rdma-core's layout.
+    check(unsafe { (ops.query_route)(h, paths.as_mut_ptr().cast(), &mut n) })?;
+    let n = (n.max(0) as usize).min(paths.len());
+    id.set_path_records(&paths[..n])?;
+    // SAFETY: plain writes of our own C struct's fields, where rdma-core writes them.
+    unsafe {
+        let c = &mut *id.c();
+        c.route.addr.src.storage = info.src;
+        if info.dst.ss_family != 0 {
+            c.route.addr.dst.storage = info.dst;
+        }
+        c.route.addr.addr.ibaddr.sgid = ibv_gid { raw: info.sgid };
+        c.route.addr.addr.ibaddr.dgid = ibv_gid { raw: info.dgid };
+        c.route.addr.addr.ibaddr.pkey = info.pkey;
+    }
+    if info.node_guid != 0 && id.device().is_none() {
+        let context = crate::devices::context_for(info.node_guid)?;
+        let pd = crate::devices::acquire(context)?;
+        id.set_device(crate::id::Device(context));
+        // SAFETY: as above.
+        unsafe {
+            let c = &mut *id.c();
+            c.verbs = context;
+            c.pd = pd;
+            c.port_num = info.port_num;
+        }
+    }
+    Ok(())
+}
+
+/// Sets `id->qp->state` to the QP's state: the connection manager moves the QPs
+/// `rdma_create_qp` made, where rdma-core's librdmacm calls `ibv_modify_qp`, which keeps
+/// that field current.
+pub fn sync_qp_state(id: &Id) {
+    // SAFETY: plain read of our own C struct's field.
+    let qp = unsafe { (*id.c()).qp };
+    let Ok(verbs) = crate::ibverbs::libibverbs() else {
+        return;
+    };
+    if qp.is_null() {
+        return;
+    }
+    let mut attr = ibv_qp_attr::zeroed();
+    let mut init = ibv_qp_init_attr::zeroed();
+    // SAFETY: the id's live QP; both out-parameters are whole structs.
+    if unsafe { (verbs.query_qp)(qp, &mut attr, IBV_QP_STATE, &mut init) } == 0 {
+        // SAFETY: the QP's `state` field, which rdma-core's libibverbs writes likewise.
+        unsafe { (*qp).state = attr.qp_state };
+    }
+}
+
+/// What `rdma_get_cm_event` does with an event it took before handing it out (rdma-core's
+/// `rdma_get_cm_event` switch): fills in what programs read, or swallows it.
+pub enum Fetched {
+    /// Hand it to the program.
+    Keep,
+    /// Do not: librdmacm completes it and waits for the next.
+    Swallow,
+}
+
+/// The work rdma-core's librdmacm does when an event is read, in the reader's thread.
+pub fn on_fetch(event: &mut Event) -> Fetched {
+    let id = Arc::clone(&event.owner);
+    match event.c.event {
+        RDMA_CM_EVENT_ADDR_RESOLVED => {
+            if let Err(e) = query_route(&id) {
+                event.c.event = RDMA_CM_EVENT_ADDR_ERROR;
+                event.c.status = -e;
+            }
+        }
+        RDMA_CM_EVENT_ROUTE_RESOLVED => {
+            if let Err(e) = query_route(&id) {
+                event.c.event = RDMA_CM_EVENT_ROUTE_ERROR;
+                event.c.status = -e;
+            }
+        }
+        RDMA_CM_EVENT_CONNECT_REQUEST => {
+            let Some(child) = event.child.clone() else {
+                return Fetched::Swallow;
+            };
+            // rdma-core's ucma_process_conn_req: a synchronous listener's new ids are
+            // synchronous too; then the new id learns its addresses and device.
+            let ready = match id.is_sync() {
+                true => child.migrate(None),
+                false => Ok(()),
+            }
+            .and_then(|()| query_route(&child));
+            if ready.is_err() {
+                forget(&child);
+                child.destroy();
+                return Fetched::Swallow;
+            }
+            // The program owns the new id from now on.
+            event.child = None;
+        }
+        RDMA_CM_EVENT_CONNECT_ERROR => {
+            id.set_connect_error();
+            sync_qp_state(&id);
+        }
+        RDMA_CM_EVENT_REJECTED => {
+            if id.connect_error() {
+                return Fetched::Swallow;
+            }
+            sync_qp_state(&id);
+        }
+        // rdma-core leaves the QP alone here: programs (rping) destroy it with
+        // ibv_destroy_qp while another thread still reads events, so `id->qp` may dangle.
+        RDMA_CM_EVENT_DISCONNECTED if id.connect_error() => return Fetched::Swallow,
+        RDMA_CM_EVENT_ESTABLISHED => sync_qp_state(&id),
+        _ => {}
+    }
+    Fetched::Keep
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use core::ffi::c_int;
 use core::ptr;
 use std::sync::Mutex;
 
-use crate::abi::{ibv_context, ibv_device};
+use crate::abi::{ibv_context, ibv_device, ibv_pd};
 use crate::errno::{set_errno, Errno};
 use crate::ibverbs::libibverbs;
 
@@ -136,4 +136,68 @@ pub unsafe fn get_devices(num_devices: *mut c_int) -> *mut *mut ibv_context {
 pub unsafe fn free_devices(list: *mut *mut ibv_context) {
     // SAFETY: the list was malloc'ed by `get_devices` (or is NULL, which free ignores).
     unsafe { libc::free(list.cast()) };
+}
+
+/// The PD librdmacm shares among the ids of one device (`id->pd` until the program gives
+/// its own), with how many ids hold the device: rdma-core's `cma_device.pd` and `refcnt`.
+struct SharedPd {
+    context: Ptr<ibv_context>,
+    pd: Ptr<ibv_pd>,
+    holders: u32,
+}
+
+static SHARED_PDS: Mutex<Vec<SharedPd>> = Mutex::new(Vec::new());
+
+/// The open context of the device whose node GUID (network order, as
+/// `ibv_get_device_guid` gives it) is `guid`.
+pub fn context_for(guid: u64) -> Result<*mut ibv_context, Errno> {
+    let verbs = libibverbs().map_err(|_| libc::ENODEV)?;
+    contexts()?
+        .into_iter()
+        .find(|&ctx| {
+            // SAFETY: `device` is the first field of every `struct ibv_context`; the context
+            // is one librdmacm opened and keeps open.
+            let dev = unsafe { *ctx.cast::<*mut ibv_device>() };
+            // SAFETY: a device from libibverbs' list.
+            unsafe { (verbs.get_device_guid)(dev) == guid }
+        })
+        .ok_or(libc::ENODEV)
+}
+
+/// Takes a reference to `context` for an id: its shared PD, allocated with the first
+/// (rdma-core's `ucma_get_device`).
+pub(crate) fn acquire(context: *mut ibv_context) -> Result<*mut ibv_pd, Errno> {
+    let verbs = libibverbs().map_err(|_| libc::ENODEV)?;
+    let mut pds = SHARED_PDS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(s) = pds.iter_mut().find(|s| s.context.0 == context) {
+        s.holders += 1;
+        return Ok(s.pd.0);
+    }
+    // SAFETY: a context librdmacm opened.
+    let pd = unsafe { (verbs.alloc_pd)(context) };
+    if pd.is_null() {
+        return Err(crate::errno::errno());
+    }
+    pds.push(SharedPd {
+        context: Ptr(context),
+        pd: Ptr(pd),
+        holders: 1,
+    });
+    Ok(pd)
+}
+
+/// Drops an id's reference to `context`; the last one frees the shared PD (rdma-core's
+/// `ucma_put_device`, which likewise ignores a PD the program still uses).
+pub(crate) fn release(context: *mut ibv_context) {
+    let Ok(verbs) = libibverbs() else { return };
+    let mut pds = SHARED_PDS.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(i) = pds.iter().position(|s| s.context.0 == context) else {
+        return;
+    };
+    pds[i].holders -= 1;
+    if pds[i].holders == 0 {
+        let s = pds.remove(i);
+        // SAFETY: the PD librdmacm allocated, freed once.
+        let _ = unsafe { (verbs.dealloc_pd)(s.pd.0) };
+    }
 }

@@ -13,6 +13,7 @@ use softverbs_stub_support::Zeroed;
 
 use crate::abi::*;
 use crate::id::Id;
+use crate::mcast::Group;
 
 /// rdma-core's `RDMA_MAX_PRIVATE_DATA`: the room an event has for private data.
 pub const MAX_PRIVATE_DATA: usize = 256;
@@ -29,6 +30,8 @@ pub struct Event {
     pub owner: Arc<Id>,
     /// CONNECT_REQUEST: the new id, destroyed with the event if the program never gets it.
     pub child: Option<Arc<Id>>,
+    /// MULTICAST_JOIN / MULTICAST_ERROR: the group, which is charged with the event too.
+    pub group: Option<Arc<Group>>,
 }
 
 impl Event {
@@ -43,6 +46,7 @@ impl Event {
             private_data: [0; MAX_PRIVATE_DATA],
             owner: Arc::clone(owner),
             child: None,
+            group: None,
         })
     }
 
@@ -87,10 +91,30 @@ pub fn hand_out(mut event: Box<Event>) -> *mut rdma_cm_event {
     p
 }
 
-/// `rdma_ack_cm_event`: completes one event of its owner and frees it; `EINVAL` for NULL or
-/// a pointer that is not an unacknowledged event.
+/// `rdma_ack_cm_event`: completes one event of its owner (and group) and frees it; `EINVAL`
+/// for NULL or a pointer that is not an unacknowledged event.
 pub fn ack(event: *mut rdma_cm_event) -> Result<(), crate::errno::Errno> {
     let event = fetched().remove(&key(event)).ok_or(libc::EINVAL)?;
-    event.owner.complete_event();
+    event.completed();
     Ok(())
+}
+
+impl Event {
+    /// Counts the event as handed to the program, for its owner and group (under the lock
+    /// of the channel it is taken from).
+    pub fn reported(&self) {
+        self.owner.count_reported();
+        if let Some(g) = &self.group {
+            g.count_reported();
+        }
+    }
+
+    /// Counts it as acknowledged (by the program, or by librdmacm for an event it swallowed
+    /// after taking it).
+    pub fn completed(&self) {
+        if let Some(g) = &self.group {
+            g.complete_event();
+        }
+        self.owner.complete_event();
+    }
 }

@@ -39,6 +39,30 @@ pub type FreeDeviceListFn = unsafe extern "C" fn(*mut *mut ibv_device);
 pub type OpenDeviceFn = unsafe extern "C" fn(*mut ibv_device) -> *mut ibv_context;
 /// `ibv_destroy_*`: one object, 0 or an errno value.
 pub type DestroyFn<T> = unsafe extern "C" fn(*mut T) -> c_int;
+/// `ibv_get_device_guid`
+pub type DeviceGuidFn = unsafe extern "C" fn(*mut ibv_device) -> u64;
+/// `ibv_alloc_pd`
+pub type AllocPdFn = unsafe extern "C" fn(*mut ibv_context) -> *mut ibv_pd;
+/// `ibv_create_comp_channel`
+pub type CreateCompChannelFn = unsafe extern "C" fn(*mut ibv_context) -> *mut ibv_comp_channel;
+/// `ibv_create_cq`
+pub type CreateCqFn = unsafe extern "C" fn(
+    *mut ibv_context,
+    c_int,
+    *mut c_void,
+    *mut ibv_comp_channel,
+    c_int,
+) -> *mut ibv_cq;
+/// `ibv_create_qp`
+pub type CreateQpFn = unsafe extern "C" fn(*mut ibv_pd, *mut ibv_qp_init_attr) -> *mut ibv_qp;
+/// The `create_qp_ex` op of a `struct verbs_context` (behind the inline `ibv_create_qp_ex`).
+pub type CreateQpExFn =
+    unsafe extern "C" fn(*mut ibv_context, *mut ibv_qp_init_attr_ex) -> *mut ibv_qp;
+/// `ibv_create_srq`
+pub type CreateSrqFn = unsafe extern "C" fn(*mut ibv_pd, *mut ibv_srq_init_attr) -> *mut ibv_srq;
+/// `ibv_query_qp`
+pub type QueryQpFn =
+    unsafe extern "C" fn(*mut ibv_qp, *mut ibv_qp_attr, c_int, *mut ibv_qp_init_attr) -> c_int;
 
 /// The public verbs librdmacm calls, resolved at their rdma-core 44 version nodes.
 pub struct Verbs {
@@ -51,6 +75,14 @@ pub struct Verbs {
     pub destroy_srq: DestroyFn<ibv_srq>,
     pub destroy_cq: DestroyFn<ibv_cq>,
     pub destroy_comp_channel: DestroyFn<ibv_comp_channel>,
+    pub get_device_guid: DeviceGuidFn,
+    pub alloc_pd: AllocPdFn,
+    pub dealloc_pd: DestroyFn<ibv_pd>,
+    pub create_comp_channel: CreateCompChannelFn,
+    pub create_cq: CreateCqFn,
+    pub create_qp: CreateQpFn,
+    pub create_srq: CreateSrqFn,
+    pub query_qp: QueryQpFn,
     /// The connection manager's table, or why there is none.
     pub cm: Result<&'static CmOps, String>,
 }
@@ -132,6 +164,39 @@ macro_rules! resolve {
     }};
 }
 
+/// The `create_qp_ex` op of `context`, as the header inline `ibv_create_qp_ex` finds it
+/// (`verbs_get_ctx_op`): NULL unless the context is an extended one whose `verbs_context`
+/// reaches back to the op.
+///
+/// # Safety
+/// `context` is a live context from libibverbs' `ibv_open_device`.
+pub unsafe fn create_qp_ex_op(context: *mut ibv_context) -> Option<CreateQpExFn> {
+    let ctx = context.cast::<u8>();
+    // SAFETY: `abi_compat` is a pointer-sized field of every `struct ibv_context`.
+    let compat = unsafe {
+        ctx.add(IBV_CONTEXT_ABI_COMPAT_OFFSET)
+            .cast::<usize>()
+            .read()
+    };
+    if compat != VERBS_ABI_IS_EXTENDED {
+        return None;
+    }
+    // SAFETY: an extended context is the `context` member of a `struct verbs_context`, whose
+    // `sz` (how many bytes of it the library fills, counted back from its end) is readable.
+    let vctx = unsafe { ctx.sub(VERBS_CONTEXT_CONTEXT_OFFSET) };
+    // SAFETY: as above.
+    let sz = unsafe { vctx.add(VERBS_CONTEXT_SZ_OFFSET).cast::<usize>().read() };
+    if sz < VERBS_CONTEXT_SIZE - VERBS_CONTEXT_CREATE_QP_EX_OFFSET {
+        return None;
+    }
+    // SAFETY: `sz` covers the op; a function pointer or NULL, which `Option` maps.
+    unsafe {
+        vctx.add(VERBS_CONTEXT_CREATE_QP_EX_OFFSET)
+            .cast::<Option<CreateQpExFn>>()
+            .read()
+    }
+}
+
 impl Verbs {
     /// Resolves the verbs and the connection manager in the library behind `handle`.
     pub fn resolve(handle: Handle) -> Result<Verbs, String> {
@@ -149,6 +214,16 @@ impl Verbs {
             destroy_cq: resolve!(handle, "ibv_destroy_cq" @ "IBVERBS_1.1" as DestroyFn<ibv_cq>),
             destroy_comp_channel: resolve!(
                 handle, "ibv_destroy_comp_channel" @ "IBVERBS_1.0" as DestroyFn<ibv_comp_channel>),
+            get_device_guid: resolve!(
+                handle, "ibv_get_device_guid" @ "IBVERBS_1.1" as DeviceGuidFn),
+            alloc_pd: resolve!(handle, "ibv_alloc_pd" @ "IBVERBS_1.1" as AllocPdFn),
+            dealloc_pd: resolve!(handle, "ibv_dealloc_pd" @ "IBVERBS_1.1" as DestroyFn<ibv_pd>),
+            create_comp_channel: resolve!(
+                handle, "ibv_create_comp_channel" @ "IBVERBS_1.0" as CreateCompChannelFn),
+            create_cq: resolve!(handle, "ibv_create_cq" @ "IBVERBS_1.1" as CreateCqFn),
+            create_qp: resolve!(handle, "ibv_create_qp" @ "IBVERBS_1.1" as CreateQpFn),
+            create_srq: resolve!(handle, "ibv_create_srq" @ "IBVERBS_1.1" as CreateSrqFn),
+            query_qp: resolve!(handle, "ibv_query_qp" @ "IBVERBS_1.1" as QueryQpFn),
             cm: connection_manager(handle, &path),
             path,
         })

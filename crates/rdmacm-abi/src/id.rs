@@ -22,6 +22,7 @@ use crate::abi::*;
 use crate::channel::Channel;
 use crate::errno::Errno;
 use crate::event::{ack, Event};
+use crate::mcast::Group;
 use crate::registry::Registry;
 
 /// Ids handed to C.
@@ -62,7 +63,25 @@ struct IdState {
     /// ECE options set with `rdma_set_local_ece`, and the peer's.
     local_ece: ibv_ece,
     remote_ece: ibv_ece,
+    /// The device context `c.verbs` names, whose shared PD `c.pd` started as: the id holds a
+    /// reference to it (rdma-core's `ucma_get_device` / `ucma_put_device`).
+    device: Option<Device>,
+    /// Setting up the connection failed locally (CONNECT_ERROR was reported): the
+    /// REJECTED and DISCONNECTED that may follow are not (rdma-core's `connect_error`).
+    connect_error: bool,
+    /// `rdma_create_ep` of a passive endpoint: the QP `rdma_get_request` creates for each
+    /// request.
+    qp_init_attr: Option<ibv_qp_init_attr>,
+    /// `rdma_create_ep`: private data (`ai_connect`) put before the program's own in the
+    /// next `rdma_connect`.
+    connect_data: Vec<u8>,
+    /// Groups joined (`rdma_join_multicast`), newest first.
+    groups: Vec<Arc<Group>>,
 }
+
+/// A device context an id holds.
+#[derive(Clone, Copy)]
+pub struct Device(pub *mut ibv_context);
 
 /// The QP type rdma_cm gives an id of port space `ps` (rdma-core's `rdma_create_id`; the
 /// kernel refuses other port spaces with `EINVAL`).
@@ -104,6 +123,11 @@ impl Id {
                 cm: 0,
                 local_ece: ibv_ece::zeroed(),
                 remote_ece: ibv_ece::zeroed(),
+                device: None,
+                connect_error: false,
+                qp_init_attr: None,
+                connect_data: Vec::new(),
+                groups: Vec::new(),
             }),
             reported: AtomicU32::new(0),
             acked: Mutex::new(0),
@@ -203,17 +227,113 @@ impl Id {
 
     /// `rdma_destroy_id` once the connection manager has forgotten the id: drops its queued
     /// events, acknowledges a held one, waits for the rest, unregisters it and its private
-    /// channel.
+    /// channel, and lets go of its device and path records (rdma-core's `ucma_free_id`).
     pub fn destroy(self: &Arc<Id>) {
         let (dropped, reported) = self.withdraw_queued();
         discard(dropped);
         self.ack_held_event();
         self.wait_acked(reported);
         IDS.remove(self.c_ptr());
-        let state = self.state();
-        if state.sync {
-            CHANNELS.remove(state.channel.c_ptr());
+        let (device, groups) = {
+            let mut state = self.state();
+            if state.sync {
+                CHANNELS.remove(state.channel.c_ptr());
+            }
+            (state.device.take(), core::mem::take(&mut state.groups))
+        };
+        for group in groups {
+            group.forget();
         }
+        if let Some(device) = device {
+            crate::devices::release(device.0);
+        }
+        // SAFETY: the id is unregistered: no other librdmacm call reaches its C struct, and
+        // the path records were malloc'ed by `set_path_records`.
+        unsafe {
+            let c = &mut *self.c();
+            libc::free(c.route.path_rec.cast());
+            c.route.path_rec = core::ptr::null_mut();
+            c.route.num_paths = 0;
+        }
+    }
+
+    /// The device the id holds, if any.
+    pub fn device(&self) -> Option<Device> {
+        self.state().device
+    }
+
+    /// Records the device the id now holds (the caller took the reference).
+    pub fn set_device(&self, device: Device) {
+        self.state().device = Some(device);
+    }
+
+    /// Whether CONNECT_ERROR was reported for the id.
+    pub fn connect_error(&self) -> bool {
+        self.state().connect_error
+    }
+
+    /// Notes that CONNECT_ERROR was reported for the id.
+    pub fn set_connect_error(&self) {
+        self.state().connect_error = true;
+    }
+
+    /// The QP attributes of a passive endpoint (`rdma_create_ep`).
+    pub fn qp_init_attr(&self) -> Option<ibv_qp_init_attr> {
+        self.state().qp_init_attr
+    }
+
+    /// Stores them.
+    pub fn set_qp_init_attr(&self, attr: ibv_qp_init_attr) {
+        self.state().qp_init_attr = Some(attr);
+    }
+
+    /// Takes the private data `rdma_create_ep` stored for the next connect.
+    pub fn take_connect_data(&self) -> Vec<u8> {
+        core::mem::take(&mut self.state().connect_data)
+    }
+
+    /// Stores private data for the next connect.
+    pub fn set_connect_data(&self, data: Vec<u8>) {
+        self.state().connect_data = data;
+    }
+
+    /// Adds a joined group.
+    pub fn add_group(&self, group: Arc<Group>) {
+        self.state().groups.insert(0, group);
+    }
+
+    /// Removes and returns the joined group `which` selects.
+    pub fn take_group(&self, which: impl Fn(&Group) -> bool) -> Option<Arc<Group>> {
+        let mut state = self.state();
+        let i = state.groups.iter().position(|g| which(g))?;
+        Some(state.groups.remove(i))
+    }
+
+    /// Replaces the path records `route.path_rec` points to (malloc'ed, as programs may
+    /// keep reading them, until replaced or the id is destroyed).
+    pub fn set_path_records(&self, paths: &[ibv_sa_path_rec]) -> Result<(), Errno> {
+        let new = if paths.is_empty() {
+            core::ptr::null_mut()
+        } else {
+            // SAFETY: malloc of `paths.len()` records; checked for NULL.
+            let p =
+                unsafe { libc::malloc(core::mem::size_of_val(paths)) }.cast::<ibv_sa_path_rec>();
+            if p.is_null() {
+                return Err(libc::ENOMEM);
+            }
+            // SAFETY: `p` has room for the records; the regions are distinct.
+            unsafe { core::ptr::copy_nonoverlapping(paths.as_ptr(), p, paths.len()) };
+            p
+        };
+        let _state = self.state();
+        // SAFETY: our own C struct's fields; the old records came from malloc here.
+        unsafe {
+            let c = &mut *self.c();
+            libc::free(c.route.path_rec.cast());
+            c.route.path_rec = new;
+            c.route.num_paths = paths.len() as c_int;
+        }
+        Ok(())
     }
 
     /// `rdma_migrate_id`: moves the id (and its queued events) to `to`, or to a new private

@@ -32,5 +32,7 @@ pub mod event;
 pub mod exports;
 pub mod ibverbs;
 pub mod id;
+pub mod mcast;
+pub mod qp;
 pub mod registry;
 pub mod rsocket;

@@ -170,10 +170,10 @@ set_ece_no_vendor -1 EINVAL
 set_ece 0 -
 get_remote_ece 0 -
 remote ece 0 0 0
-bind_addr -1 ENOSYS
-resolve_addr -1 ENOSYS
-listen -1 ENOSYS
-connect -1 ENOSYS
+bind_addr 0 -
+resolve_addr 0 -
+listen -1 EINVAL
+connect -1 EINVAL
 bind_unknown_id -1 EINVAL
 disconnect_null -1 EINVAL
 destroy_tcp 0 -
@@ -198,17 +198,11 @@ fn channels_ids_and_what_needs_the_cm() {
         return;
     };
     assert_eq!(out.stdout, CHANNELS_AND_IDS_EXPECTED);
-    // The calls that need the connection manager said why, once: this libibverbs has none yet.
-    let said: Vec<&str> = out
-        .stderr
-        .lines()
-        .filter(|l| l.starts_with("librdmacm.so.1 (softverbs): no connection manager"))
-        .collect();
-    assert_eq!(said.len(), 1, "stderr:\n{}", out.stderr);
+    // softverbs' libibverbs has the connection manager: nothing to explain.
     assert!(
-        said[0].contains("dropin/libibverbs.so.1 has no softverbs_private_cm@SOFTVERBS_PRIVATE_1"),
-        "{}",
-        said[0]
+        !out.stderr.contains("no connection manager"),
+        "stderr:\n{}",
+        out.stderr
     );
 }
 

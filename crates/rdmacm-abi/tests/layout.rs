@@ -77,6 +77,27 @@ fn table() -> Vec<Type> {
             ai_route, ai_connect_len, ai_connect, ai_next,
         }
         struct rdma_cm_join_mc_attr_ex { comp_mask, join_flags, addr }
+        struct ibv_pd { context, handle }
+        struct ibv_qp {
+            context, qp_context, pd, send_cq, recv_cq, srq, handle, qp_num, state, qp_type,
+            mutex, cond, events_completed,
+        }
+        struct ibv_qp_cap { max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline_data }
+        struct ibv_qp_init_attr { qp_context, send_cq, recv_cq, srq, cap, qp_type, sq_sig_all }
+        struct ibv_rx_hash_conf {
+            rx_hash_function, rx_hash_key_len, rx_hash_key, rx_hash_fields_mask,
+        }
+        struct ibv_qp_init_attr_ex {
+            qp_context, send_cq, recv_cq, srq, cap, qp_type, sq_sig_all, comp_mask, pd, xrcd,
+            create_flags, max_tso_header, rwq_ind_tbl, rx_hash_conf, source_qpn, send_ops_flags,
+        }
+        struct ibv_srq_attr { max_wr, max_sge, srq_limit }
+        struct ibv_srq_init_attr { srq_context, attr }
+        struct ibv_tm_cap { max_num_tags, max_ops }
+        struct ibv_srq_init_attr_ex {
+            srq_context, attr, comp_mask, srq_type, pd, xrcd, cq, tm_cap,
+        }
+        struct ibv_qp_attr (partial) { qp_state }
     }
 }
 
@@ -146,8 +167,39 @@ fn constants() -> Vec<(&'static str, i64)> {
         IBV_QPT_UD,
         IBV_QPT_XRC_SEND,
         IBV_QPT_XRC_RECV,
+        IBV_QP_INIT_ATTR_PD,
+        IBV_QP_INIT_ATTR_XRCD,
+        IBV_SRQ_INIT_ATTR_TYPE,
+        IBV_SRQ_INIT_ATTR_PD,
+        IBV_SRQ_INIT_ATTR_XRCD,
+        IBV_SRQ_INIT_ATTR_CQ,
+        IBV_SRQT_BASIC,
+        IBV_SRQT_XRC,
+        IBV_QP_STATE,
+        IBV_EVENT_COMM_EST,
+        IBV_TRANSPORT_IB,
+        IBV_CONTEXT_ABI_COMPAT_OFFSET,
+        VERBS_CONTEXT_CONTEXT_OFFSET,
+        VERBS_CONTEXT_CREATE_QP_EX_OFFSET,
+        VERBS_CONTEXT_SZ_OFFSET,
+        VERBS_CONTEXT_SIZE,
+        VERBS_ABI_IS_EXTENDED,
     ]
 }
+
+/// C definitions of the offsets librdmacm uses to reach a context's `create_qp_ex` op (the
+/// header inline `ibv_create_qp_ex` does the same), named like the Rust constants.
+const OFFSETS_H: &str = "\
+#include <stddef.h>
+#include <stdint.h>
+#include <infiniband/verbs.h>
+#define IBV_CONTEXT_ABI_COMPAT_OFFSET offsetof(struct ibv_context, abi_compat)
+#define VERBS_CONTEXT_CONTEXT_OFFSET offsetof(struct verbs_context, context)
+#define VERBS_CONTEXT_CREATE_QP_EX_OFFSET offsetof(struct verbs_context, create_qp_ex)
+#define VERBS_CONTEXT_SZ_OFFSET offsetof(struct verbs_context, sz)
+#define VERBS_CONTEXT_SIZE sizeof(struct verbs_context)
+#define VERBS_ABI_IS_EXTENDED ((uintptr_t)__VERBS_ABI_IS_EXTENDED)
+";
 
 #[test]
 fn rust_tables_list_every_field() {
@@ -156,6 +208,10 @@ fn rust_tables_list_every_field() {
 
 #[test]
 fn layouts_and_constants_match_installed_headers() {
+    let scratch = Path::new(env!("CARGO_TARGET_TMPDIR")).join("rdmacm-layout");
+    std::fs::create_dir_all(&scratch).expect("create scratch dir");
+    let offsets = scratch.join("offsets.h");
+    std::fs::write(&offsets, OFFSETS_H).expect("write offsets.h");
     check_against_headers(
         &[
             "rdma/rdma_cma.h",
@@ -163,11 +219,12 @@ fn layouts_and_constants_match_installed_headers() {
             "rdma/rsocket.h",
             "infiniband/ib.h",
             "infiniband/sa.h",
+            offsets.to_str().expect("UTF-8 path"),
         ],
         "librdmacm-dev",
         &table(),
         &constants(),
-        &Path::new(env!("CARGO_TARGET_TMPDIR")).join("rdmacm-layout"),
+        &scratch,
     );
 }
 

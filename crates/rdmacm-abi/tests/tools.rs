@@ -1,7 +1,7 @@
 //! Debian's rdmacm-utils binaries (linked `-z now` against rdma-core) load on the drop-in
 //! librdmacm.so.1 + softverbs' libibverbs.so.1 with every import bound at its version node,
 //! as `ldd -r` (the loader with `LD_BIND_NOW`, reporting what does not resolve) shows. Running
-//! them needs the connection manager (issue 12, phase B).
+//! them is tested in rping.rs, cm_tools.rs and perftest_cm.rs.
 //!
 //! Needs rdmacm-utils and `ldd`; skips loudly without them, or fails when
 //! `SOFTVERBS_REQUIRE_TOOLS=1` (CI).

@@ -64,6 +64,11 @@ pub struct Config {
     /// Selective repeat with softverbs peers that offer it too (RC recovers only
     /// the packets lost); off, RC is plain IBA go-back-N with every peer.
     pub selective_repeat: bool,
+    /// The packet life time (IBA 4.096 µs × 2^n) of the paths the connection manager
+    /// resolves, from which rdma_cm derives the QPs' local ACK timeout and its own
+    /// response timeouts. Default 18, Linux's for RoCE (a local ACK timeout of about
+    /// 2.1 s); lower suits a link whose round trips take microseconds.
+    pub cm_packet_life_time: u8,
 }
 
 /// The machine's physical memory in bytes (a registration cap no real program passes).
@@ -95,6 +100,7 @@ impl Default for Config {
             max_mr_bytes: physical_memory(),
             socket_buffer: 8 << 20,
             selective_repeat: true,
+            cm_packet_life_time: 18,
         }
     }
 }
@@ -206,6 +212,20 @@ impl Config {
                     )
                 })?;
         }
+        if let Some(v) = get("SOFTVERBS_CM_PACKET_LIFE_TIME") {
+            c.cm_packet_life_time =
+                v.trim()
+                    .parse()
+                    .ok()
+                    .filter(|&n: &u8| n <= 30)
+                    .ok_or_else(|| {
+                        err(
+                            "SOFTVERBS_CM_PACKET_LIFE_TIME",
+                            &v,
+                            "not an exponent from 0 to 30",
+                        )
+                    })?;
+        }
         Ok(c)
     }
 }
@@ -259,10 +279,12 @@ mod tests {
             ("SOFTVERBS_MAX_MR_BYTES", "1048576"),
             ("SOFTVERBS_SOCKET_BUFFER", "65536"),
             ("SOFTVERBS_SELECTIVE_REPEAT", "0"),
+            ("SOFTVERBS_CM_PACKET_LIFE_TIME", "10"),
         ])
         .unwrap();
         assert!(!c.selective_repeat);
         assert!(Config::default().selective_repeat);
+        assert_eq!(c.cm_packet_life_time, 10);
         assert_eq!(c.addr, Some(IpAddr::from([10, 1, 2, 3])));
         assert_eq!((c.max_mr_bytes, c.socket_buffer), (1 << 20, 65536));
         assert_eq!(c.port, Some(4791));
@@ -273,6 +295,7 @@ mod tests {
         assert_eq!(c.pcap.as_deref(), Some(std::path::Path::new("/tmp/x.pcap")));
         assert_eq!(c.icrc, IcrcPolicy::CountOnly);
         assert_eq!(cfg(&[]).unwrap(), Config::default());
+        assert_eq!(Config::default().cm_packet_life_time, 18);
     }
 
     #[test]
@@ -289,5 +312,7 @@ mod tests {
         assert!(cfg(&[("SOFTVERBS_MAX_MR_BYTES", "lots")]).is_err());
         assert!(cfg(&[("SOFTVERBS_SOCKET_BUFFER", "0")]).is_err());
         assert!(cfg(&[("SOFTVERBS_SELECTIVE_REPEAT", "sometimes")]).is_err());
+        assert!(cfg(&[("SOFTVERBS_CM_PACKET_LIFE_TIME", "31")]).is_err());
+        assert!(cfg(&[("SOFTVERBS_CM_PACKET_LIFE_TIME", "-1")]).is_err());
     }
 }

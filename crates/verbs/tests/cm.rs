@@ -304,3 +304,124 @@ fn a_qp_in_rtr_reports_comm_established_once() {
         .collect();
     assert_eq!(est, [&AsyncEvent::CommEstablished(qb.handle())], "{seen:?}");
 }
+
+/// The device's `cm_packet_life_time` (SOFTVERBS_CM_PACKET_LIFE_TIME) is what routes carry,
+/// and so what the connection manager derives RC QPs' ACK timeouts from; Linux's 18 by
+/// default.
+#[test]
+fn the_configured_packet_life_time_is_the_routes() {
+    for (config, want) in [
+        (Config::default(), 18),
+        (
+            Config {
+                cm_packet_life_time: 10,
+                ..Config::default()
+            },
+            10,
+        ),
+    ] {
+        let ctx = Device::with_config("cm-plt", config).open().unwrap();
+        let channel = EventChannel::new(&ctx).unwrap();
+        let id = CmId::new(&channel, PortSpace::Tcp).unwrap();
+        id.resolve_addr(None, "127.0.0.1:7471".parse().unwrap(), T)
+            .unwrap();
+        assert_eq!(
+            channel.get_event_timeout(T).unwrap().kind(),
+            CmEventKind::AddrResolved
+        );
+        id.resolve_route().unwrap();
+        assert_eq!(
+            channel.get_event_timeout(T).unwrap().kind(),
+            CmEventKind::RouteResolved
+        );
+        assert_eq!(id.route().unwrap().packet_life_time, want);
+    }
+}
+
+/// The first SEND after a connection comes up finds a receive when both sides posted one
+/// in the `prepare` step (before the REQ / REP): no RNR NAK, whose timer the CM sets to
+/// 655 ms (min_rnr_timer 0). Without it, a passive side that posts only after the accept
+/// returned (here 100 ms later) draws an RNR NAK for that SEND.
+#[test]
+fn receives_posted_before_the_connection_meet_the_first_send() {
+    for prepared in [true, false] {
+        let s = side();
+        let listener = RcListener::bind(&s.ctx, "127.0.0.1:0".parse().unwrap(), 1).unwrap();
+        let at = listener.local_addr().unwrap();
+        let server = std::thread::spawn(move || {
+            let (id, data) = listener.get_request(T).unwrap();
+            let opts = RcOptions::default();
+            let recv = |qp: &Qp| qp.post_recv(1, &[s.mr.sge(0, 64)]);
+            let conn = if prepared {
+                accept_request_with(id, data, &s.pd, &s.cq, &opts, recv).unwrap()
+            } else {
+                let conn = accept_request(id, data, &s.pd, &s.cq, &opts).unwrap();
+                std::thread::sleep(Duration::from_millis(100));
+                recv(&conn.qp).unwrap();
+                conn
+            };
+            assert_eq!(wait_wc(&s.cq).status, WcStatus::Success);
+            conn.wait_disconnected(T).unwrap();
+            s.ctx.counters().rnr_nak_sent
+        });
+        let c = side();
+        let conn = connect_rc_with(&c.pd, &c.cq, at, &RcOptions::default(), |qp| {
+            qp.post_recv(7, &[c.mr.sge(64, 64)])
+        })
+        .unwrap();
+        let sge = [c.mr.sge(0, 8)];
+        conn.qp
+            .post_send(&SendWr::new(9, SendOp::Send, &sge))
+            .unwrap();
+        assert_eq!(wait_wc(&c.cq).status, WcStatus::Success);
+        conn.disconnect(T).unwrap();
+        let rnr_naks = server.join().unwrap();
+        if prepared {
+            assert_eq!(rnr_naks, 0, "the receive was there before the REP");
+        } else {
+            assert!(rnr_naks > 0, "a receive posted late draws an RNR NAK");
+        }
+    }
+}
+
+/// Address and route resolution through the kernel: the route's hop limit (the default
+/// TTL for a destination of this host) and MTU (loopback's, capped by the device's) in
+/// the path record; and a source address that is not this host's ends in ADDR_ERROR
+/// with EADDRNOTAVAIL's status, the id back in ADDR_BOUND (bound to that source, as
+/// Linux leaves an id whose resolution failed).
+#[test]
+fn resolution_reports_the_kernels_route_and_its_failures() {
+    let ctx = device();
+    let channel = EventChannel::new(&ctx).unwrap();
+    let id = CmId::new(&channel, PortSpace::Tcp).unwrap();
+    let next = |want: CmEventKind| {
+        let ev = channel.get_event_timeout(T).expect("an event");
+        assert_eq!(ev.kind(), want, "{:?}", ev.status());
+        ev.status()
+    };
+    let dst: SocketAddr = "127.0.0.1:7174".parse().unwrap();
+    // TEST-NET-1 (RFC 5737): never an address of this host.
+    id.resolve_addr(Some("192.0.2.1".parse().unwrap()), dst, T)
+        .unwrap();
+    assert_eq!(
+        next(CmEventKind::AddrError),
+        EventStatus::Resolve(softverbs_cm::ResolveError::AddressNotAvailable)
+    );
+    assert_eq!(id.state().unwrap(), IdState::AddrBound);
+    drop(id);
+    let id = CmId::new(&channel, PortSpace::Tcp).unwrap();
+    id.resolve_addr(None, dst, T).unwrap();
+    assert_eq!(next(CmEventKind::AddrResolved), EventStatus::Ok);
+    id.resolve_route().unwrap();
+    assert_eq!(next(CmEventKind::RouteResolved), EventStatus::Ok);
+    let path = id.route().expect("a path record");
+    let ttl: u8 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_default_ttl")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(path.hop_limit, ttl);
+    // Loopback's MTU (65536) is above every IB MTU: the device's own (4096) is the cap.
+    assert_eq!(path.mtu, softverbs_cm::IbMtu::Mtu4096);
+    assert!(id.local_addr().unwrap().ip().is_loopback());
+}

@@ -19,15 +19,22 @@
 //! source, READ and atomic results).
 
 mod bw;
+mod cm;
 mod lat;
 mod report;
 
+use crate::cmlink::CmLink;
 use crate::conn::{connect_qp, open_device, random_psn, Ctrl, QpInfo};
 use crate::progress::Progress;
 use crate::{fail, Op, PerfArgs, Result};
 use report::{BwRow, LatRow, Report};
-use softverbs::{Context, Cq, Mr, Mtu, PageAligned, Pd, Qp, QpBuilder, QpCap};
+use softverbs::cm::{CmId, EventChannel, PortSpace, RcListener};
+use softverbs::{
+    AddressHandle, Context, Cq, Mr, Mtu, PageAligned, Pd, Qp, QpBuilder, QpCap, QpType, Qpn,
+};
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Receives kept posted per QP by a SEND receiver.
@@ -162,23 +169,26 @@ impl Plan {
 /// The Q_Key of UD benchmark QPs.
 const UD_QKEY: u32 = 0x1111_1111;
 
+/// Where a UD QP's SENDs go.
+#[derive(Debug, Clone, Copy)]
+pub struct UdPeer {
+    pub ah: AddressHandle,
+    pub qpn: Qpn,
+    pub qkey: u32,
+}
+
 impl QpEnd {
     /// The SEND this QP posts: to its peer's QP, by address handle on UD.
     pub fn send_op(&self) -> softverbs::SendOp {
-        if self.qp.qp_type() == softverbs::QpType::Ud {
-            softverbs::AddressHandle::from_gid(self.remote.gid).send(
-                softverbs::Qpn::new(self.remote.qpn),
-                UD_QKEY,
-                None,
-            )
-        } else {
-            softverbs::SendOp::Send
+        match self.ud {
+            Some(p) => p.ah.send(p.qpn, p.qkey, None),
+            None => softverbs::SendOp::Send,
         }
     }
 
     /// Bytes a receive needs beyond the message: the GRH area on UD.
     pub fn recv_extra(&self) -> u32 {
-        if self.qp.qp_type() == softverbs::QpType::Ud {
+        if self.qp.qp_type() == QpType::Ud {
             40
         } else {
             0
@@ -188,62 +198,83 @@ impl QpEnd {
 
 /// One QP with its buffer and its peer.
 pub struct QpEnd {
-    pub qp: Qp,
+    pub qp: Arc<Qp>,
     pub mr: Mr<PageAligned>,
     pub psn: u32,
     pub remote: QpInfo,
+    /// UD: where SENDs go.
+    pub ud: Option<UdPeer>,
 }
 
 /// One end of a benchmark: a device, a CQ shared by all QPs, the QPs.
 pub struct Side {
     pub ctx: Context,
-    _pd: Pd,
+    pd: Pd,
     pub cq: Cq,
     pub qps: Vec<QpEnd>,
     pub region: usize,
     pub max_send_wr: u32,
+    /// With `--cm`: the connections (RC) or ids (UD) behind the QPs.
+    cm: Vec<cm::Hold>,
 }
 
 impl Side {
+    /// The device's share: a PD and one CQ for every QP to come.
     fn new(ctx: Context, plan: &Plan) -> Result<Side> {
         let pd = ctx.alloc_pd()?;
         let max_send_wr = plan.max_send_wr();
         let cqe = plan.qps * (max_send_wr + RX_DEPTH) + 64;
         let cq = ctx.create_cq(cqe, None)?;
-        let mut qps = Vec::with_capacity(plan.qps as usize);
+        Ok(Side {
+            ctx,
+            pd,
+            cq,
+            qps: Vec::with_capacity(plan.qps as usize),
+            region: plan.region,
+            max_send_wr,
+            cm: Vec::new(),
+        })
+    }
+
+    fn cap(&self, _plan: &Plan) -> QpCap {
+        QpCap {
+            max_send_wr: self.max_send_wr,
+            max_recv_wr: RX_DEPTH,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: INLINE_MAX,
+        }
+    }
+
+    fn builder(&self, plan: &Plan, qp_type: QpType) -> QpBuilder {
+        QpBuilder::new(&self.pd, &self.cq)
+            .qp_type(qp_type)
+            .cap(self.cap(plan))
+    }
+
+    /// One QP's buffer: two regions.
+    fn new_mr(&self, plan: &Plan) -> Result<Mr<PageAligned>> {
+        Ok(self
+            .pd
+            .reg_mr(PageAligned::new(plan.region * 2), crate::conn::all_access())?)
+    }
+
+    /// The QPs of a run whose ends exchange QP numbers themselves (over TCP).
+    fn create_qps(&mut self, plan: &Plan) -> Result<()> {
+        let qp_type = if plan.ud { QpType::Ud } else { QpType::Rc };
         for _ in 0..plan.qps {
-            let qp_type = if plan.ud {
-                softverbs::QpType::Ud
-            } else {
-                softverbs::QpType::Rc
-            };
-            let qp = QpBuilder::new(&pd, &cq)
-                .qp_type(qp_type)
-                .cap(QpCap {
-                    max_send_wr,
-                    max_recv_wr: RX_DEPTH,
-                    max_send_sge: 1,
-                    max_recv_sge: 1,
-                    max_inline_data: INLINE_MAX,
-                })
-                .build()?;
-            let mr = pd.reg_mr(PageAligned::new(plan.region * 2), crate::conn::all_access())?;
+            let qp = Arc::new(self.builder(plan, qp_type).build()?);
+            let mr = self.new_mr(plan)?;
             let psn = random_psn(qp.qpn().value());
-            qps.push(QpEnd {
+            self.qps.push(QpEnd {
                 qp,
                 mr,
                 psn,
                 remote: QpInfo::default(),
+                ud: None,
             });
         }
-        Ok(Side {
-            ctx,
-            _pd: pd,
-            cq,
-            qps,
-            region: plan.region,
-            max_send_wr,
-        })
+        Ok(())
     }
 
     fn local_info(&self, q: usize) -> QpInfo {
@@ -260,13 +291,18 @@ impl Side {
 
     fn connect(&mut self, remotes: Vec<QpInfo>, mtu: Mtu) -> Result<()> {
         for (e, remote) in self.qps.iter_mut().zip(remotes) {
-            if e.qp.qp_type() == softverbs::QpType::Ud {
+            if e.qp.qp_type() == QpType::Ud {
                 e.qp.ud_to_init(UD_QKEY)?;
                 e.qp.ud_to_rtr()?;
                 e.qp.to_rts(softverbs::RtsAttr {
                     sq_psn: e.psn,
                     ..Default::default()
                 })?;
+                e.ud = Some(UdPeer {
+                    ah: AddressHandle::from_gid(remote.gid),
+                    qpn: Qpn::new(remote.qpn),
+                    qkey: UD_QKEY,
+                });
             } else {
                 connect_qp(&self.ctx, &e.qp, e.psn, &remote, mtu)?;
             }
@@ -369,19 +405,35 @@ fn free_tcp_port() -> Result<u16> {
     Ok(l.local_addr()?.port())
 }
 
+/// An rdma_cm port nobody holds right now (rdma_cm ports are UDP ports here: a
+/// listener's rendezvous socket).
+fn free_cm_port() -> Result<u16> {
+    let s = std::net::UdpSocket::bind(("0.0.0.0", 0))?;
+    Ok(s.local_addr()?.port())
+}
+
 /// Both ends on this machine: a child process serves, this one measures.
 fn local(a: &PerfArgs) -> Result<()> {
-    let port = free_tcp_port()?;
+    let port = if a.cm {
+        free_cm_port()?
+    } else {
+        free_tcp_port()?
+    };
     let exe = std::env::current_exe()?;
+    let port_arg = port.to_string();
+    let mut args = vec![
+        "perf",
+        a.op.name(),
+        "--server",
+        "--spawned",
+        "-p",
+        &port_arg,
+    ];
+    if a.cm {
+        args.push("--cm");
+    }
     let mut child = Command::new(exe)
-        .args([
-            "perf",
-            a.op.name(),
-            "--server",
-            "--spawned",
-            "-p",
-            &port.to_string(),
-        ])
+        .args(args)
         // Each end opens its own device: one fixed port or capture file cannot
         // serve both (the client's capture sees both directions anyway).
         .env_remove("SOFTVERBS_PORT")
@@ -425,24 +477,59 @@ fn wait_child(child: &mut Child, patience: Duration) -> Result<Option<std::proce
     }
 }
 
+/// The rdma_cm address `host:port` names.
+fn cm_address(host: &str, port: u16) -> Result<SocketAddr> {
+    match (host, port).to_socket_addrs() {
+        Ok(mut addrs) => match addrs.next() {
+            Some(a) => Ok(a),
+            None => fail!("{host} has no address"),
+        },
+        Err(e) => fail!("cannot resolve {host}: {e}"),
+    }
+}
+
 fn client(a: &PerfArgs, host: &str, port: u16, mut child: Option<&mut Child>) -> Result<()> {
     let steps = plan_steps(a)?;
-    let mut ctrl = Ctrl::connect(host, port, Duration::from_secs(10), || {
+    let give_up = || {
         let c = child.as_mut()?;
         match c.try_wait() {
             Ok(Some(status)) => Some(format!("the local server exited early ({status})")),
             _ => None,
         }
-    })?;
-    let result = client_session(a, &mut ctrl, &steps);
+    };
+    let (mut ctrl, ctx) = if a.cm {
+        // The device must exist before the connection manager can connect anything: open
+        // it on the address the kernel would send to the server from.
+        let dst = cm_address(host, port)?;
+        let ctx = open_device(crate::conn::route_source(dst.ip()), a.mtu)?;
+        let link = CmLink::connect(&ctx, dst, Duration::from_secs(10), give_up)?;
+        (Ctrl::over_cm(link), Some(ctx))
+    } else {
+        let ctrl = Ctrl::connect(host, port, Duration::from_secs(10), give_up)?;
+        (ctrl, None)
+    };
+    let result = client_session(a, &mut ctrl, ctx, &steps);
     if let Err(e) = &result {
         ctrl.send_error(&e.to_string());
+    }
+    // The test QPs are disconnected (dropped with the session); the control connection
+    // goes last, and the server waits for it.
+    if let (Ok(()), Some(link)) = (&result, ctrl.cm_link()) {
+        link.disconnect(cm::STEP)?;
     }
     result
 }
 
-fn client_session(a: &PerfArgs, ctrl: &mut Ctrl, steps: &[Step]) -> Result<()> {
-    let ctx = open_device(Some(ctrl.local_ip()?), a.mtu)?;
+fn client_session(
+    a: &PerfArgs,
+    ctrl: &mut Ctrl,
+    ctx: Option<Context>,
+    steps: &[Step],
+) -> Result<()> {
+    let ctx = match ctx {
+        Some(ctx) => ctx,
+        None => open_device(Some(ctrl.local_ip()?), a.mtu)?,
+    };
     let mtu = ctx.query_port(1)?.active_mtu;
     let max_size = steps.iter().map(|s| s.size).max().unwrap_or(8) as usize;
     let plan = Plan {
@@ -460,16 +547,24 @@ fn client_session(a: &PerfArgs, ctrl: &mut Ctrl, steps: &[Step]) -> Result<()> {
     }
     plan.check()?;
     let mut side = Side::new(ctx, &plan)?;
-    ctrl.send(&plan.line())?;
-    for q in 0..side.qps.len() {
-        ctrl.send(&side.local_info(q).to_perf())?;
+    if a.cm {
+        // The server has its buffers once it says OK; then one rdma_cm connection per QP.
+        ctrl.send(&plan.line())?;
+        ctrl.expect("OK")?;
+        side.cm_connect(&plan, ctrl.peer()?)?;
+    } else {
+        side.create_qps(&plan)?;
+        ctrl.send(&plan.line())?;
+        for q in 0..side.qps.len() {
+            ctrl.send(&side.local_info(q).to_perf())?;
+        }
+        ctrl.expect("OK")?;
+        let mut remotes = Vec::with_capacity(side.qps.len());
+        for _ in 0..side.qps.len() {
+            remotes.push(QpInfo::from_perf(&ctrl.recv()?)?);
+        }
+        side.connect(remotes, mtu)?;
     }
-    ctrl.expect("OK")?;
-    let mut remotes = Vec::with_capacity(side.qps.len());
-    for _ in 0..side.qps.len() {
-        remotes.push(QpInfo::from_perf(&ctrl.recv()?)?);
-    }
-    side.connect(remotes, mtu)?;
 
     let mut report = Report::new(a, &plan, ctrl.peer()?.port());
     report.header(&side);
@@ -541,6 +636,9 @@ fn finish_cmd(ctrl: &mut Ctrl) -> Result<()> {
 }
 
 fn server(a: &PerfArgs) -> Result<()> {
+    if a.cm {
+        return server_cm(a);
+    }
     if !a.spawned {
         eprintln!(
             "softverbs perf {}: waiting for a client on TCP port {}",
@@ -549,7 +647,12 @@ fn server(a: &PerfArgs) -> Result<()> {
         );
     }
     let mut ctrl = Ctrl::accept(a.port)?;
-    let result = server_session(a, &mut ctrl);
+    let result = server_session(a, &mut ctrl, None);
+    server_result(a, &mut ctrl, result)
+}
+
+/// Reports a server's failure to its client.
+fn server_result(a: &PerfArgs, ctrl: &mut Ctrl, result: Result<()>) -> Result<()> {
     if let Err(e) = &result {
         ctrl.send_error(&e.to_string());
         if a.spawned {
@@ -560,7 +663,55 @@ fn server(a: &PerfArgs) -> Result<()> {
     result
 }
 
-fn server_session(a: &PerfArgs, ctrl: &mut Ctrl) -> Result<()> {
+/// What a `--cm` server listens with.
+struct CmServer {
+    ctx: Context,
+    listener: RcListener,
+}
+
+/// `--cm`: listen at rdma_cm port PORT of every address (IPv6 and IPv4), take one
+/// client's control connection, then its QPs' connections.
+fn server_cm(a: &PerfArgs) -> Result<()> {
+    // SOFTVERBS_ADDR places the device, as for every softverbs program (the connection
+    // manager answers from the device's address).
+    let ctx = open_device(None, a.mtu)?;
+    let v6 = SocketAddr::new(IpAddr::from([0u16; 8]), a.port);
+    let listener = match RcListener::bind(&ctx, v6, 16) {
+        Ok(l) => l,
+        // No IPv6 here: IPv4 only.
+        Err(softverbs::cm::CmError::Bind { .. }) => {
+            RcListener::bind(&ctx, SocketAddr::new(IpAddr::from([0u8; 4]), a.port), 16)?
+        }
+        Err(e) => fail!("cannot listen at rdma_cm port {}: {e}", a.port),
+    };
+    if !a.spawned {
+        eprintln!(
+            "softverbs perf {}: waiting for a client on rdma_cm port {}",
+            a.op.name(),
+            a.port
+        );
+    }
+    let link = loop {
+        match CmLink::accept(&ctx, &listener, Duration::from_secs(3600)) {
+            Ok(l) => break l,
+            // A request that went away before it was accepted; wait for the next.
+            Err(e) if e.downcast_ref::<softverbs::cm::CmError>().is_some() => continue,
+            Err(e) => return Err(e),
+        }
+    };
+    let mut ctrl = Ctrl::over_cm(link);
+    let result = server_session(a, &mut ctrl, Some(CmServer { ctx, listener }));
+    let result = server_result(a, &mut ctrl, result);
+    if result.is_ok() {
+        if let Some(link) = ctrl.cm_link() {
+            // The client disconnects once it has read BYE.
+            link.wait_disconnected(cm::STEP)?;
+        }
+    }
+    result
+}
+
+fn server_session(a: &PerfArgs, ctrl: &mut Ctrl, cm_server: Option<CmServer>) -> Result<()> {
     let plan = Plan::parse(&ctrl.recv()?)?;
     if plan.op != a.op {
         fail!(
@@ -569,18 +720,51 @@ fn server_session(a: &PerfArgs, ctrl: &mut Ctrl) -> Result<()> {
             a.op.name()
         );
     }
-    let mut remotes = Vec::with_capacity(plan.qps as usize);
-    for _ in 0..plan.qps {
-        remotes.push(QpInfo::from_perf(&ctrl.recv()?)?);
-    }
-    let ctx = open_device(Some(ctrl.local_ip()?), Some(plan.mtu))?;
-    // Never more than this side's link carries.
-    let mtu = crate::conn::parse_mtu(plan.mtu)?.min(ctx.query_port(1)?.active_mtu);
-    let mut side = Side::new(ctx, &plan)?;
-    side.connect(remotes, mtu)?;
-    ctrl.send("OK")?;
-    for q in 0..side.qps.len() {
-        ctrl.send(&side.local_info(q).to_perf())?;
+    let mut side;
+    // Kept until the session ends: the UD service the client resolves.
+    let mut _ud_service = None;
+    if let Some(srv) = cm_server {
+        let mtu = srv.ctx.query_port(1)?.active_mtu;
+        if plan.ud && mtu.bytes() < plan.mtu {
+            fail!(
+                "UD messages of up to {} bytes need that MTU here too (this device: {})",
+                plan.mtu,
+                mtu.bytes()
+            );
+        }
+        side = Side::new(srv.ctx.clone(), &plan)?;
+        let ud = if plan.ud {
+            // The UDP port space: one process may hold a port in both spaces.
+            let channel = EventChannel::new(&srv.ctx)?;
+            let id = CmId::new(&channel, PortSpace::Udp)?;
+            let at = srv
+                .listener
+                .local_addr()
+                .unwrap_or_else(|| SocketAddr::new(IpAddr::from([0u8; 4]), a.port));
+            id.bind(at)?;
+            id.listen(16)?;
+            Some(id)
+        } else {
+            None
+        };
+        ctrl.send("OK")?;
+        side.cm_accept(&plan, &srv.listener, ud.as_ref())?;
+        _ud_service = ud;
+    } else {
+        let mut remotes = Vec::with_capacity(plan.qps as usize);
+        for _ in 0..plan.qps {
+            remotes.push(QpInfo::from_perf(&ctrl.recv()?)?);
+        }
+        let ctx = open_device(Some(ctrl.local_ip()?), Some(plan.mtu))?;
+        // Never more than this side's link carries.
+        let mtu = crate::conn::parse_mtu(plan.mtu)?.min(ctx.query_port(1)?.active_mtu);
+        side = Side::new(ctx, &plan)?;
+        side.create_qps(&plan)?;
+        side.connect(remotes, mtu)?;
+        ctrl.send("OK")?;
+        for q in 0..side.qps.len() {
+            ctrl.send(&side.local_info(q).to_perf())?;
+        }
     }
     println!(
         "softverbs perf {} server: {} QP(s), MTU {}, client {}",

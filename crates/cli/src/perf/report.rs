@@ -33,7 +33,8 @@ pub struct Report {
     op: Op,
     modes: &'static str,
     plan: Plan,
-    tcp_port: u16,
+    /// How the ends exchanged their parameters ("TCP port N" or "rdma_cm port N").
+    exchange: String,
     bw: Vec<BwRow>,
     lat: Vec<LatRow>,
 }
@@ -54,7 +55,7 @@ fn half_rtt(op: Op) -> bool {
 }
 
 impl Report {
-    pub fn new(a: &PerfArgs, plan: &Plan, tcp_port: u16) -> Report {
+    pub fn new(a: &PerfArgs, plan: &Plan, port: u16) -> Report {
         Report {
             json: a.json,
             plot: a.plot.clone(),
@@ -65,9 +66,22 @@ impl Report {
                 (true, true) => "BW and Latency",
             },
             plan: *plan,
-            tcp_port,
+            exchange: if a.cm {
+                format!("rdma_cm port {port}")
+            } else {
+                format!("TCP port {port}")
+            },
             bw: Vec::new(),
             lat: Vec::new(),
+        }
+    }
+
+    /// The QPs' transport.
+    fn connection(&self) -> &'static str {
+        if self.plan.ud {
+            "UD"
+        } else {
+            "RC"
         }
     }
 
@@ -87,7 +101,10 @@ impl Report {
             " Number of qps   : {:<14} Transport type : RoCEv2 in UDP (softverbs)",
             p.qps
         );
-        println!(" Connection type : RC             Using SRQ      : OFF");
+        println!(
+            " Connection type : {:<14} Using SRQ      : OFF",
+            self.connection()
+        );
         println!(
             " TX depth        : {:<14} CQ Moderation  : {}",
             p.tx_depth, p.cq_mod
@@ -101,8 +118,8 @@ impl Report {
             super::INLINE_MAX
         );
         println!(
-            " Data ex. method : TCP port {:<5}  GID index      : 0",
-            self.tcp_port
+            " Data ex. method : {:<14} GID index      : 0",
+            self.exchange
         );
         println!(" BW units        : MB/sec with MB = 2^20 bytes; MsgRate in 10^6 msgs/sec");
         println!("{RULE}");
@@ -237,7 +254,8 @@ impl Report {
             .with("tool", "softverbs perf")
             .with("version", env!("CARGO_PKG_VERSION"))
             .with("test", self.op.name())
-            .with("connection", "RC")
+            .with("connection", self.connection())
+            .with("exchange", self.exchange.as_str())
             .with("qps", p.qps)
             .with("mtu", p.mtu)
             .with("tx_depth", p.tx_depth)

@@ -173,6 +173,8 @@ pub struct Host {
     pub blackhole: HashSet<IpAddr>,
     /// Answer every QP transition with a failure.
     pub fail_qp: bool,
+    /// Answer every multicast join with a failure (as a refused IP_ADD_MEMBERSHIP).
+    pub fail_join: bool,
     pub filter: Option<Filter>,
     pub hook: Option<Hook>,
     out: VecDeque<(SocketAddr, Vec<u8>)>,
@@ -194,6 +196,7 @@ impl Host {
             sent: Vec::new(),
             blackhole: HashSet::new(),
             fail_qp: false,
+            fail_join: false,
             filter: None,
             hook: None,
             out: VecDeque::new(),
@@ -247,8 +250,12 @@ impl Host {
                         self.cm.handle_qp_modified(t, token, result);
                     }
                     DriverRequest::JoinGroup { token, group, .. } => {
-                        self.cm
-                            .handle_group_joined(t, token, Ok(SocketAddr::new(group, 4791)));
+                        let result = if self.fail_join {
+                            Err(())
+                        } else {
+                            Ok(SocketAddr::new(group, 4791))
+                        };
+                        self.cm.handle_group_joined(t, token, result);
                     }
                     DriverRequest::LeaveGroup { .. } => {}
                     DriverRequest::ReleasePort { addr } => self.released.push(addr),

@@ -293,7 +293,9 @@ impl Engine {
     }
 
     /// Arms a CQ: the next completion (only solicited or error ones when
-    /// `solicited_only`) queues a notification for [`Engine::poll_cq_notification`].
+    /// `solicited_only`) queues a notification for [`Engine::poll_cq_notification`]. A
+    /// completion of that kind already waiting in the CQ, not yet polled, queues it at
+    /// once, as an RNIC's arm against its consumer index does.
     pub fn req_notify_cq(
         &mut self,
         cq: CqHandle,
@@ -304,7 +306,9 @@ impl Engine {
             .cqs
             .get_mut(cq.0)
             .ok_or(ResourceError::UnknownObject)?;
-        c.armed = Some(solicited_only);
+        if c.arm(solicited_only) {
+            self.shared.notifications.push_back(cq);
+        }
         Ok(())
     }
 

@@ -11,6 +11,13 @@ use std::time::{Duration, Instant};
 
 pub use softverbs_stub_support::testing::{run, skip, tools_present, StubLib};
 
+/// ibverbs-abi's two-process harness (sides, deadlines, network namespaces), shared by
+/// path rather than copied.
+#[path = "../../../ibverbs-abi/tests/common/mod.rs"]
+pub mod procs;
+
+pub mod cm_run;
+
 /// librdmacm as its tests see it.
 pub const LIB: StubLib = StubLib {
     file: "libsoftverbs_rdmacm.so",

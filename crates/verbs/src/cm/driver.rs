@@ -93,8 +93,9 @@ pub(crate) struct CmState {
 }
 
 impl CmState {
-    /// The cm of the device at `local`, seeded from the OS.
-    pub fn new(local: SocketAddr) -> CmState {
+    /// The cm of the device at `local` (its paths' packet life time `packet_life_time`),
+    /// seeded from the OS.
+    pub fn new(local: SocketAddr, packet_life_time: u8) -> CmState {
         let mut seed = [0u8; 8];
         if std::fs::File::open("/dev/urandom")
             .and_then(|mut f| io::Read::read_exact(&mut f, &mut seed))
@@ -105,7 +106,8 @@ impl CmState {
                 .map_or(0, |d| d.as_nanos() as u64);
             seed = (t ^ u64::from(std::process::id()) << 40).to_le_bytes();
         }
-        let config = CmConfig::new(local, CmConfig::guid_for(local), u64::from_le_bytes(seed));
+        let mut config = CmConfig::new(local, CmConfig::guid_for(local), u64::from_le_bytes(seed));
+        config.packet_life_time = packet_life_time;
         CmState {
             cm: Cm::new(config),
             qps: HashMap::new(),

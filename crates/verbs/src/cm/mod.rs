@@ -37,12 +37,18 @@ pub(crate) mod sys;
 
 pub use channel::{Event, EventChannel};
 pub use id::CmId;
-pub use rc::{accept_request, connect_rc, RcConnection, RcListener, RcOptions};
+pub use rc::{
+    accept_request, accept_request_with, connect_rc, connect_rc_with, RcConnection, RcListener,
+    RcOptions,
+};
 pub use softverbs_cm::{
     AhAttr, CmEvent, CmEventKind, CmIdHandle, ConnEventParam, ConnParam, EventParam, EventStatus,
-    IdOptions, IdState, PathRecord, PortSpace, QpAttrs, QpBinding, RejReason, SidrStatus,
-    UdEventParam, RDMA_UDP_QKEY,
+    IbMtu, IdOptions, IdState, PathRecord, PortSpace, QpAttrMask as CmQpAttrMask, QpAttrs,
+    QpBinding, RejReason, ResolveError, SidrStatus, UdEventParam, RDMA_UDP_QKEY,
 };
+
+/// The QP states the connection manager hands out attributes for (`rdma_init_qp_attr`).
+pub use softverbs_cm::QpState as CmQpState;
 #[cfg(feature = "tokio")]
 pub use stream::CmEventStream;
 
@@ -100,6 +106,10 @@ pub enum CmError {
     /// The QP could not be moved to the state the connection needs.
     #[error("moving the QP failed: {0}")]
     Qp(#[from] crate::error::ModifyQpError),
+    /// Posting work before connecting failed (the `prepare` step of
+    /// [`connect_rc_with`] / [`accept_request_with`]).
+    #[error("posting to the QP failed: {0}")]
+    Post(#[from] crate::error::PostError),
     /// The event channel's fd failed (`EAGAIN` on a non-blocking channel, `EINTR`).
     #[error(transparent)]
     Io(#[from] std::io::Error),
@@ -299,6 +309,17 @@ impl ConnectionManager {
     /// Rejects a connection request (`rdma_reject`) with private data.
     pub fn reject(&self, id: CmIdHandle, private_data: &[u8]) -> Result<(), CmError> {
         self.call(|cm, now| cm.reject(now, id, private_data))
+    }
+
+    /// Rejects a connection request with an IB CM reason of the caller's choosing
+    /// (`rdma_reject_ece`: 35, "vendor option not supported").
+    pub fn reject_with_reason(
+        &self,
+        id: CmIdHandle,
+        private_data: &[u8],
+        reason: RejReason,
+    ) -> Result<(), CmError> {
+        self.call(|cm, now| cm.reject_with_reason(now, id, private_data, reason))
     }
 
     /// Sends the RTU after CONNECT_RESPONSE (`rdma_establish`).

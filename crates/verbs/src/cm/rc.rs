@@ -85,6 +85,20 @@ pub fn connect_rc(
     dst: SocketAddr,
     opts: &RcOptions,
 ) -> Result<RcConnection, CmError> {
+    connect_rc_with(pd, cq, dst, opts, |_| Ok(()))
+}
+
+/// [`connect_rc`], running `prepare` on the new QP (in INIT) before the REQ goes out: the
+/// place to post receives, as rdma_cm programs do before `rdma_connect`, so that the
+/// peer's first SEND finds one (else it meets an RNR NAK, and the timer the connection
+/// manager sets, min_rnr_timer 0, is 655 ms).
+pub fn connect_rc_with(
+    pd: &Pd,
+    cq: &Cq,
+    dst: SocketAddr,
+    opts: &RcOptions,
+    prepare: impl FnOnce(&Qp) -> Result<(), crate::error::PostError>,
+) -> Result<RcConnection, CmError> {
     let channel = EventChannel::new(&pd.context())?;
     let id = CmId::new(&channel, PortSpace::Tcp)?;
     id.resolve_addr(None, dst, opts.timeout)?;
@@ -102,6 +116,7 @@ pub fn connect_rc(
         opts.timeout,
     )?;
     let qp = id.create_qp(pd, cq, opts.cap)?;
+    prepare(&qp)?;
     id.connect(opts.param.clone())?;
     // The cm retries a lost REQ for up to 15 × 4 s; the caller's timeout bounds the wait.
     let ev = expect(&channel, CmEventKind::Established, "connect", opts.timeout)?;
@@ -217,7 +232,21 @@ pub fn accept_request(
     cq: &Cq,
     opts: &RcOptions,
 ) -> Result<RcConnection, CmError> {
+    accept_request_with(id, private_data, pd, cq, opts, |_| Ok(()))
+}
+
+/// [`accept_request`], running `prepare` on the new QP (in INIT) before the REP goes out:
+/// the place to post receives (see [`connect_rc_with`]).
+pub fn accept_request_with(
+    id: CmId,
+    private_data: Vec<u8>,
+    pd: &Pd,
+    cq: &Cq,
+    opts: &RcOptions,
+    prepare: impl FnOnce(&Qp) -> Result<(), crate::error::PostError>,
+) -> Result<RcConnection, CmError> {
     let qp = id.create_qp(pd, cq, opts.cap)?;
+    prepare(&qp)?;
     id.accept(opts.param.clone())?;
     expect(
         id.channel(),
