@@ -171,6 +171,12 @@ impl Completer {
     /// Sends the requester back to `psn` (go-back-N) at `now`.
     fn rewind(&mut self, v: &mut Verdict, now: Instant, psn: Psn) {
         self.rewound_to = Some(psn);
+        // What was seen beyond a gap before going back is no evidence against the
+        // responses going back brings: only a response arriving after this one
+        // can show that the run asked again lost something (else every response
+        // of that run would find the old gap again and ask once more, each time
+        // restarting the responder's burst).
+        self.newest_response = None;
         self.recovery.on_resend(now);
         v.rewind = Some(psn);
     }
