@@ -1,5 +1,6 @@
 //! Engine configuration and device limits.
 
+use core::time::Duration;
 use std::net::SocketAddr;
 
 /// What the receiver does with a packet whose ICRC does not match.
@@ -47,6 +48,18 @@ pub struct EngineConfig {
     pub ack_req_interval: u32,
     /// The port's active MTU: what UD QPs use (they have no path MTU attribute).
     pub port_mtu: crate::types::Mtu,
+    /// The shortest early retransmission timeout (the RTT-derived timer that
+    /// resends ahead of the IBTA local ACK timeout; see `qp/recovery.rs`).
+    pub min_rto: Duration,
+    /// Most packets in flight across all the device's QPs: what the receiving
+    /// socket buffer holds. Each QP is capped besides by twice the
+    /// bandwidth-delay product it measures.
+    pub device_window: u32,
+    /// Selective repeat with softverbs peers that offer it too (the responder keeps
+    /// out-of-order packets it can place and says so; the requester resends only
+    /// what is missing). With any other peer, or when off, RC is plain IBTA
+    /// go-back-N.
+    pub selective_repeat: bool,
 }
 
 impl EngineConfig {
@@ -68,6 +81,9 @@ impl EngineConfig {
             send_window: 1024,
             ack_req_interval: 64,
             port_mtu: crate::types::Mtu::Mtu4096,
+            min_rto: Duration::from_micros(200),
+            device_window: 1024,
+            selective_repeat: true,
         }
     }
 }

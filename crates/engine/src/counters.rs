@@ -15,6 +15,23 @@ pub struct Counters {
     pub retransmitted_packets: u64,
     /// Local ACK timeouts that fired.
     pub ack_timeouts: u64,
+    /// Early retransmission timeouts (from the measured RTT) that sent the
+    /// requester back: they count no transport retry.
+    pub early_retransmits: u64,
+    /// Tail-loss probes sent (the newest packet again, on the early timer).
+    pub tail_loss_probes: u64,
+    /// Request packets a responder kept ahead of the expected PSN (selective
+    /// repeat).
+    pub sr_held_ahead: u64,
+    /// READ responses placed ahead of the one expected (selective repeat).
+    pub read_responses_ahead: u64,
+    /// Selective ACKs sent.
+    pub sack_sent: u64,
+    /// Selective ACKs received.
+    pub sack_received: u64,
+    /// Request packets the requester did not resend because the responder holds
+    /// them.
+    pub sr_skipped: u64,
     /// PSN sequence error NAKs sent.
     pub nak_seq_sent: u64,
     /// PSN sequence error NAKs received.
@@ -67,7 +84,7 @@ pub struct Counters {
 
 impl Counters {
     /// Every counter with its name, in declaration order.
-    pub fn named(&self) -> [(&'static str, u64); 28] {
+    pub fn named(&self) -> [(&'static str, u64); 35] {
         [
             ("tx_packets", self.tx_packets),
             ("tx_bytes", self.tx_bytes),
@@ -75,6 +92,13 @@ impl Counters {
             ("rx_bytes", self.rx_bytes),
             ("retransmitted_packets", self.retransmitted_packets),
             ("ack_timeouts", self.ack_timeouts),
+            ("early_retransmits", self.early_retransmits),
+            ("tail_loss_probes", self.tail_loss_probes),
+            ("sr_held_ahead", self.sr_held_ahead),
+            ("read_responses_ahead", self.read_responses_ahead),
+            ("sack_sent", self.sack_sent),
+            ("sack_received", self.sack_received),
+            ("sr_skipped", self.sr_skipped),
             ("nak_seq_sent", self.nak_seq_sent),
             ("nak_seq_received", self.nak_seq_received),
             ("nak_error_sent", self.nak_error_sent),

@@ -20,6 +20,16 @@ use rand::Rng;
 ///
 /// Every datagram that is not lost takes `delay` plus a uniformly random
 /// `0..=jitter` to arrive.
+///
+/// Two optional models make losses and timing more like a real path:
+///
+/// - `burst`: losses come in bursts (a Gilbert-Elliott channel): the link is
+///   in a good state, where it loses `loss`, or a bad one, where it loses
+///   [`Burst::loss`]; it moves between them by chance, per datagram.
+/// - `rate`: the link carries `rate` bytes per second, one datagram after the
+///   other: a datagram waits for those before it to be serialised, then takes
+///   its own length at that rate, then `delay`. With `queue_limit`, a datagram
+///   that finds more than that many bytes waiting is dropped (a full queue).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Faults {
     /// Probability (0..=1) that a datagram is dropped.
@@ -38,6 +48,40 @@ pub struct Faults {
     pub reorder_delay: Duration,
     /// Largest gap between a datagram and its duplicate (uniform in `1ns..=duplicate_delay`).
     pub duplicate_delay: Duration,
+    /// Bursty loss (a Gilbert-Elliott channel), if any.
+    pub burst: Option<Burst>,
+    /// Link rate in bytes per second (0: infinite, every datagram leaves at once).
+    pub rate: u64,
+    /// Bytes the link's queue holds, the datagram being serialised included: one
+    /// that would take it past this is dropped (0: no limit). Only meaningful
+    /// with a `rate`.
+    pub queue_limit: usize,
+}
+
+/// A Gilbert-Elliott loss model: the good state loses [`Faults::loss`], the bad
+/// state `loss`; before each datagram the link moves from good to bad with
+/// probability `enter` and from bad to good with probability `leave`. The mean
+/// burst is `1 / leave` datagrams long.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Burst {
+    /// Probability (0..=1) of moving from the good to the bad state.
+    pub enter: f64,
+    /// Probability (0..=1) of moving from the bad to the good state.
+    pub leave: f64,
+    /// Probability (0..=1) that a datagram is lost in the bad state.
+    pub loss: f64,
+}
+
+impl Burst {
+    /// The long-run share of datagrams lost, with `good_loss` in the good state.
+    pub fn mean_loss(&self, good_loss: f64) -> f64 {
+        let bad_share = if self.enter + self.leave > 0.0 {
+            self.enter / (self.enter + self.leave)
+        } else {
+            0.0
+        };
+        bad_share * self.loss + (1.0 - bad_share) * good_loss
+    }
 }
 
 /// The base one-way delay of the presets.
@@ -62,6 +106,9 @@ impl Faults {
             jitter: Duration::ZERO,
             reorder_delay: DEFAULT_REORDER_DELAY,
             duplicate_delay: DEFAULT_DUPLICATE_DELAY,
+            burst: None,
+            rate: 0,
+            queue_limit: 0,
         }
     }
 
@@ -119,6 +166,24 @@ impl Faults {
         Faults { jitter, ..self }
     }
 
+    /// The same faults with losses in bursts (see [`Burst`]).
+    pub const fn with_burst(self, burst: Burst) -> Self {
+        Faults {
+            burst: Some(burst),
+            ..self
+        }
+    }
+
+    /// The same faults on a link of `rate` bytes per second that drops datagrams
+    /// finding more than `queue_limit` bytes waiting (0: no limit).
+    pub const fn with_rate(self, rate: u64, queue_limit: usize) -> Self {
+        Faults {
+            rate,
+            queue_limit,
+            ..self
+        }
+    }
+
     /// Checks that every probability lies in `0..=1`.
     pub fn validate(&self) -> Result<(), InvalidFaults> {
         let fields = [
@@ -126,6 +191,9 @@ impl Faults {
             ("duplicate", self.duplicate),
             ("reorder", self.reorder),
             ("corrupt", self.corrupt),
+            ("burst.enter", self.burst.map_or(0.0, |b| b.enter)),
+            ("burst.leave", self.burst.map_or(0.0, |b| b.leave)),
+            ("burst.loss", self.burst.map_or(0.0, |b| b.loss)),
         ];
         for (field, value) in fields {
             if !(0.0..=1.0).contains(&value) {

@@ -56,7 +56,7 @@ mod stats;
 mod trace;
 
 pub use faults::{
-    Faults, InvalidFaults, CHAOS_JITTER, DEFAULT_DELAY, DEFAULT_DUPLICATE_DELAY,
+    Burst, Faults, InvalidFaults, CHAOS_JITTER, DEFAULT_DELAY, DEFAULT_DUPLICATE_DELAY,
     DEFAULT_REORDER_DELAY,
 };
 pub use run::{Limits, RunReport, SimError};

@@ -82,6 +82,9 @@ pub struct Sim<N> {
     rng: SmallRng,
     faults: Faults,
     links: BTreeMap<(NodeId, NodeId), Faults>,
+    /// Per direction of a link: when it is next free to serialise, and whether
+    /// its burst-loss model is in the bad state.
+    link_state: BTreeMap<(NodeId, NodeId), LinkState>,
     partitions: BTreeSet<(NodeId, NodeId)>,
     nodes: Vec<Slot<N>>,
     routes: BTreeMap<SocketAddr, NodeId>,
@@ -119,6 +122,7 @@ impl<N: Node> Sim<N> {
             rng: SmallRng::seed_from_u64(seed),
             faults,
             links: BTreeMap::new(),
+            link_state: BTreeMap::new(),
             partitions: BTreeSet::new(),
             nodes: Vec::new(),
             routes: BTreeMap::new(),
@@ -481,12 +485,24 @@ impl<N: Node> Sim<N> {
             return;
         }
         let faults = *self.link_faults(from, to);
-        if chance(&mut self.rng, faults.loss) {
+        if self.lose(from, to, &faults) {
             self.stats.lost += 1;
             self.record(from, Some(to), dst, bytes.len(), Fate::Lost, [false; 3]);
             return;
         }
-        let mut at = self.now + faults.delay + up_to(&mut self.rng, faults.jitter);
+        let Some(departs) = self.serialise(from, to, &faults, bytes.len()) else {
+            self.stats.queue_full += 1;
+            self.record(
+                from,
+                Some(to),
+                dst,
+                bytes.len(),
+                Fate::QueueFull,
+                [false; 3],
+            );
+            return;
+        };
+        let mut at = departs + faults.delay + up_to(&mut self.rng, faults.jitter);
         let reordered = chance(&mut self.rng, faults.reorder);
         if reordered {
             self.stats.reordered += 1;
@@ -506,6 +522,44 @@ impl<N: Node> Sim<N> {
             self.stats.duplicated += 1;
             self.enqueue(&route, at, true, bytes);
         }
+    }
+
+    /// Whether the link loses the next datagram: by its loss probability, or by
+    /// its burst model's state (moved on by chance first).
+    fn lose(&mut self, from: NodeId, to: NodeId, faults: &Faults) -> bool {
+        let Some(burst) = faults.burst else {
+            return chance(&mut self.rng, faults.loss);
+        };
+        let state = self.link_state.entry((from, to)).or_default();
+        let flip = if state.bad { burst.leave } else { burst.enter };
+        if chance(&mut self.rng, flip) {
+            state.bad = !state.bad;
+        }
+        let p = if state.bad { burst.loss } else { faults.loss };
+        chance(&mut self.rng, p)
+    }
+
+    /// When a datagram of `len` bytes has been serialised onto a link of finite
+    /// rate (now, on an infinite one); `None` if it finds the queue full.
+    fn serialise(
+        &mut self,
+        from: NodeId,
+        to: NodeId,
+        faults: &Faults,
+        len: usize,
+    ) -> Option<Instant> {
+        if faults.rate == 0 {
+            return Some(self.now);
+        }
+        let now = self.now;
+        let state = self.link_state.entry((from, to)).or_default();
+        let start = state.busy_until.max(now);
+        let waiting = transfer_bytes(start - now, faults.rate);
+        if faults.queue_limit > 0 && waiting + len as u64 > faults.queue_limit as u64 {
+            return None;
+        }
+        state.busy_until = start + transfer_time(len as u64, faults.rate);
+        Some(state.busy_until)
     }
 
     /// Queues one copy of a datagram, arriving at `at`, corrupting it by chance.
@@ -613,6 +667,25 @@ impl<N: Node> Sim<N> {
     pub(crate) fn spare_buffers(&self) -> usize {
         self.queue.spare_buffers()
     }
+}
+
+/// The state of one direction of a link.
+#[derive(Debug, Clone, Copy, Default)]
+struct LinkState {
+    /// When the link has serialised everything handed to it so far.
+    busy_until: Instant,
+    /// The burst-loss model is in its bad state.
+    bad: bool,
+}
+
+/// How long `bytes` take at `rate` bytes per second (`rate` > 0).
+fn transfer_time(bytes: u64, rate: u64) -> Duration {
+    Duration::from_nanos((u128::from(bytes) * 1_000_000_000 / u128::from(rate)) as u64)
+}
+
+/// How many bytes `rate` bytes per second move in `time`.
+fn transfer_bytes(time: Duration, rate: u64) -> u64 {
+    (time.as_nanos() * u128::from(rate) / 1_000_000_000) as u64
 }
 
 /// What the copies of one datagram share.

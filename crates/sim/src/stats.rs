@@ -3,8 +3,8 @@
 /// What happened to the datagrams the nodes sent, counted since the
 /// simulator was created.
 ///
-/// Every sent datagram ends up in exactly one of `lost`, `partitioned`,
-/// `undeliverable`, or (once it has arrived) `delivered`; a duplicated
+/// Every sent datagram ends up in exactly one of `lost`, `queue_full`,
+/// `partitioned`, `undeliverable`, or (once it has arrived) `delivered`; a duplicated
 /// datagram adds one more copy, which is itself delivered or partitioned.
 /// `reordered` and `corrupted` count datagrams (copies, for `corrupted`)
 /// that were also delivered or are still in flight.
@@ -27,6 +27,9 @@ pub struct Stats {
     pub partitioned: u64,
     /// Datagrams addressed to no node of the simulation.
     pub undeliverable: u64,
+    /// Datagrams dropped because the link's queue was full (see
+    /// [`Faults::queue_limit`](crate::Faults::queue_limit)).
+    pub queue_full: u64,
     /// Calls to [`Node::handle_timeout`](softverbs_engine::Node::handle_timeout).
     pub timeouts: u64,
 }
@@ -35,7 +38,8 @@ impl Stats {
     /// Copies still travelling: everything sent or duplicated that has not
     /// yet been delivered or dropped.
     pub fn in_flight(&self) -> u64 {
-        (self.sent + self.duplicated)
-            .saturating_sub(self.delivered + self.lost + self.partitioned + self.undeliverable)
+        (self.sent + self.duplicated).saturating_sub(
+            self.delivered + self.lost + self.queue_full + self.partitioned + self.undeliverable,
+        )
     }
 }

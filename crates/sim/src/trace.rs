@@ -12,6 +12,8 @@ pub enum Fate {
     Delivered,
     /// Dropped by random loss.
     Lost,
+    /// Dropped because the link's queue was full.
+    QueueFull,
     /// Dropped because the two nodes are partitioned.
     Partitioned,
     /// Addressed to no node of the simulation.

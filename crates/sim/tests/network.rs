@@ -3,7 +3,7 @@
 mod toy;
 
 use softverbs_engine::Instant;
-use softverbs_sim::{Fate, Faults, Limits, NodeId, Sim, SimError, DEFAULT_DELAY};
+use softverbs_sim::{Burst, Fate, Faults, Limits, NodeId, Sim, SimError, DEFAULT_DELAY};
 use std::time::Duration;
 use toy::{addr, number, numbered, Event, Toy};
 
@@ -406,4 +406,62 @@ fn duplicate_addresses_are_refused() {
     let mut sim = Sim::new(1, Faults::none());
     sim.add_node(Toy::new(1));
     sim.add_node(Toy::new(1));
+}
+
+#[test]
+fn bursty_loss_comes_in_runs_at_its_mean_rate() {
+    // Good state loses nothing; bursts of 1 / 0.25 = 4 datagrams on average, each
+    // lost with probability 0.8; 1.25 % of the time spent entering bursts.
+    let burst = Burst {
+        enter: 0.0125,
+        leave: 0.25,
+        loss: 0.8,
+    };
+    let mean = burst.mean_loss(0.0);
+    let mut sim = Sim::new(21, Faults::none().with_burst(burst));
+    sim.set_tracing(true);
+    let mut sender = Toy::new(1);
+    sender.queue_numbered(addr(2), 20_000, 8);
+    sim.add_node(sender);
+    sim.add_node(Toy::new(2));
+    sim.run_until_idle(limits()).unwrap();
+    let stats = sim.stats();
+    assert_eq!(stats.lost + stats.delivered, 20_000);
+    let rate = stats.lost as f64 / 20_000.0;
+    assert!((rate - mean).abs() < 0.4 * mean, "lost {rate}, mean {mean}");
+    // Losses cluster: a loss is followed by another far more often than the mean
+    // rate would give if they were independent.
+    let fates: Vec<bool> = sim.trace().iter().map(|t| t.fate == Fate::Lost).collect();
+    let after_loss = fates.windows(2).filter(|w| w[0]).count() as f64;
+    let pairs = fates.windows(2).filter(|w| w[0] && w[1]).count() as f64;
+    assert!(pairs / after_loss > 3.0 * mean, "{pairs} of {after_loss}");
+}
+
+#[test]
+fn a_rated_link_serialises_and_drops_past_its_queue() {
+    // 1 MB/s: a 1000-byte datagram takes 1 ms on the wire.
+    let faults = Faults::none().with_rate(1_000_000, 0);
+    let mut sim = Sim::new(22, faults);
+    let mut sender = Toy::new(1);
+    sender.queue_numbered(addr(2), 10, 1000);
+    sim.add_node(sender);
+    let b = sim.add_node(Toy::new(2));
+    sim.run_until_idle(limits()).unwrap();
+    let arrivals: Vec<Instant> = sim.node(b).received().iter().map(|r| r.0).collect();
+    let expected: Vec<Instant> = (1..=10)
+        .map(|k| Instant::ZERO + Duration::from_millis(k) + DEFAULT_DELAY)
+        .collect();
+    assert_eq!(arrivals, expected);
+
+    // A queue of 3000 bytes holds three datagrams (the one being serialised
+    // counts): the rest of the burst is dropped.
+    let mut sim = Sim::new(23, Faults::none().with_rate(1_000_000, 3000));
+    let mut sender = Toy::new(1);
+    sender.queue_numbered(addr(2), 10, 1000);
+    sim.add_node(sender);
+    let b = sim.add_node(Toy::new(2));
+    sim.run_until_idle(limits()).unwrap();
+    assert_eq!(sim.node(b).received_numbers(), vec![0, 1, 2]);
+    assert_eq!(sim.stats().queue_full, 7);
+    assert_eq!(sim.stats().in_flight(), 0);
 }

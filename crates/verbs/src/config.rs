@@ -10,6 +10,7 @@
 //! | `SOFTVERBS_PCAP` | write every packet sent and received to this pcap file | none |
 //! | `SOFTVERBS_ICRC` | receive-side ICRC: `enforce`, `count` or `skip` | `enforce` |
 //! | `SOFTVERBS_GSO` | UDP GSO/GRO batching; `0` turns it off (injected faults act on GSO segments) | `1` |
+//! | `SOFTVERBS_SELECTIVE_REPEAT` | selective repeat with softverbs peers that offer it too; `0`: plain IBA go-back-N with every peer | `1` |
 //! | `SOFTVERBS_MAX_MR_BYTES` | most bytes registered at once on the device (beyond: ENOMEM) | the machine's physical memory |
 //! | `SOFTVERBS_SOCKET_BUFFER` | the UDP socket's send and receive buffer sizes in bytes | `8388608` |
 //!
@@ -60,6 +61,9 @@ pub struct Config {
     pub max_mr_bytes: u64,
     /// SO_SNDBUF and SO_RCVBUF of the device's socket (the kernel may cap them).
     pub socket_buffer: usize,
+    /// Selective repeat with softverbs peers that offer it too (RC recovers only
+    /// the packets lost); off, RC is plain IBA go-back-N with every peer.
+    pub selective_repeat: bool,
     /// The packet life time (IBA 4.096 µs × 2^n) of the paths the connection manager
     /// resolves, from which rdma_cm derives the QPs' local ACK timeout and its own
     /// response timeouts. Default 18, Linux's for RoCE (a local ACK timeout of about
@@ -95,6 +99,7 @@ impl Default for Config {
             gso: true,
             max_mr_bytes: physical_memory(),
             socket_buffer: 8 << 20,
+            selective_repeat: true,
             cm_packet_life_time: 18,
         }
     }
@@ -178,6 +183,13 @@ impl Config {
                 "1" | "on" | "yes" => true,
                 "0" | "off" | "no" => false,
                 _ => return Err(err("SOFTVERBS_GSO", &v, "must be 0 or 1")),
+            };
+        }
+        if let Some(v) = get("SOFTVERBS_SELECTIVE_REPEAT") {
+            c.selective_repeat = match v.trim() {
+                "1" | "on" | "yes" => true,
+                "0" | "off" | "no" => false,
+                _ => return Err(err("SOFTVERBS_SELECTIVE_REPEAT", &v, "must be 0 or 1")),
             };
         }
         if let Some(v) = get("SOFTVERBS_MAX_MR_BYTES") {
@@ -266,9 +278,12 @@ mod tests {
             ("SOFTVERBS_ICRC", "count"),
             ("SOFTVERBS_MAX_MR_BYTES", "1048576"),
             ("SOFTVERBS_SOCKET_BUFFER", "65536"),
+            ("SOFTVERBS_SELECTIVE_REPEAT", "0"),
             ("SOFTVERBS_CM_PACKET_LIFE_TIME", "10"),
         ])
         .unwrap();
+        assert!(!c.selective_repeat);
+        assert!(Config::default().selective_repeat);
         assert_eq!(c.cm_packet_life_time, 10);
         assert_eq!(c.addr, Some(IpAddr::from([10, 1, 2, 3])));
         assert_eq!((c.max_mr_bytes, c.socket_buffer), (1 << 20, 65536));
@@ -296,6 +311,7 @@ mod tests {
         assert!(cfg(&[("SOFTVERBS_ICRC", "maybe")]).is_err());
         assert!(cfg(&[("SOFTVERBS_MAX_MR_BYTES", "lots")]).is_err());
         assert!(cfg(&[("SOFTVERBS_SOCKET_BUFFER", "0")]).is_err());
+        assert!(cfg(&[("SOFTVERBS_SELECTIVE_REPEAT", "sometimes")]).is_err());
         assert!(cfg(&[("SOFTVERBS_CM_PACKET_LIFE_TIME", "31")]).is_err());
         assert!(cfg(&[("SOFTVERBS_CM_PACKET_LIFE_TIME", "-1")]).is_err());
     }

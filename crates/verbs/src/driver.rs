@@ -278,6 +278,7 @@ impl Driver {
         let mut ecfg = EngineConfig::new(local);
         ecfg.icrc = config.icrc;
         ecfg.port_mtu = active_mtu;
+        ecfg.selective_repeat = config.selective_repeat;
         let state = State {
             engine: Engine::new(ecfg.clone()),
             tx: SendBatch::new(MAX_DATAGRAM, gso),

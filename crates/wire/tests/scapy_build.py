@@ -159,6 +159,7 @@ def build(d):
         becn=b["becn"],
         dqpn=b["dqpn"],
         ackreq=b["a"],
+        resv7=b.get("resv7", 0),
         psn=b["psn"],
     )
     # Extension headers in the order IBA 9.2 puts them.

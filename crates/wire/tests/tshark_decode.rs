@@ -60,6 +60,7 @@ const FIELDS: &[&str] = &[
     "infiniband.bth.p_key",
     "infiniband.bth.destqp",
     "infiniband.bth.a",
+    "infiniband.bth.reserved7",
     "infiniband.bth.psn",
     "infiniband.deth.q_key",
     "infiniband.deth.srcqp",
@@ -255,6 +256,13 @@ fn problems(case: &Case, f: &Frame) -> Vec<String> {
         "AckReq",
         f.num("infiniband.bth.a"),
         Some(b.ack_req.into()),
+    );
+    // Resv7: how softverbs peers negotiate selective repeat; shown as it is.
+    expect(
+        &mut p,
+        "Resv7",
+        f.num("infiniband.bth.reserved7"),
+        Some(b.resv7.into()),
     );
     expect(
         &mut p,

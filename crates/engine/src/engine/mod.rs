@@ -57,6 +57,10 @@ pub struct Engine {
     mcast: Vec<(SocketAddr, QpHandle)>,
     /// Destroyed RC QPs that still re-acknowledge duplicates.
     closed: ClosedQps,
+    /// Request packets in flight across every QP (see `EngineConfig::device_window`).
+    inflight: u64,
+    /// QPs with requests to send that wait for room under the device window.
+    blocked: VecDeque<QpHandle>,
 }
 
 impl Engine {
@@ -70,6 +74,8 @@ impl Engine {
             timers: BinaryHeap::with_capacity(64),
             mcast: Vec::new(),
             closed: ClosedQps::default(),
+            inflight: 0,
+            blocked: VecDeque::with_capacity(64),
             shared: Shared {
                 mrs: MrTable::new(config.max_mr as usize),
                 cqs: Slab::new(config.max_cq as usize, 0),
@@ -90,6 +96,12 @@ impl Engine {
     /// Counters.
     pub fn counters(&self) -> Counters {
         self.shared.counters
+    }
+
+    /// Request packets in flight (sent, not yet acknowledged) across every RC QP:
+    /// what [`EngineConfig::device_window`] bounds.
+    pub fn packets_in_flight(&self) -> u64 {
+        self.inflight
     }
 
     /// The live QP numbered `qpn` (how the connection manager, which names QPs by

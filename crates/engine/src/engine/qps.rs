@@ -45,7 +45,7 @@ impl Engine {
             index: 0,
             generation: 0,
         });
-        let qp = Qp::new(placeholder, Qpn::new(0), init, cfg.send_window);
+        let qp = Qp::new(placeholder, Qpn::new(0), init, cfg.send_window, cfg.min_rto);
         let h = self.qps.insert(qp).ok_or(ResourceError::LimitReached)?;
         let handle = QpHandle(h);
         let qpn = qpn_of(h);
@@ -103,6 +103,7 @@ impl Engine {
     /// Destroys a QP; it stops being reachable from the wire at once.
     pub fn destroy_qp(&mut self, qp: QpHandle) -> Result<(), ResourceError> {
         let q = self.qps.remove(qp.0).ok_or(ResourceError::UnknownObject)?;
+        self.inflight -= u64::from(q.inflight);
         // A connected RC QP keeps re-acknowledging duplicates of what it received, in case
         // its last ACK was lost (see `closed.rs`).
         let receiving = matches!(
@@ -141,6 +142,11 @@ impl Engine {
         self.qps
             .get(qp.0)
             .map(|q| q.sq.footprint() + q.rq.footprint())
+    }
+
+    /// The QP's smoothed round-trip time, once it has measured one (RC).
+    pub fn qp_srtt(&self, qp: QpHandle) -> Option<core::time::Duration> {
+        self.qps.get(qp.0).and_then(|q| q.comp.srtt())
     }
 
     /// The QP's number.

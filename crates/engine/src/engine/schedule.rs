@@ -63,14 +63,14 @@ impl Engine {
             } else {
                 None
             };
-            let produced = produced.or_else(|| q.poll_request(&mut self.shared, now, buf));
+            let room = q.device_room(self.inflight, self.shared.config.device_window);
+            let produced = produced.or_else(|| {
+                room.then(|| q.poll_request(&mut self.shared, now, buf))
+                    .flatten()
+            });
             q.stop_if_completion_lost(&mut self.shared);
-            let more = q.resp.has_output(q.state()) || q.requester_ready();
-            if more {
-                self.ready.push_back(qp);
-            } else {
-                q.scheduled = false;
-            }
+            self.account(qp);
+            self.schedule_after_poll(qp);
             self.rearm(qp);
             if let Some((len, dst)) = produced {
                 self.shared.counters.tx_packets += 1;
@@ -97,12 +97,71 @@ impl Engine {
             // Memory window binds and local invalidates take effect as soon as
             // the send queue reaches them, not at the next poll_transmit.
             q.run_local_ops_now(&mut self.shared);
-            if !q.scheduled && (q.resp.has_output(q.state()) || q.requester_ready()) {
+        }
+        self.account(qp);
+        if let Some(q) = self.qps.get_mut(qp.0) {
+            if !q.scheduled {
+                let answers = q.resp.has_output(q.state());
+                let room = q.device_room(self.inflight, self.shared.config.device_window);
+                let requests = q.requester_ready();
+                if answers || requests && room {
+                    q.scheduled = true;
+                    self.ready.push_back(qp);
+                } else if requests && !q.device_blocked {
+                    q.device_blocked = true;
+                    self.blocked.push_back(qp);
+                }
+            }
+        }
+        self.wake_blocked();
+        self.rearm(qp);
+    }
+
+    /// A QP just polled: it stays in the transmit queue if it has more to send now,
+    /// or waits for room under the device window.
+    fn schedule_after_poll(&mut self, qp: QpHandle) {
+        let Some(q) = self.qps.get_mut(qp.0) else {
+            return;
+        };
+        let room = q.device_room(self.inflight, self.shared.config.device_window);
+        let requests = q.requester_ready();
+        if q.resp.has_output(q.state()) || requests && room {
+            self.ready.push_back(qp);
+            return;
+        }
+        q.scheduled = false;
+        if requests && !q.device_blocked {
+            q.device_blocked = true;
+            self.blocked.push_back(qp);
+        }
+    }
+
+    /// Counts a QP's packets in flight into the device's total anew.
+    pub(super) fn account(&mut self, qp: QpHandle) {
+        if let Some(q) = self.qps.get_mut(qp.0) {
+            let now = q.outstanding();
+            self.inflight = self.inflight - u64::from(q.inflight) + u64::from(now);
+            q.inflight = now;
+        }
+    }
+
+    /// Room opened under the device window: QPs waiting for it go back to the
+    /// transmit queue, oldest first, while it lasts.
+    fn wake_blocked(&mut self) {
+        let window = u64::from(self.shared.config.device_window);
+        while self.inflight < window {
+            let Some(qp) = self.blocked.pop_front() else {
+                return;
+            };
+            let Some(q) = self.qps.get_mut(qp.0) else {
+                continue;
+            };
+            q.device_blocked = false;
+            if !q.scheduled && q.requester_ready() {
                 q.scheduled = true;
                 self.ready.push_back(qp);
             }
         }
-        self.rearm(qp);
     }
 
     pub(super) fn rearm(&mut self, qp: QpHandle) {

@@ -2,14 +2,19 @@
 //! local ACK timer and counts retries; decides which send WQEs are done
 //! (IBA 9.7.5.2, 9.7.6).
 //!
-//! It owns the oldest unacknowledged PSN, the retry counts, the ACK timer and the
-//! loss-adaptive window. It marks WQEs done in the send queue lent to it in a
-//! [`CompleteCtx`] and places READ data and atomic results, and returns a
-//! [`Verdict`] for what the requester and the QP must do: move the send cursor on
-//! or back, wait out an RNR NAK, count a READ or atomic finished, or fail a WQE.
+//! It owns the oldest unacknowledged PSN, the retry counts, the ACK timer, the
+//! early recovery state (`recovery.rs`: RTT, early timer, in-flight cap) and the
+//! selective-repeat scoreboard (`selective.rs`). It marks WQEs done in the send
+//! queue lent to it in a [`CompleteCtx`] and places READ data (also responses ahead
+//! of the one expected) and atomic results, and returns a [`Verdict`] for what the
+//! requester and the QP must do: move the send cursor on or back, resend what the
+//! responder lacks, probe, wait out an RNR NAK, count a READ or atomic finished,
+//! or fail a WQE.
 
 use super::attr::QpAttr;
 use super::queues::SendQueue;
+use super::recovery::{EarlyAction, Recovery};
+use super::selective::{self, Peer, Scoreboard};
 use crate::shared::Shared;
 use crate::time::Instant;
 use crate::timers::{self, RNR_RETRY_INFINITE};
@@ -17,9 +22,6 @@ use crate::types::PdHandle;
 use crate::wc::WcStatus;
 use crate::wr::SendOp;
 use softverbs_wire::{AethSyndrome, NakCode, OpKind, Psn, RocePacket};
-
-/// The smallest loss-adaptive window, in PSNs.
-const MIN_WINDOW: u32 = 16;
 
 /// Completer state of one QP.
 #[derive(Debug, Clone, Default)]
@@ -36,8 +38,15 @@ pub(crate) struct Completer {
     /// the same loss, e.g. from every READ response after a gap); cleared on
     /// progress past it.
     rewound_to: Option<Psn>,
-    /// Loss-adaptive window in PSNs (0: none, the configured window applies).
-    cwnd: u32,
+    /// RTT, the early retransmission timer and the in-flight cap.
+    recovery: Recovery,
+    /// Selective repeat: what the peer is, and which packets it holds.
+    pub sr: Scoreboard,
+    /// When the last selective walk was asked for.
+    walked_at: Option<Instant>,
+    /// The newest READ response PSN seen: a response missing before it was lost
+    /// (the responder sends them in order), held or not.
+    newest_response: Option<Psn>,
 }
 
 /// What the completer works with besides its own state, lent for one call.
@@ -66,16 +75,43 @@ pub(crate) struct Verdict {
     pub rnr_until: Option<Instant>,
     /// READs and atomics that finished.
     pub read_atomic_done: u32,
+    /// Send the newest packet again (a tail-loss probe).
+    pub probe: bool,
+    /// Selective repeat: resend the packets in `[.0, .1)` the responder does not
+    /// hold, then go on where sending was.
+    pub selective: Option<(Psn, Psn)>,
     /// WQE `.0` fails with status `.1`: the send queue fails (IBA 10.8.3.3).
     pub fail: Option<(u64, WcStatus)>,
 }
 
 impl Completer {
+    /// A completer whose early timer is never shorter than `min_rto`.
+    pub fn new(min_rto: core::time::Duration) -> Completer {
+        Completer {
+            recovery: Recovery::new(min_rto),
+            ..Completer::default()
+        }
+    }
+
     /// Starts over at `psn`, with the retry counts of `attr`.
     pub fn reset(&mut self, psn: Psn) {
         self.una = psn;
         self.ack_deadline = None;
+        self.recovery = Recovery::new(self.recovery.min_rto());
         self.rewound_to = None;
+        self.newest_response = None;
+        self.sr = Scoreboard::default();
+        self.sr.clear(psn);
+    }
+
+    /// The early timer's floor.
+    pub fn min_rto(&self) -> core::time::Duration {
+        self.recovery.min_rto()
+    }
+
+    /// The smoothed round-trip time, once measured.
+    pub fn srtt(&self) -> Option<core::time::Duration> {
+        self.recovery.srtt()
     }
 
     /// The retry counts were set (RTR to RTS, or changed in RTS).
@@ -84,36 +120,46 @@ impl Completer {
         self.rnr_retry_left = attr.rnr_retry;
     }
 
-    /// The ACK timer's deadline, if armed.
+    /// The earliest of the ACK timer and the early timer, if armed.
     pub fn deadline(&self) -> Option<Instant> {
-        self.ack_deadline
+        match (self.ack_deadline, self.recovery.deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     pub fn stop_timer(&mut self) {
         self.ack_deadline = None;
+        self.recovery.stop();
     }
 
     /// How far past una the requester may send: `configured` PSNs, bounded by half
-    /// the PSN space whatever the configuration, and by the loss-adaptive window
-    /// while one is in force.
+    /// the PSN space whatever the configuration, by the in-flight cap the measured
+    /// bandwidth-delay product gives, and by how far a responder doing selective
+    /// repeat keeps packets ahead.
     #[inline]
     pub fn window(&self, configured: u32) -> super::requester::Window {
-        let configured = configured.min(Psn::HALF_SPACE);
-        let size = match self.cwnd {
-            0 => configured,
-            cwnd => cwnd.min(configured),
-        };
+        let mut size = self.recovery.cap().min(configured.min(Psn::HALF_SPACE));
+        if self.sr.peer == Peer::Selective {
+            // A responder doing selective repeat keeps at most this far ahead: more
+            // in flight would be dropped there after a loss and sent again.
+            size = size.min(selective::WINDOW);
+        }
         super::requester::Window {
             una: self.una,
             size,
         }
     }
 
-    /// A reliable request packet went out: the ACK timer runs if it did not.
-    pub fn on_request_sent(&mut self, now: Instant, timeout: u8) {
+    /// A reliable request packet `psn` went out; `fresh` if it was never sent
+    /// before and asks for an ACK (its answer times the round trip). The ACK timer
+    /// runs if it did not, and so does the early timer.
+    #[inline]
+    pub fn on_request_sent(&mut self, now: Instant, timeout: u8, psn: Psn, fresh: bool) {
         if self.ack_deadline.is_none() {
             self.ack_deadline = timers::ack_timeout(timeout).map(|d| now + d);
         }
+        self.recovery.on_sent(now, psn, fresh, self.ack_deadline);
     }
 
     /// An unreliable (UC) request packet went out: nothing comes back, so it counts
@@ -122,22 +168,16 @@ impl Completer {
         self.una = psn.next();
     }
 
-    /// A packet was lost (timeout, NAK, a gap in READ responses): shrink the window
-    /// so go-back-N does not resend a whole full window into the same loss again.
-    /// Halve it, or drop to the floor after a timeout; it grows back by one PSN per
-    /// PSN acknowledged.
-    fn on_loss(&mut self, configured: u32, timeout: bool) {
-        let current = self.window(configured).size;
-        self.cwnd = if timeout {
-            MIN_WINDOW
-        } else {
-            (current / 2).max(MIN_WINDOW)
-        };
-    }
-
-    /// Sends the requester back to `psn` (go-back-N).
-    fn rewind(&mut self, v: &mut Verdict, psn: Psn) {
+    /// Sends the requester back to `psn` (go-back-N) at `now`.
+    fn rewind(&mut self, v: &mut Verdict, now: Instant, psn: Psn) {
         self.rewound_to = Some(psn);
+        // What was seen beyond a gap before going back is no evidence against the
+        // responses going back brings: only a response arriving after this one
+        // can show that the run asked again lost something (else every response
+        // of that run would find the old gap again and ask once more, each time
+        // restarting the responder's burst).
+        self.newest_response = None;
+        self.recovery.on_resend(now);
         v.rewind = Some(psn);
     }
 
@@ -152,7 +192,6 @@ impl Completer {
     pub fn on_response(
         &mut self,
         ctx: &mut CompleteCtx<'_>,
-        configured_window: u32,
         now: Instant,
         pkt: &RocePacket<&[u8]>,
     ) -> Verdict {
@@ -168,36 +207,94 @@ impl Completer {
         let aeth = pkt
             .aeth()
             .and_then(|h| AethSyndrome::from_byte(h.syndrome()).ok());
-        let w = configured_window;
+        // Whether the peer does selective repeat: its answers say so in Resv7
+        // (see `qp/selective.rs`); one without means plain IBA from now on.
+        let resv7 = pkt.bth().resv7();
+        if ctx.shared.config.selective_repeat && self.sr.peer == Peer::Unknown {
+            self.sr.peer = if resv7 == 0 {
+                Peer::Plain
+            } else {
+                Peer::Selective
+            };
+        }
+        let sack = resv7 >= selective::SACK_SEEN
+            && self.sr.peer == Peer::Selective
+            && pkt.info().kind == OpKind::Acknowledge
+            && matches!(aeth, Some(AethSyndrome::Ack { .. }));
+        if sack {
+            ctx.shared.counters.sack_received += 1;
+            self.ack_through(ctx, &mut v, now, psn);
+            if let Some(seen) = pkt.aeth().map(|h| Psn::new(h.msn())) {
+                let held = u32::from(resv7 - selective::SACK_SEEN);
+                self.on_sack(ctx, &mut v, now, seen, held);
+            }
+            return v;
+        }
         match pkt.info().kind {
             OpKind::Acknowledge => match aeth {
-                Some(AethSyndrome::Ack { .. }) => self.ack_through(ctx, &mut v, w, now, psn),
+                Some(AethSyndrome::Ack { .. }) => self.ack_through(ctx, &mut v, now, psn),
                 Some(AethSyndrome::RnrNak { timer }) => {
-                    self.on_rnr_nak(ctx, &mut v, w, now, psn, timer)
+                    self.on_rnr_nak(ctx, &mut v, now, psn, timer)
                 }
-                Some(AethSyndrome::Nak(code)) => self.on_nak(ctx, &mut v, w, now, psn, code),
+                Some(AethSyndrome::Nak(code)) => self.on_nak(ctx, &mut v, now, psn, code),
                 None => ctx.shared.counters.drop_malformed += 1,
             },
             OpKind::AtomicAcknowledge => {
                 if let Some(orig) = pkt.atomic_ack_eth().map(|h| h.orig()) {
-                    self.on_atomic_ack(ctx, &mut v, w, now, psn, orig);
+                    self.on_atomic_ack(ctx, &mut v, now, psn, orig);
                 }
             }
-            OpKind::RdmaReadResponse => self.on_read_response(ctx, &mut v, w, now, psn, pkt),
+            OpKind::RdmaReadResponse => self.on_read_response(ctx, &mut v, now, psn, pkt),
             _ => ctx.shared.counters.drop_bad_state += 1,
         }
         v
     }
 
-    /// Everything up to and including `psn` is acknowledged.
-    fn ack_through(
+    /// A selective ACK: the responder holds the `held` packets from `seen` on, or
+    /// (0) saw `seen` and did not keep it. The packets before them that it does
+    /// not hold are resent at once (each once per report; the early timer covers
+    /// a resent one lost again).
+    fn on_sack(
         &mut self,
-        ctx: &mut CompleteCtx<'_>,
+        ctx: &CompleteCtx<'_>,
         v: &mut Verdict,
-        window: u32,
         now: Instant,
-        psn: Psn,
+        seen: Psn,
+        held: u32,
     ) {
+        let una = self.una;
+        let end = seen.add(held.max(1));
+        if seen.before(una) || una.distance_to(end) > selective::WINDOW || ctx.next_psn.before(end)
+        {
+            return;
+        }
+        for k in 0..held.max(1) {
+            self.recovery.on_seen(now, seen.add(k));
+        }
+        for k in 0..held {
+            self.sr.set_held(seen.add(k));
+        }
+        let until = if held > 0 { seen } else { seen.next() };
+        // Holes resent by a walk more than a round trip ago and still missing were
+        // lost again (RFC 8985's idea, per walk): this walk covers them too.
+        let srtt = self.recovery.srtt().unwrap_or(core::time::Duration::ZERO);
+        let stale = self.walked_at.is_none_or(|at| now - at > srtt + srtt / 4);
+        let walked = self.sr.walked_to;
+        let from = if !stale && una.before(walked) && walked.before(ctx.next_psn) {
+            walked
+        } else {
+            una
+        };
+        if from.before(until) {
+            self.sr.walked_to = until;
+            self.walked_at = Some(now);
+            self.recovery.on_resend_range(now, from, until);
+            v.selective = Some((from, until));
+        }
+    }
+
+    /// Everything up to and including `psn` is acknowledged.
+    fn ack_through(&mut self, ctx: &mut CompleteCtx<'_>, v: &mut Verdict, now: Instant, psn: Psn) {
         let next_una = psn.next();
         if !self.una.before(next_una) {
             return; // nothing new
@@ -220,8 +317,7 @@ impl Completer {
                         let missing = wqe.first_psn.add(wqe.read_pkts_done);
                         una = missing;
                         if self.rewound_to != Some(missing) {
-                            self.on_loss(window, false);
-                            self.rewind(v, missing);
+                            self.rewind(v, now, missing);
                         }
                         break;
                     }
@@ -245,10 +341,8 @@ impl Completer {
             return;
         }
         let acked = self.una.distance_to(una);
+        self.sr.acked(self.una, una);
         self.una = una;
-        if self.cwnd != 0 {
-            self.cwnd = self.cwnd.saturating_add(acked);
-        }
         self.retry_left = ctx.attr.retry_cnt;
         if self.rnr_retry_left != RNR_RETRY_INFINITE {
             self.rnr_retry_left = ctx.attr.rnr_retry;
@@ -257,11 +351,14 @@ impl Completer {
             self.rewound_to = None;
         }
         v.progress = true;
-        self.ack_deadline = if self.una == ctx.next_psn {
-            None
-        } else {
+        let outstanding = self.una != ctx.next_psn;
+        self.ack_deadline = if outstanding {
             timers::ack_timeout(ctx.attr.timeout).map(|d| now + d)
+        } else {
+            None
         };
+        self.recovery
+            .on_progress(now, una, acked, outstanding, self.ack_deadline);
     }
 
     /// Whether a NAK names a PSN acknowledged since (a delayed duplicate, or
@@ -280,7 +377,6 @@ impl Completer {
         &mut self,
         ctx: &mut CompleteCtx<'_>,
         v: &mut Verdict,
-        window: u32,
         now: Instant,
         psn: Psn,
         timer: u8,
@@ -295,7 +391,7 @@ impl Completer {
             ctx.shared.counters.drop_out_of_sequence += 1;
             return;
         }
-        self.ack_through(ctx, v, window, now, psn.sub(1));
+        self.ack_through(ctx, v, now, psn.sub(1));
         if self.rnr_retry_left == 0 {
             v.fail = wqe_with_psn(ctx, psn).map(|seq| (seq, WcStatus::RnrRetryExcErr));
             return;
@@ -306,7 +402,10 @@ impl Completer {
         // Wait, then resend from the refused packet (IBA 9.7.5.2.8), or from an
         // earlier READ or atomic still lacking its response.
         let from = self.resend_from(psn);
-        self.rewind(v, from);
+        // A packet the responder kept ahead (selective repeat) and could not commit
+        // for want of a receive WQE: it must come again.
+        self.sr.clear_held(psn);
+        self.rewind(v, now, from);
         v.rnr_until = Some(now + timers::rnr_delay(timer));
         self.ack_deadline = None;
     }
@@ -315,7 +414,6 @@ impl Completer {
         &mut self,
         ctx: &mut CompleteCtx<'_>,
         v: &mut Verdict,
-        window: u32,
         now: Instant,
         psn: Psn,
         code: NakCode,
@@ -325,27 +423,24 @@ impl Completer {
             if self.nak_is_stale(ctx, psn) {
                 return;
             }
-            // Everything before the expected PSN arrived (IBA 9.7.5.2.5).
-            self.ack_through(ctx, v, window, now, psn.sub(1));
+            // Everything before the expected PSN arrived (IBA 9.7.5.2.5): resend
+            // from there at once. This costs no transport retry: retry_cnt counts
+            // local ACK timeouts that pass without progress, and a responder sends
+            // one sequence NAK per lost PSN and then stays quiet until it arrives,
+            // so a peer cannot keep a requester resending by NAKs alone.
+            self.ack_through(ctx, v, now, psn.sub(1));
             let from = self.resend_from(psn);
             if self.rewound_to == Some(from) {
                 return;
             }
-            if self.retry_left == 0 {
-                let seq = wqe_with_psn(ctx, from).unwrap_or(ctx.sq.head);
-                v.fail = Some((seq, WcStatus::RetryExcErr));
-                return;
-            }
-            self.retry_left -= 1;
-            self.on_loss(window, false);
-            self.rewind(v, from);
+            self.rewind(v, now, from);
             return;
         }
         ctx.shared.counters.nak_error_received += 1;
         if self.nak_is_stale(ctx, psn) {
             return;
         }
-        self.ack_through(ctx, v, window, now, psn.sub(1));
+        self.ack_through(ctx, v, now, psn.sub(1));
         // The error NAKs and the completion status each gives (IBA 9.7.5.2.4,
         // table 46; 11.6.2).
         let status = match code {
@@ -362,7 +457,6 @@ impl Completer {
         &mut self,
         ctx: &mut CompleteCtx<'_>,
         v: &mut Verdict,
-        window: u32,
         now: Instant,
         psn: Psn,
         orig: u64,
@@ -376,7 +470,7 @@ impl Completer {
             ctx.shared.counters.drop_out_of_sequence += 1;
             return;
         }
-        self.ack_through(ctx, v, window, now, psn.sub(1));
+        self.ack_through(ctx, v, now, psn.sub(1));
         // Responses are taken in PSN order (IBA 9.7.5.2.2): while an earlier READ
         // or atomic lacks its response, this one is out of order. ack_through went
         // back for the earlier one; this one is replayed by the responder later.
@@ -404,7 +498,6 @@ impl Completer {
         &mut self,
         ctx: &mut CompleteCtx<'_>,
         v: &mut Verdict,
-        window: u32,
         now: Instant,
         psn: Psn,
         pkt: &RocePacket<&[u8]>,
@@ -418,51 +511,139 @@ impl Completer {
             ctx.shared.counters.drop_out_of_sequence += 1;
             return;
         }
-        // A READ response acknowledges every request before the READ.
-        self.ack_through(ctx, v, window, now, wqe.first_psn.sub(1));
-        let expected = wqe.first_psn.add(wqe.read_pkts_done);
-        if self.una != expected {
-            // An earlier READ or atomic lacks its response: out of order, as for
-            // atomic acknowledges above.
-            ctx.shared.counters.drop_out_of_sequence += 1;
-            return;
+        // (One left from long ago, outside what is outstanding, is replaced: PSNs
+        // compare only within half their space.)
+        if self
+            .newest_response
+            .is_none_or(|n| n.before(psn) || !outstanding(self.una, ctx.next_psn, n))
+        {
+            self.newest_response = Some(psn);
         }
-        if psn != expected {
-            if expected.before(psn) {
+        // A READ response acknowledges every request before the READ.
+        self.ack_through(ctx, v, now, wqe.first_psn.sub(1));
+        let expected = wqe.first_psn.add(wqe.read_pkts_done);
+        if self.una != expected || psn != expected {
+            if self.una == expected && expected.before(psn) {
                 // A response was lost: ask again from the missing one, once.
                 if self.rewound_to != Some(expected) {
-                    self.on_loss(window, false);
-                    self.rewind(v, expected);
+                    self.rewind(v, now, expected);
                 }
+            }
+            // With selective repeat on, a response ahead of the one expected is
+            // placed now (its place in the READ's buffer follows from its PSN)
+            // and counted when the ones before it arrive: the READ is asked
+            // again from the first one missing, as IBA does (9.7.5.1.3), but
+            // what came is not thrown away. Only this requester's memory is
+            // touched, and the READ completes only once every response is in.
+            let ahead = ctx.shared.config.selective_repeat
+                && expected.before(psn)
+                && self.una.distance_to(psn) < selective::WINDOW;
+            if ahead && self.sr.has(psn) {
+                // A copy of a response held: the run asked again before it was lost
+                // again (see `requester/build.rs`): ask once more.
+                ctx.shared.counters.drop_out_of_sequence += 1;
+                if self.una == expected && v.rewind.is_none() {
+                    self.rewind(v, now, expected);
+                }
+                return;
+            }
+            if ahead {
+                let k = wqe.first_psn.distance_to(psn);
+                if let Err(status) = place_read_response(ctx, seq, k, pkt) {
+                    v.fail = Some((seq, status));
+                    return;
+                }
+                self.sr.set_held(psn);
+                ctx.shared.counters.read_responses_ahead += 1;
+                return;
             }
             ctx.shared.counters.drop_out_of_sequence += 1;
             return;
         }
         let k = wqe.read_pkts_done;
-        let offset = k * ctx.mtu;
-        let want = (wqe.length - offset.min(wqe.length)).min(ctx.mtu) as usize;
-        let last = k + 1 == wqe.npsn;
-        let payload = pkt.payload();
-        if payload.len() != want || pkt.info().position.ends_message() != last {
-            // Not what this READ asked for.
-            v.fail = Some((seq, WcStatus::BadRespErr));
+        if let Err(status) = place_read_response(ctx, seq, k, pkt) {
+            v.fail = Some((seq, status));
             return;
         }
-        if ctx
-            .shared
-            .scatter(ctx.pd, ctx.sq.sges(seq), offset, payload)
-            .is_err()
-        {
-            v.fail = Some((seq, WcStatus::LocProtErr));
-            return;
+        self.read_progress(ctx, v, now, seq);
+    }
+
+    /// READ `seq` got its next response: count it and those placed ahead that
+    /// follow it, complete it when all are in, and go on to the next READ when
+    /// its responses too were placed ahead.
+    fn read_progress(
+        &mut self,
+        ctx: &mut CompleteCtx<'_>,
+        v: &mut Verdict,
+        now: Instant,
+        seq: u64,
+    ) {
+        let mut seq = seq;
+        loop {
+            let w = ctx.sq.get_mut(seq);
+            w.read_pkts_done += 1;
+            while w.read_pkts_done < w.npsn && self.sr.has(w.first_psn.add(w.read_pkts_done)) {
+                self.sr.clear_held(w.first_psn.add(w.read_pkts_done));
+                w.read_pkts_done += 1;
+            }
+            let w = *w;
+            let complete = w.read_pkts_done == w.npsn;
+            if complete {
+                ctx.sq.get_mut(seq).done = Some(WcStatus::Success);
+                v.read_atomic_done += 1;
+            }
+            self.progress(ctx, v, now, w.first_psn.add(w.read_pkts_done));
+            if !complete {
+                // Responses ahead but the next one missing: ask again from it.
+                let next = w.first_psn.add(w.read_pkts_done);
+                let held_beyond = (w.read_pkts_done
+                    ..w.npsn.min(w.read_pkts_done + selective::WINDOW))
+                    .any(|k| self.sr.has(w.first_psn.add(k)));
+                // Or later responses came but were not held (past the window).
+                let seen_beyond = self
+                    .newest_response
+                    .is_some_and(|n| next.before(n) && outstanding(self.una, ctx.next_psn, n));
+                if (held_beyond || seen_beyond)
+                    && self.rewound_to != Some(next)
+                    && v.rewind.is_none()
+                {
+                    self.rewind(v, now, next);
+                }
+                return;
+            }
+            // The next READ, if its first response missing was placed ahead: the
+            // requests before it are acknowledged by it.
+            let next = (seq + 1..ctx.started).find(|&s| {
+                let n = ctx.sq.get(s);
+                n.done.is_none() && n.op.is_read_or_atomic()
+            });
+            let Some(n) = next else { return };
+            let nw = *ctx.sq.get(n);
+            let at = nw.first_psn.add(nw.read_pkts_done);
+            if !matches!(nw.op, SendOp::RdmaRead { .. }) {
+                return;
+            }
+            if !self.sr.has(at) {
+                // Its next response is missing but later ones came: the requests
+                // before it are acknowledged, and it is asked again at once.
+                let held_beyond = (nw.read_pkts_done
+                    ..nw.npsn.min(nw.read_pkts_done + selective::WINDOW))
+                    .any(|k| self.sr.has(nw.first_psn.add(k)));
+                if held_beyond {
+                    self.ack_through(ctx, v, now, nw.first_psn.sub(1));
+                    if self.una == at && self.rewound_to != Some(at) && v.rewind.is_none() {
+                        self.rewind(v, now, at);
+                    }
+                }
+                return;
+            }
+            self.ack_through(ctx, v, now, nw.first_psn.sub(1));
+            if self.una != at {
+                return;
+            }
+            self.sr.clear_held(at);
+            seq = n;
         }
-        let placed = ctx.sq.get_mut(seq);
-        placed.read_pkts_done += 1;
-        if last {
-            placed.done = Some(WcStatus::Success);
-            v.read_atomic_done += 1;
-        }
-        self.progress(ctx, v, now, psn.next());
     }
 
     /// Where to resend from after a NAK for `psn`: `psn`, unless an earlier READ
@@ -476,31 +657,79 @@ impl Completer {
         }
     }
 
-    /// The ACK timer may have expired at `now` (the QP is in RTS or SQD).
-    pub fn on_timeout(&mut self, ctx: &mut CompleteCtx<'_>, window: u32, now: Instant) -> Verdict {
+    /// The ACK timer or the early timer may have expired at `now` (the QP is in
+    /// RTS or SQD).
+    pub fn on_timeout(&mut self, ctx: &mut CompleteCtx<'_>, now: Instant) -> Verdict {
         let mut v = Verdict::default();
-        let Some(deadline) = self.ack_deadline else {
-            return v;
-        };
-        if deadline > now {
+        if self.ack_deadline.is_some_and(|d| d <= now) {
+            self.ack_deadline = None;
+            self.recovery.on_ibta_timeout();
+            if self.una == ctx.next_psn {
+                return v;
+            }
+            // The IBTA local ACK timeout (IBA 9.7.6.1.3): only these count.
+            ctx.shared.counters.ack_timeouts += 1;
+            if self.retry_left == 0 {
+                let seq = wqe_with_psn(ctx, self.una).unwrap_or(ctx.sq.head);
+                v.fail = Some((seq, WcStatus::RetryExcErr));
+                return v;
+            }
+            self.retry_left -= 1;
+            let una = self.una;
+            self.rewind(&mut v, now, una);
+            // Selective repeat falls back to plain go-back-N here: everything
+            // unacknowledged goes again, whatever the responder said it held.
+            self.sr.clear(una);
+            self.sr.walked_to = ctx.next_psn;
             return v;
         }
-        self.ack_deadline = None;
-        if self.una == ctx.next_psn {
+        if self.una == ctx.next_psn || ctx.rnr_waiting {
+            self.recovery.stop();
             return v;
         }
-        ctx.shared.counters.ack_timeouts += 1;
-        if self.retry_left == 0 {
-            let seq = wqe_with_psn(ctx, self.una).unwrap_or(ctx.sq.head);
-            v.fail = Some((seq, WcStatus::RetryExcErr));
-            return v;
+        // The early timer: extra packets, no retry counted.
+        match self.recovery.on_timeout(now, self.ack_deadline) {
+            Some(EarlyAction::Probe) => {
+                ctx.shared.counters.tail_loss_probes += 1;
+                v.probe = true;
+            }
+            Some(EarlyAction::Retransmit) => {
+                ctx.shared.counters.early_retransmits += 1;
+                let una = self.una;
+                self.rewind(&mut v, now, una);
+                self.sr.walked_to = ctx.next_psn;
+            }
+            None => {}
         }
-        self.retry_left -= 1;
-        self.on_loss(window, true);
-        let una = self.una;
-        self.rewind(&mut v, una);
         v
     }
+}
+
+/// Places response `k` of READ `seq`: it must be as long as the READ asked for
+/// there, and end the message exactly at its last response.
+fn place_read_response(
+    ctx: &mut CompleteCtx<'_>,
+    seq: u64,
+    k: u32,
+    pkt: &RocePacket<&[u8]>,
+) -> Result<(), WcStatus> {
+    let wqe = *ctx.sq.get(seq);
+    let offset = k * ctx.mtu;
+    let want = (wqe.length - offset.min(wqe.length)).min(ctx.mtu) as usize;
+    let last = k + 1 == wqe.npsn;
+    let payload = pkt.payload();
+    if payload.len() != want || pkt.info().position.ends_message() != last {
+        // Not what this READ asked for.
+        return Err(WcStatus::BadRespErr);
+    }
+    ctx.shared
+        .scatter(ctx.pd, ctx.sq.sges(seq), offset, payload)
+        .map_err(|_| WcStatus::LocProtErr)
+}
+
+/// Whether `psn` lies in `[una, next_psn)`: sent and not yet acknowledged.
+fn outstanding(una: Psn, next_psn: Psn, psn: Psn) -> bool {
+    una.distance_to(psn) < una.distance_to(next_psn)
 }
 
 /// The started WQE whose PSN range holds `psn`.

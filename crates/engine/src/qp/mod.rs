@@ -16,8 +16,10 @@ pub(crate) mod completer;
 mod lifecycle;
 mod modify;
 pub(crate) mod queues;
+mod recovery;
 pub(crate) mod requester;
 pub(crate) mod responder;
+pub(crate) mod selective;
 pub mod state;
 
 pub use modify::ModifyQpError;
@@ -32,6 +34,7 @@ use completer::{CompleteCtx, Completer};
 use queues::{RecvQueue, SendQueue};
 use requester::{SendCtx, Sent, Skip};
 use responder::{AnswerCtx, Polled, RecvCtx};
+use selective::Peer;
 use softverbs_wire::{Qpn, RocePacket, Transport};
 use std::net::SocketAddr;
 
@@ -61,12 +64,22 @@ pub(crate) struct Qp {
     /// A completion of this QP was lost to a full CQ: the QP goes to ERR once the
     /// operation under way is over (see `Engine::after_activity`).
     pub lost_completion: bool,
+    /// Request packets in flight, as last counted in the engine's total.
+    pub inflight: u32,
+    /// In the engine's list of QPs waiting for room under the device window.
+    pub device_blocked: bool,
     /// Communication Established was reported since the QP last entered RTR.
     pub comm_established: bool,
 }
 
 impl Qp {
-    pub fn new(handle: QpHandle, qpn: Qpn, init: QpInitAttr, req_window: u32) -> Qp {
+    pub fn new(
+        handle: QpHandle,
+        qpn: Qpn,
+        init: QpInitAttr,
+        req_window: u32,
+        min_rto: core::time::Duration,
+    ) -> Qp {
         let cap = init.cap;
         Qp {
             handle,
@@ -83,7 +96,7 @@ impl Qp {
             ),
             rq: RecvQueue::new(cap.max_recv_wr as usize, cap.max_recv_sge as usize),
             req: Requester::default(),
-            comp: Completer::default(),
+            comp: Completer::new(min_rto),
             resp: Responder::new(0),
             scheduled: false,
             timer_entry: None,
@@ -91,6 +104,8 @@ impl Qp {
             port_mtu: crate::types::Mtu::Mtu4096,
             srq: None,
             lost_completion: false,
+            inflight: 0,
+            device_blocked: false,
             comm_established: false,
         }
     }
@@ -131,7 +146,12 @@ impl Qp {
     fn send_ctx<'a>(&'a mut self, shared: &'a mut Shared) -> (&'a mut Requester, SendCtx<'a>) {
         let window = self.comp.window(self.req_window);
         let (state, transport, mtu) = (self.state(), self.transport(), self.mtu());
+        let offer_sr = transport == Transport::Rc
+            && shared.config.selective_repeat
+            && self.comp.sr.peer != Peer::Plain;
         let ctx = SendCtx {
+            offer_sr,
+            board: &self.comp.sr,
             shared,
             sq: &mut self.sq,
             attr: &self.attr,
@@ -185,6 +205,23 @@ impl Qp {
 
     // ----- the requester -----
 
+    /// Whether the requester may send under the device window: there is room, or
+    /// it has nothing in flight (it is never starved), or it resends.
+    #[inline]
+    pub fn device_room(&self, inflight: u64, window: u32) -> bool {
+        inflight < u64::from(window) || self.inflight == 0 || self.req.resending(&self.sq)
+    }
+
+    /// Request PSNs sent and not yet acknowledged.
+    pub fn outstanding(&self) -> u32 {
+        let (una, frontier) = (self.comp.una, self.req.frontier());
+        if self.transport() == Transport::Rc && una.before(frontier) {
+            una.distance_to(frontier)
+        } else {
+            0
+        }
+    }
+
     /// Whether the requester has a packet it may send now.
     #[inline]
     pub fn requester_ready(&self) -> bool {
@@ -236,9 +273,11 @@ impl Qp {
                 dst,
                 psn,
                 ends_wqe,
+                fresh,
             } => {
                 if self.transport() == Transport::Rc {
-                    self.comp.on_request_sent(now, self.attr.timeout);
+                    self.comp
+                        .on_request_sent(now, self.attr.timeout, psn, fresh);
                 } else {
                     // UC and UD: nothing comes back; the WQE is done once its last
                     // packet is sent.
@@ -309,9 +348,8 @@ impl Qp {
             shared.counters.drop_bad_state += 1;
             return;
         }
-        let window = self.req_window;
         let (comp, mut ctx) = self.complete_ctx(shared);
-        let verdict = comp.on_response(&mut ctx, window, now, pkt);
+        let verdict = comp.on_response(&mut ctx, now, pkt);
         self.apply_verdict(shared, verdict);
         self.retire(shared);
     }
@@ -321,6 +359,8 @@ impl Qp {
         if self.req.on_timer(now) {
             // The RNR wait is over: sending resumes from the refused packet.
             self.comp.stop_timer();
+            let skipped = self.req.skip_held(&self.sq, &self.comp.sr, self.comp.una);
+            shared.counters.sr_skipped += u64::from(skipped);
         }
         if !matches!(self.state(), QpState::Rts | QpState::Sqd) {
             if self.comp.deadline().is_some_and(|d| d <= now) {
@@ -328,9 +368,8 @@ impl Qp {
             }
             return;
         }
-        let window = self.req_window;
         let (comp, mut ctx) = self.complete_ctx(shared);
-        let verdict = comp.on_timeout(&mut ctx, window, now);
+        let verdict = comp.on_timeout(&mut ctx, now);
         self.apply_verdict(shared, verdict);
     }
 
@@ -345,11 +384,19 @@ impl Qp {
             (Some(psn), None) => self.req.rewind(&self.sq, psn),
             _ => {}
         }
+        if v.probe {
+            self.req.probe(&self.sq, self.comp.una);
+        }
+        if let Some((from, until)) = v.selective {
+            self.req.walk(&self.sq, from, until);
+        }
         // After a go-back the cursor is at or past una; otherwise it may have been
         // left behind PSNs acknowledged since.
         if v.progress && self.req.skip_acknowledged(&self.sq, self.comp.una) == Skip::MovedToUna {
             self.comp.forget_rewind();
         }
+        let skipped = self.req.skip_held(&self.sq, &self.comp.sr, self.comp.una);
+        shared.counters.sr_skipped += u64::from(skipped);
         if let Some((seq, status)) = v.fail {
             self.fail_wqe(shared, seq, status);
         }

@@ -219,7 +219,7 @@ impl Qp {
         };
         self.req = Requester::default();
         self.req.reset(Psn::new(0), self.sq.head);
-        self.comp = Completer::default();
+        self.comp = Completer::new(self.comp.min_rto());
         self.comp.reset(Psn::new(0));
         self.resp = Responder::new(0);
     }

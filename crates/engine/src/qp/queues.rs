@@ -259,6 +259,19 @@ impl RecvQueue {
         ))
     }
 
+    /// The `n`th WQE from the head (0: the head), with its SGEs.
+    pub fn nth(&self, n: u64) -> Option<(&RecvWqe, &[Sge])> {
+        if n >= self.len() {
+            return None;
+        }
+        let slot = self.slot(self.head + n);
+        let wqe = &self.slots[slot];
+        Some((
+            wqe,
+            &self.sges[slot * self.max_sge..][..usize::from(wqe.num_sge)],
+        ))
+    }
+
     pub fn pop(&mut self) -> Option<RecvWqe> {
         if self.head == self.tail {
             return None;

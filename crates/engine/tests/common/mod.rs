@@ -35,6 +35,8 @@ pub struct PairOpts {
     pub qp_type: QpType,
     pub psn_a: u32,
     pub psn_b: u32,
+    /// Selective repeat on both engines (`EngineConfig::selective_repeat`).
+    pub selective_repeat: bool,
 }
 
 impl Default for PairOpts {
@@ -68,6 +70,7 @@ impl Default for PairOpts {
             qp_type: QpType::Rc,
             psn_a: 0x10,
             psn_b: 0xff_fff0, // close to the wrap, so every test crosses it
+            selective_repeat: true,
         }
     }
 }
@@ -104,7 +107,11 @@ pub fn limits() -> Limits {
 }
 
 fn make_side(sim: &mut Sim<Engine>, addr: SocketAddr, opts: &PairOpts) -> Side {
-    let node = sim.add_node(Engine::new(EngineConfig::new(addr)));
+    let config = EngineConfig {
+        selective_repeat: opts.selective_repeat,
+        ..EngineConfig::new(addr)
+    };
+    let node = sim.add_node(Engine::new(config));
     let e = sim.node_mut(node);
     let pd = e.alloc_pd().unwrap();
     let send_cq = e.create_cq(opts.cqe).unwrap();
@@ -228,6 +235,16 @@ impl Pair {
     /// A lossless pair with default options.
     pub fn lossless() -> Pair {
         Pair::new(1, Faults::none(), PairOpts::default())
+    }
+
+    /// A lossless pair of plain IBA go-back-N engines (selective repeat off), as
+    /// with a peer that is not softverbs.
+    pub fn lossless_go_back_n() -> Pair {
+        let opts = PairOpts {
+            selective_repeat: false,
+            ..PairOpts::default()
+        };
+        Pair::new(1, Faults::none(), opts)
     }
 
     pub fn side(&self, end: End) -> &Side {

@@ -72,6 +72,12 @@ impl<T: AsRef<[u8]>> Bth<T> {
     pub fn ack_req(&self) -> bool {
         self.b()[field::ACK_REQ] & 0x80 != 0
     }
+    /// The seven reserved bits after AckReq (Resv7). IBA transmits them as zero
+    /// and receivers ignore them; softverbs peers use them to negotiate selective
+    /// repeat with each other (see the engine's `qp/selective.rs`).
+    pub fn resv7(&self) -> u8 {
+        self.b()[field::ACK_REQ] & 0x7f
+    }
     /// Packet sequence number.
     pub fn psn(&self) -> Psn {
         Psn::new(be24(&self.b()[field::PSN]))
@@ -99,6 +105,8 @@ pub struct BthRepr {
     pub dest_qp: Qpn,
     /// Acknowledge request.
     pub ack_req: bool,
+    /// The reserved bits after AckReq (7 bits; zero in plain IBA packets).
+    pub resv7: u8,
     /// Packet sequence number.
     pub psn: Psn,
 }
@@ -120,6 +128,7 @@ impl BthRepr {
             becn: false,
             dest_qp,
             ack_req: false,
+            resv7: 0,
             psn,
         }
     }
@@ -140,6 +149,7 @@ impl BthRepr {
             becn: bth.becn(),
             dest_qp: bth.dest_qp(),
             ack_req: bth.ack_req(),
+            resv7: bth.resv7(),
             psn: bth.psn(),
         })
     }
@@ -156,7 +166,7 @@ impl BthRepr {
         b[field::PKEY].copy_from_slice(&self.pkey.to_be_bytes());
         b[field::FECN_BECN] = (u8::from(self.fecn) << 7) | (u8::from(self.becn) << 6);
         put_be24(&mut b[field::DEST_QP], self.dest_qp.value());
-        b[field::ACK_REQ] = u8::from(self.ack_req) << 7;
+        b[field::ACK_REQ] = (u8::from(self.ack_req) << 7) | (self.resv7 & 0x7f);
         put_be24(&mut b[field::PSN], self.psn.value());
         Ok(())
     }
@@ -214,6 +224,26 @@ mod tests {
         assert_eq!(
             BthRepr::parse(&Bth::new_unchecked(&v[..])),
             Err(Error::BadVersion(1))
+        );
+    }
+
+    #[test]
+    fn reserved_bits_after_ack_req() {
+        let mut v = VECTOR;
+        v[8] |= 0x25;
+        let bth = Bth::new_checked(&v[..]).unwrap();
+        assert!(bth.ack_req());
+        assert_eq!(bth.resv7(), 0x25);
+        let r = BthRepr::parse(&bth).unwrap();
+        assert_eq!(r.resv7, 0x25);
+        let mut out = [0u8; 12];
+        r.emit(&mut out).unwrap();
+        assert_eq!(out, v);
+        assert_eq!(
+            BthRepr::parse(&Bth::new_checked(&VECTOR[..]).unwrap())
+                .unwrap()
+                .resv7,
+            0
         );
     }
 

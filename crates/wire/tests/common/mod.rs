@@ -138,7 +138,7 @@ impl Case {
         .unwrap();
         write!(
             s,
-            r#""bth":{{"opcode_name":"{}","se":{},"m":{},"pkey":{},"fecn":{},"becn":{},"dqpn":{},"a":{},"psn":{}}}"#,
+            r#""bth":{{"opcode_name":"{}","se":{},"m":{},"pkey":{},"fecn":{},"becn":{},"dqpn":{},"a":{},"resv7":{},"psn":{}}}"#,
             self.info.name,
             u8::from(b.solicited),
             u8::from(b.mig_req),
@@ -147,6 +147,7 @@ impl Case {
             u8::from(b.becn),
             b.dest_qp.value(),
             u8::from(b.ack_req),
+            b.resv7,
             b.psn.value()
         )
         .unwrap();
@@ -350,6 +351,13 @@ fn make_case(
         fecn: !cnp && rng.below(8) == 0,
         becn: cnp || rng.below(8) == 0,
         ack_req: !cnp && rng.bool(),
+        // The reserved bits softverbs peers negotiate selective repeat in (the
+        // engine's qp/selective.rs): every value, on every opcode.
+        resv7: if !cnp && n % 3 == 0 {
+            rng.below(128) as u8
+        } else {
+            0
+        },
         // Stay clear of QP 0 and 1 (SMI and GSI): tools decode their payload as MADs.
         ..BthRepr::new(
             info.opcode,

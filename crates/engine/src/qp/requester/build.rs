@@ -4,6 +4,7 @@
 
 use super::{Mode, Requester, SendCtx, Sent};
 use crate::mr::KeyError;
+use crate::qp::selective::{self, Peer};
 use crate::wc::WcStatus;
 use crate::wr::{SendFlags, SendOp};
 use softverbs_wire::packet::{self, BTH_LEN};
@@ -98,14 +99,29 @@ impl Requester {
         let mut bth = BthRepr::new(opcode, dest_qp, psn);
         self.since_ack_req += 1;
         // Ask for an ACK at the end of every message and every ack_req_interval
-        // packets, so long messages free window space as they go (IBA 9.7.6.1.1).
-        // UC is never acknowledged (IBA 9.8.2).
-        bth.ack_req =
-            reliable && (last_packet || self.since_ack_req >= ctx.shared.config.ack_req_interval);
+        // packets (half the window if that is less), so long messages free window
+        // space as they go (IBA 9.7.6.1.1); and on the packet that fills the window,
+        // or nothing would be acknowledged until a timer fired. A tail-loss probe
+        // asks too. UC is never acknowledged (IBA 9.8.2).
+        let window = ctx.window;
+        let interval = ctx
+            .shared
+            .config
+            .ack_req_interval
+            .min((window.size / 2).max(1));
+        let fills_window = window.una.distance_to(psn.next()) >= window.size;
+        bth.ack_req = reliable
+            && (last_packet || self.since_ack_req >= interval || fills_window || self.probing);
         if bth.ack_req {
             self.since_ack_req = 0;
         }
         bth.solicited = pos.ends_message() && wqe.flags.contains(SendFlags::SOLICITED);
+        if ctx.offer_sr {
+            // The packet's index in its message lets a responder doing selective
+            // repeat place it ahead (see `qp/selective.rs`).
+            let index = if is_read || wqe.op.is_atomic() { 0 } else { k };
+            bth.resv7 = crate::qp::selective::offer(index);
+        }
         let mut repr = PacketRepr::new(bth, &[]);
         let offset = k * mtu;
         let payload_len = if is_read || wqe.op.is_atomic() {
@@ -150,11 +166,34 @@ impl Requester {
             }
             SendOp::RdmaRead { remote_addr, rkey } => {
                 // A READ resumed after a loss asks only for what is still missing
-                // (IBA 9.7.5.1.3 lets the requester restart mid-message).
+                // (IBA 9.7.5.1.3 lets the requester restart mid-message); a peer
+                // doing selective repeat is asked only for the run of responses
+                // missing up to the next one placed ahead (`qp/selective.rs`).
+                let rest = wqe.length - offset.min(wqe.length);
+                let resent = psn.before(self.frontier);
+                let dma_len = if resent && ctx.board.peer == Peer::Selective {
+                    // The run missing, and the response after it (held already):
+                    // its copy arriving with the run still missing says the run
+                    // was lost again.
+                    // Only the scoreboard's window is known: with no response
+                    // held within it (a READ longer than the window), all the
+                    // rest is asked for, as go-back-N does.
+                    let scanned = (wqe.npsn - k).min(selective::WINDOW);
+                    let missing = (k..k + scanned)
+                        .take_while(|&j| !ctx.board.has(wqe.first_psn.add(j)))
+                        .count() as u32;
+                    if missing < scanned && k + missing + 1 < wqe.npsn {
+                        (missing + 1) * mtu
+                    } else {
+                        rest
+                    }
+                } else {
+                    rest
+                };
                 repr.reth = Some(RethRepr {
                     va: remote_addr.wrapping_add(u64::from(offset)),
                     rkey,
-                    dma_len: wqe.length - offset.min(wqe.length),
+                    dma_len,
                 });
             }
             SendOp::AtomicCmpSwap {
@@ -217,6 +256,10 @@ impl Requester {
         } else {
             self.cursor_pkt += 1;
         }
+        let fresh = self.advance_frontier(ctx.sq, psn) && bth.ack_req;
+        self.probing = false;
+        let skipped = self.skip_held(ctx.sq, ctx.board, ctx.window.una);
+        ctx.shared.counters.sr_skipped += u64::from(skipped);
         if let Mode::Retransmit { until } = self.mode {
             if psn.before(until) {
                 ctx.shared.counters.retransmitted_packets += 1;
@@ -229,6 +272,7 @@ impl Requester {
             dst,
             psn,
             ends_wqe: last_packet.then_some(seq),
+            fresh,
         }
     }
 }

@@ -8,7 +8,9 @@
 //!
 //! The requester is in one of three modes: sending new packets ([`Mode::Normal`]),
 //! going back over packets sent before ([`Mode::Retransmit`]), or waiting out an RNR
-//! NAK before doing so ([`Mode::RnrWait`]). It owns its cursor and PSN assignment;
+//! NAK before doing so ([`Mode::RnrWait`]). Going back, it steps over packets a
+//! responder doing selective repeat holds, and a selective walk ends by returning to
+//! where sending was (`qp/selective.rs`); a tail-loss probe resends the newest packet. It owns its cursor and PSN assignment;
 //! the send queue, memory and attributes it works with are lent to each call as a
 //! [`SendCtx`], and how much it may have in flight comes from the completer as a
 //! [`Window`]. Building a request packet is in `build.rs`.
@@ -17,6 +19,7 @@ mod build;
 
 use super::attr::QpAttr;
 use super::queues::SendQueue;
+use super::selective::{Scoreboard, WINDOW};
 use crate::shared::Shared;
 use crate::time::Instant;
 use crate::types::{AccessFlags, PdHandle, QpHandle, QpState};
@@ -51,6 +54,8 @@ pub(crate) struct Requester {
     cursor_pkt: u32,
     /// WQEs below this sequence number have PSNs assigned.
     pub started: u64,
+    /// The PSN after the newest packet sent (for a READ, after its responses).
+    frontier: Psn,
     /// READs and atomics started and not complete.
     rd_atomic_outstanding: u32,
     /// Packets sent since the last AckReq.
@@ -58,6 +63,9 @@ pub(crate) struct Requester {
     mode: Mode,
     /// SQ_DRAINED already reported for this SQD visit.
     pub sqd_notified: bool,
+    /// A tail-loss probe is due: the packet at the cursor goes even if the
+    /// responder holds it (its answer is what the probe is for).
+    probing: bool,
 }
 
 /// How far past the oldest unacknowledged PSN the requester may send: the
@@ -80,6 +88,10 @@ pub(crate) struct SendCtx<'a> {
     pub qpn: Qpn,
     pub mtu: u32,
     pub window: Window,
+    /// Offer selective repeat on requests (see `qp/selective.rs`).
+    pub offer_sr: bool,
+    /// What the responder holds (selective repeat).
+    pub board: &'a Scoreboard,
 }
 
 /// What [`Requester::poll`] produced.
@@ -92,6 +104,9 @@ pub(crate) enum Sent {
         psn: Psn,
         /// The last packet of WQE `seq`.
         ends_wqe: Option<u64>,
+        /// Sent for the first time, asking for an ACK: its answer times the
+        /// round trip.
+        fresh: bool,
     },
     /// Local operations were carried out (WQEs done, to retire); nothing was sent.
     LocalOpsDone,
@@ -122,6 +137,7 @@ impl Requester {
     /// Starts over at `psn` with the WQE at `head` (RTS, RESET, ERR).
     pub fn reset(&mut self, psn: Psn, head: u64) {
         self.next_psn = psn;
+        self.frontier = psn;
         self.cursor = head;
         self.cursor_pkt = 0;
         self.started = head;
@@ -132,6 +148,18 @@ impl Requester {
 
     pub fn mode(&self) -> Mode {
         self.mode
+    }
+
+    /// The PSN after the newest packet sent.
+    pub fn frontier(&self) -> Psn {
+        self.frontier
+    }
+
+    /// Whether the packet at the cursor was sent before (the requester is going
+    /// back over packets): resending adds nothing in flight.
+    #[inline]
+    pub fn resending(&self, sq: &SendQueue) -> bool {
+        self.cursor < sq.tail && self.cursor_psn(sq).before(self.frontier)
     }
 
     /// When the RNR wait ends, if the requester is in one.
@@ -323,6 +351,84 @@ impl Requester {
     /// Moves the send cursor back to `psn` for go-back-N retransmission; the
     /// packets up to the newest sent are retransmissions.
     pub fn rewind(&mut self, sq: &SendQueue, psn: Psn) {
+        if self.seek(sq, psn) {
+            self.went_back();
+        }
+    }
+
+    /// Resends the packets in `[from, until)` the responder does not hold
+    /// (selective repeat), then goes on where sending was. A walk under way is
+    /// extended instead.
+    pub fn walk(&mut self, sq: &SendQueue, from: Psn, until: Psn) {
+        match self.mode {
+            Mode::RnrWait { .. } => {}
+            Mode::Retransmit { until: u } => {
+                if u.before(until) {
+                    self.mode = Mode::Retransmit { until };
+                }
+            }
+            Mode::Normal => {
+                self.seek(sq, from);
+                self.since_ack_req = 0;
+                self.mode = Mode::Retransmit { until };
+            }
+        }
+    }
+
+    /// While going back, steps the cursor over packets the responder holds, and
+    /// once past the end of a selective walk, back to where sending was. Returns
+    /// how many packets it stepped over.
+    pub fn skip_held(&mut self, sq: &SendQueue, board: &Scoreboard, una: Psn) -> u32 {
+        let mut skipped = 0;
+        loop {
+            let Mode::Retransmit { until } = self.mode else {
+                return skipped;
+            };
+            if self.probing {
+                return skipped;
+            }
+            if self.cursor >= self.started || self.cursor >= sq.tail {
+                return skipped;
+            }
+            let psn = self.cursor_psn(sq);
+            if !psn.before(until) {
+                if until.before(self.frontier) {
+                    let frontier = self.frontier;
+                    self.seek(sq, frontier);
+                }
+                self.mode = Mode::Normal;
+                return skipped;
+            }
+            let w = sq.get(self.cursor);
+            // Only SEND and WRITE packets are ever held; the oldest unacknowledged
+            // one always goes again (the responder holds it but could not commit
+            // it, e.g. its RNR NAK was lost). A READ some of whose responses came
+            // reached the responder: it is asked again for what is missing when
+            // una reaches it (the completer does that), not from here.
+            let is_read = matches!(w.op, SendOp::RdmaRead { .. });
+            let held = psn != una
+                && if is_read {
+                    w.read_pkts_done > 0
+                        || (0..w.npsn.min(WINDOW)).any(|k| board.has(w.first_psn.add(k)))
+                } else {
+                    !w.op.is_local() && !w.op.is_atomic() && board.holds(una, psn)
+                };
+            if !held {
+                return skipped;
+            }
+            skipped += 1;
+            if is_read || self.cursor_pkt + 1 >= w.npsn {
+                self.cursor += 1;
+                self.cursor_pkt = 0;
+            } else {
+                self.cursor_pkt += 1;
+            }
+        }
+    }
+
+    /// Moves the send cursor to `psn` (mode unchanged); false if nothing is
+    /// started there.
+    fn seek(&mut self, sq: &SendQueue, psn: Psn) -> bool {
         let mut seq = sq.head;
         while seq < self.started {
             let w = sq.get(seq);
@@ -333,8 +439,7 @@ impl Requester {
                 // A gap (PSNs of completed WQEs): restart at this WQE.
                 self.cursor = seq;
                 self.cursor_pkt = 0;
-                self.went_back();
-                return;
+                return true;
             }
             seq += 1;
         }
@@ -350,12 +455,12 @@ impl Requester {
         } else {
             0
         };
-        self.went_back();
+        true
     }
 
     fn went_back(&mut self) {
         self.since_ack_req = 0;
-        let until = self.next_psn;
+        let until = self.frontier;
         self.mode = match self.mode {
             // Going back during an RNR wait (a sequence NAK) does not end the wait.
             Mode::RnrWait { deadline, .. } => Mode::RnrWait { deadline, until },
@@ -368,8 +473,30 @@ impl Requester {
         self.rewind(sq, psn);
         self.mode = Mode::RnrWait {
             deadline,
-            until: self.next_psn,
+            until: self.frontier,
         };
+    }
+
+    /// A tail-loss probe: the newest packet sent goes out again (then sending goes
+    /// on where it was). Nothing happens if nothing is outstanding past `una`.
+    pub fn probe(&mut self, sq: &SendQueue, una: Psn) {
+        if matches!(self.mode, Mode::RnrWait { .. }) || !una.before(self.frontier) {
+            return;
+        }
+        self.rewind(sq, self.frontier.sub(1));
+        self.probing = true;
+    }
+
+    /// Records that the packet at `psn` was sent and the cursor moved on: returns
+    /// whether it was sent for the first time.
+    #[inline]
+    fn advance_frontier(&mut self, sq: &SendQueue, psn: Psn) -> bool {
+        let fresh = !psn.before(self.frontier);
+        let at = self.cursor_psn(sq);
+        if self.frontier.before(at) {
+            self.frontier = at;
+        }
+        fresh
     }
 
     /// PSNs up to `una` were acknowledged: a cursor left behind it (duplicates
@@ -388,6 +515,10 @@ impl Requester {
             // behind una, the requester would never send.
             self.cursor_pkt = self.cursor_pkt.max(w.read_pkts_done);
             Skip::ReadResumed
+        } else if matches!(self.mode, Mode::Retransmit { .. }) {
+            // Going back already: on from una, to the same end.
+            self.seek(sq, una);
+            Skip::MovedToUna
         } else {
             self.rewind(sq, una);
             Skip::MovedToUna

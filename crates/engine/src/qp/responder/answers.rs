@@ -5,6 +5,7 @@
 use super::Responder;
 use crate::event::AsyncEvent;
 use crate::mr::KeyError;
+use crate::qp::selective;
 use crate::shared::Shared;
 use crate::types::{AccessFlags, PdHandle, QpHandle};
 use softverbs_wire::{
@@ -32,12 +33,23 @@ pub(super) enum Outgoing {
         rkey: Rkey,
         remaining: u32,
         first: bool,
+        /// The responses reach the READ's end (false: a run of responses from its
+        /// middle asked again under selective repeat, all sent as Middle).
+        tail: bool,
         msn: u32,
     },
     Atomic {
         psn: Psn,
         orig: u64,
         msn: u32,
+    },
+    /// A selective ACK (see `qp/selective.rs`): everything through `cumulative`
+    /// arrived, and so did the `held` packets from `seen` on (0: `seen` arrived
+    /// but was not kept; it must be resent).
+    Sack {
+        cumulative: Psn,
+        seen: Psn,
+        held: u32,
     },
 }
 
@@ -76,8 +88,39 @@ impl Answers {
             rkey,
             remaining: dma_len,
             first: true,
+            tail: true,
             msn,
         });
+    }
+
+    /// Queues the responses to an RDMA READ ahead of every other answer (they
+    /// answer an older request asked again); `tail` if they reach its end.
+    pub fn queue_read_first(
+        &mut self,
+        psn: Psn,
+        va: u64,
+        rkey: Rkey,
+        dma_len: u32,
+        tail: bool,
+        msn: u32,
+    ) {
+        self.out.push_front(Outgoing::Read {
+            psn,
+            va,
+            rkey,
+            remaining: dma_len,
+            first: true,
+            tail,
+            msn,
+        });
+    }
+
+    /// Whether READ responses from `psn` on are still queued.
+    pub fn has_read_covering(&self, psn: Psn) -> bool {
+        self.out.iter().any(|o| match *o {
+            Outgoing::Read { psn: p, .. } => p == psn,
+            _ => false,
+        })
     }
 
     /// Drops queued answers from `psn` on (they are about to be regenerated); NAKs
@@ -87,6 +130,7 @@ impl Answers {
             Outgoing::Read { psn: p, .. }
             | Outgoing::Atomic { psn: p, .. }
             | Outgoing::Ack { psn: p, .. } => p.before(psn),
+            Outgoing::Sack { cumulative, .. } => cumulative.before(psn),
             Outgoing::Nak { .. } => true,
         });
     }
@@ -145,19 +189,37 @@ impl Responder {
             return None;
         }
         let dest_qp = ctx.dest_qp;
+        // Answers to a requester doing selective repeat say so (`qp/selective.rs`).
+        let mark = if self.sr.active { selective::ANSWER } else { 0 };
         let out = &mut self.answers.out;
         let len = match item {
             Outgoing::Ack { psn, msn } => {
                 out.pop_front();
-                emit_ack(dest_qp, psn, AethSyndrome::ACK_UNLIMITED, msn, buf)
+                emit_ack(dest_qp, psn, AethSyndrome::ACK_UNLIMITED, msn, mark, buf)
             }
             Outgoing::Nak { psn, syndrome, msn } => {
                 out.pop_front();
-                emit_ack(dest_qp, psn, syndrome, msn, buf)
+                emit_ack(dest_qp, psn, syndrome, msn, mark, buf)
+            }
+            Outgoing::Sack {
+                cumulative,
+                seen,
+                held,
+            } => {
+                out.pop_front();
+                // The MSN field carries the PSN reported on.
+                let mark = if held > 0 {
+                    selective::sack_run(held)
+                } else {
+                    selective::SACK_SEEN
+                };
+                let syndrome = AethSyndrome::ACK_UNLIMITED;
+                emit_ack(dest_qp, cumulative, syndrome, seen.value(), mark, buf)
             }
             Outgoing::Atomic { psn, orig, msn } => {
                 out.pop_front();
-                let bth = BthRepr::new(Opcode::RcAtomicAcknowledge, dest_qp, psn);
+                let mut bth = BthRepr::new(Opcode::RcAtomicAcknowledge, dest_qp, psn);
+                bth.resv7 = mark;
                 let mut repr = PacketRepr::new(bth, &[]);
                 repr.aeth = Some(AethRepr {
                     syndrome: AethSyndrome::ACK_UNLIMITED,
@@ -173,11 +235,13 @@ impl Responder {
                 rkey,
                 remaining,
                 first,
+                tail,
                 msn,
             } => {
                 let n = remaining.min(ctx.mtu);
                 let last = remaining <= ctx.mtu;
                 let pos = match (first, last) {
+                    _ if !tail => Position::Middle,
                     (true, true) => Position::Only,
                     (true, false) => Position::First,
                     (false, true) => Position::Last,
@@ -189,7 +253,9 @@ impl Responder {
                     HeaderSet::AETH
                 };
                 let opcode = Opcode::find(Transport::Rc, OpKind::RdmaReadResponse, pos, headers)?;
-                let mut repr = PacketRepr::new(BthRepr::new(opcode, dest_qp, psn), &[]);
+                let mut bth = BthRepr::new(opcode, dest_qp, psn);
+                bth.resv7 = mark;
+                let mut repr = PacketRepr::new(bth, &[]);
                 if headers == HeaderSet::AETH {
                     repr.aeth = Some(AethRepr {
                         syndrome: AethSyndrome::ACK_UNLIMITED,
@@ -255,9 +321,12 @@ fn emit_ack(
     psn: Psn,
     syndrome: AethSyndrome,
     msn: u32,
+    resv7: u8,
     buf: &mut [u8],
 ) -> Option<usize> {
-    let mut repr = PacketRepr::new(BthRepr::new(Opcode::RcAcknowledge, dest_qp, psn), &[]);
+    let mut bth = BthRepr::new(Opcode::RcAcknowledge, dest_qp, psn);
+    bth.resv7 = resv7;
+    let mut repr = PacketRepr::new(bth, &[]);
     repr.aeth = Some(AethRepr { syndrome, msn });
     let header_len = repr.emit_headers(0, buf).ok()?;
     packet::finish(buf, header_len, 0).ok()

@@ -46,6 +46,30 @@ impl Executed {
     /// Whether a duplicate READ request at `psn` for `dma_len` bytes at `va` through
     /// `rkey` asks for the rest of this READ from `psn` on: the same key, the address
     /// advanced by the packets before `psn`, and the rest of the length.
+    /// Whether a duplicate READ request asks for a run of whole responses of
+    /// this READ from `psn` on (selective repeat asks for the missing ones
+    /// only): the same key, the address advanced by the packets before `psn`, a
+    /// length within the rest, in whole MTUs unless it reaches the end. Returns
+    /// whether it reaches the end.
+    fn covered_by(&self, psn: Psn, mtu: u32, va: u64, rkey: Rkey, dma_len: u32) -> Option<bool> {
+        let Kind::Read {
+            va: orig_va,
+            rkey: orig_rkey,
+            dma_len: orig_len,
+        } = self.what
+        else {
+            return None;
+        };
+        let skipped = u64::from(self.first_psn.distance_to(psn)) * u64::from(mtu);
+        let rest = u64::from(orig_len).checked_sub(skipped)?;
+        let len = u64::from(dma_len);
+        let ok = rkey == orig_rkey
+            && va == orig_va.wrapping_add(skipped)
+            && len <= rest
+            && (len == rest || len > 0 && len % u64::from(mtu) == 0);
+        ok.then_some(len == rest)
+    }
+
     fn repeated_by(&self, psn: Psn, mtu: u32, va: u64, rkey: Rkey, dma_len: u32) -> bool {
         let Kind::Read {
             va: orig_va,
@@ -138,10 +162,18 @@ impl Responder {
             return; // too old to answer: the requester will time out
         };
         let (va, rkey, dma_len) = (reth.va(), reth.rkey(), reth.dma_len());
-        if !original.repeated_by(psn, ctx.mtu, va, rkey, dma_len) {
+        // Selective repeat: a run of the READ's responses asked again.
+        let tail = if self.sr.active {
+            original.covered_by(psn, ctx.mtu, va, rkey, dma_len)
+        } else {
+            original
+                .repeated_by(psn, ctx.mtu, va, rkey, dma_len)
+                .then_some(true)
+        };
+        let Some(tail) = tail else {
             ctx.shared.counters.drop_duplicate_mismatch += 1;
             return;
-        }
+        };
         if dma_len > 0
             && ctx
                 .shared
@@ -156,6 +188,16 @@ impl Responder {
                 )
                 .is_err()
         {
+            return;
+        }
+        if self.sr.active && !tail {
+            // Selective repeat: answers queued for later requests stay (the
+            // requester keeps what arrives ahead); this READ's missing responses
+            // go first, unless they are still queued anyway.
+            if !self.answers.has_read_covering(psn) {
+                self.answers
+                    .queue_read_first(psn, va, rkey, dma_len, tail, self.msn);
+            }
             return;
         }
         // Answers from `psn` on are about to be regenerated: drop queued ones.

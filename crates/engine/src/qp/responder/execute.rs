@@ -64,6 +64,28 @@ impl RecvCtx<'_> {
         }
     }
 
+    /// Completes the current message's receive WQE successfully, for a last
+    /// packet that was kept ahead (selective repeat) and is committed now.
+    pub(super) fn complete_held(&mut self, done: Received, h: &crate::qp::selective::Held) {
+        let Some(wqe) = self.rq.pop() else {
+            return;
+        };
+        let wc = WorkCompletion {
+            wr_id: wqe.wr_id,
+            status: WcStatus::Success,
+            opcode: done.opcode,
+            byte_len: done.byte_len,
+            imm_data: h.imm,
+            invalidated_rkey: done.invalidated_rkey,
+            qp_num: self.qpn,
+            src_qp: Qpn::new(self.attr.dest_qp_num),
+            solicited: h.solicited,
+            src_addr: None,
+            grh: false,
+        };
+        self.complete(wc);
+    }
+
     /// Completes the current message's receive WQE successfully.
     pub(super) fn complete_recv(&mut self, done: Received, pkt: &RocePacket<&[u8]>) {
         let Some(wqe) = self.rq.pop() else {
@@ -161,6 +183,9 @@ impl Responder {
                 return Err(Refusal::RemoteKey(crate::mr::KeyError::OutOfBounds));
             }
         }
+        if pos.starts_message() {
+            self.msg_first = req.psn;
+        }
         self.msg = Some(InMessage::Write {
             va,
             rkey,
@@ -220,6 +245,9 @@ impl Responder {
             ctx.complete_recv(done, pkt);
             self.message_done();
         } else {
+            if pos.starts_message() {
+                self.msg_first = req.psn;
+            }
             self.msg = Some(InMessage::Send { received: total });
         }
         Ok(())

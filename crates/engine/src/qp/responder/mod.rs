@@ -7,12 +7,16 @@
 //! for a missing receive WQE, NAK Invalid Request, NAK Remote Access Error or NAK
 //! Remote Operational Error. Duplicates are answered without being executed again
 //! (`duplicates.rs`). Answers leave in PSN order through one queue (`answers.rs`).
+//! With a requester doing selective repeat (`qp/selective.rs`), packets that arrive
+//! ahead of the expected PSN are placed where they can be and committed in order
+//! later (`ahead.rs`) instead of dropped after one sequence NAK.
 //!
 //! The responder owns its state (expected PSN, MSN, the message in progress, the
 //! answer queue, the duplicate cache). What it works with besides — the QP's
 //! attributes and receive queue, the device's memory and CQs — is lent to each call
 //! as a [`RecvCtx`]; what the QP must do afterwards is returned as a [`Verdict`].
 
+mod ahead;
 mod answers;
 mod checks;
 mod duplicates;
@@ -24,6 +28,7 @@ use crate::event::AsyncEvent;
 use crate::node::Route;
 use crate::qp::attr::QpAttr;
 use crate::qp::queues::RecvQueue;
+use crate::qp::selective::Reorder;
 use crate::shared::Shared;
 use crate::types::{CqHandle, PdHandle, QpHandle, QpState, SrqHandle};
 use crate::wc::{WcOpcode, WcStatus, WorkCompletion};
@@ -73,6 +78,16 @@ pub(crate) struct Responder {
     /// Message sequence number: messages completed (24 bits).
     pub msn: u32,
     msg: Option<InMessage>,
+    /// The PSN of the first packet of the message in progress.
+    msg_first: Psn,
+    /// Selective repeat: packets kept ahead of `epsn` (see `qp/selective.rs`).
+    sr: Reorder,
+    /// Selective repeat: the newest PSN that arrived ahead of `epsn`.
+    highest_ahead: Option<Psn>,
+    /// Selective repeat: a packet ahead arrived and was not kept.
+    dropped_ahead: bool,
+    /// Selective repeat: the PSN a sequence NAK last asked for.
+    asked_from: Option<Psn>,
     /// A sequence-error or RNR NAK was sent; stay quiet until `epsn` arrives.
     nak_outstanding: bool,
     /// A refusal moved the QP to ERR: the answers queued before its NAK still go
@@ -124,6 +139,11 @@ impl Responder {
             epsn: Psn::new(epsn),
             msn: 0,
             msg: None,
+            msg_first: Psn::new(epsn),
+            sr: Reorder::default(),
+            highest_ahead: None,
+            dropped_ahead: false,
+            asked_from: None,
             nak_outstanding: false,
             refused: false,
             answers: Answers::default(),
@@ -142,6 +162,8 @@ impl Responder {
     /// everything queued still goes out (the NAK last); otherwise only NAKs owed.
     pub fn on_qp_error(&mut self) {
         self.msg = None;
+        self.sr.clear();
+        self.highest_ahead = None;
         if !self.refused {
             self.answers.keep_naks();
         }
@@ -166,10 +188,19 @@ impl Responder {
         }
         let psn = pkt.bth().psn();
         let epsn = self.epsn;
+        // A softverbs requester offering selective repeat (see `qp/selective.rs`).
+        if pkt.bth().resv7() != 0 && ctx.shared.config.selective_repeat {
+            self.sr.activate();
+        }
         // Check 1, PSN (IBA 9.7.5.1.1): expected, duplicate, or out of sequence.
         if psn != epsn {
             if psn.before(epsn) {
                 self.handle_duplicate(ctx, pkt);
+            } else if self.sr.active && !self.nak_outstanding {
+                // Selective repeat relaxes 9.7.5.1.1 here: kept, not dropped. (Not
+                // while an RNR NAK is outstanding: the requester comes back to the
+                // refused packet and nothing behind it is placed meanwhile.)
+                self.handle_ahead(ctx, &Request::new(pkt));
             } else if !self.nak_outstanding {
                 self.nak_outstanding = true;
                 self.answers.push(Outgoing::Nak {
@@ -183,13 +214,32 @@ impl Responder {
             }
             return Verdict::Done;
         }
-        let refusal = match self.check_and_execute(ctx, &Request::new(pkt)) {
+        // The packet itself replaces any copy kept ahead of it (and what was noted
+        // of the WRITE it starts).
+        if self.sr.count > 0 && self.sr.take(psn).is_some() {
+            self.sr.drop_write(psn);
+        }
+        let executed = self.check_and_execute(ctx, &Request::new(pkt));
+        // Packets kept ahead that are next now are committed in order.
+        let executed = executed.and_then(|()| {
+            if self.sr.count > 0 {
+                self.commit_held(ctx)
+            } else {
+                Ok(())
+            }
+        });
+        let refusal = match executed {
             Ok(()) => {
                 self.nak_outstanding = false;
+                if self.sr.active {
+                    self.ask_for_dropped(ctx);
+                }
                 return Verdict::Done;
             }
             Err(refusal) => refusal,
         };
+        // The packet refused: this one, or one kept ahead that was next.
+        let psn = self.epsn;
         let verdict = refusal.verdict();
         if let Some(status) = verdict.recv_status {
             ctx.fail_recv(status);

@@ -1,0 +1,428 @@
+//! Loss recovery ahead of the IBTA timer, for the completer: the round-trip time
+//! measured from ACK timing, an early retransmission timer derived from it with a
+//! tail-loss probe, and a cap on packets in flight tied to the measured
+//! bandwidth-delay product.
+//!
+//! None of this changes IBTA's semantics. The local ACK timer (IBA 9.7.6.1.3) runs
+//! beside the early timer, untouched by it, and only its expiries without forward
+//! progress count toward retry_cnt: early retransmissions and probes are extra
+//! packets, duplicates to a responder that already has them (IBA 9.7.5.1.1 answers
+//! those without executing them again). So a dead peer still ends in
+//! RETRY_EXC_ERR after (retry_cnt + 1) local ACK timeouts, and with no RTT sample
+//! yet (a peer that never answered) the early timer is not armed at all.
+//!
+//! The RTT estimator follows RFC 6298 (SRTT, RTTVAR, Karn's rule: no sample from a
+//! retransmitted packet); the early timer is TCP's RTO, and its first expiry sends a
+//! tail-loss probe (RFC 8985 section 7): the newest packet again, whose answer —
+//! an ACK, a sequence NAK or a selective acknowledgement — shows what is missing.
+//! The in-flight cap follows IRN (Mittal et al., SIGCOMM 2018): no more than about
+//! two bandwidth-delay products unacknowledged, the bandwidth being the fastest
+//! delivery rate seen over an RTT and the delay the shortest RTT seen (or half the
+//! smoothed one, if longer: see `update_cap`).
+
+use crate::time::Instant;
+use core::time::Duration;
+use softverbs_wire::Psn;
+
+/// Packets a QP may have in flight before it has measured anything.
+pub(crate) const INITIAL_CAP: u32 = 64;
+/// The cap never goes below this many packets.
+pub(crate) const MIN_CAP: u32 = 16;
+/// Round trips without a quarter more delivery rate that end the start-up.
+const STARTUP_STALLS: u32 = 3;
+
+/// The RTT estimator of RFC 6298, in nanoseconds.
+#[derive(Debug, Clone, Copy, Default)]
+struct RttEstimator {
+    srtt: u64,
+    rttvar: u64,
+    min_rtt: u64,
+    sampled: bool,
+}
+
+impl RttEstimator {
+    fn sample(&mut self, rtt: u64) {
+        let rtt = rtt.max(1);
+        if !self.sampled {
+            self.sampled = true;
+            self.srtt = rtt;
+            self.rttvar = rtt / 2;
+            self.min_rtt = rtt;
+            return;
+        }
+        // RFC 6298 2.3: beta = 1/4, alpha = 1/8.
+        let err = self.srtt.abs_diff(rtt);
+        self.rttvar = (3 * self.rttvar + err) / 4;
+        self.srtt = (7 * self.srtt + rtt) / 8;
+        self.min_rtt = self.min_rtt.min(rtt);
+    }
+}
+
+/// The packet whose answer times a round trip.
+#[derive(Debug, Clone, Copy)]
+struct Timed {
+    psn: Psn,
+    sent: Instant,
+    delivered: u64,
+    /// When it may have been resent last: its answer is then ambiguous (Karn's
+    /// rule) and is used only as a first estimate, measured from then (the early
+    /// timer's floor covers an estimate too short).
+    resent: Option<Instant>,
+}
+
+/// What the early timer does when it expires.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EarlyAction {
+    /// Send the newest packet again (tail-loss probe).
+    Probe,
+    /// Go back to the oldest unacknowledged packet and resend (no retry counted).
+    Retransmit,
+}
+
+/// Early loss recovery state of one QP's completer.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Recovery {
+    rtt: RttEstimator,
+    /// The packet being timed: its PSN, when it was first sent, `delivered`
+    /// then, and whether it may have been resent since.
+    timed: Option<Timed>,
+    /// PSNs acknowledged so far.
+    delivered: u64,
+    /// Fastest delivery rate seen, in packets per second (scaled by 1024).
+    max_rate: u64,
+    /// The in-flight cap (0: not yet set, [`INITIAL_CAP`] applies).
+    cap: u32,
+    /// Samples in a row in which the delivery rate did not grow by a quarter:
+    /// after [`STARTUP_STALLS`] the path is full and the cap stops doubling.
+    stalls: u32,
+    /// The early timer.
+    deadline: Option<Instant>,
+    /// Early expiries since the last progress (each doubles the timer).
+    backoff: u32,
+    /// The smallest early timeout (configuration).
+    min_rto: Duration,
+}
+
+impl Recovery {
+    /// Starts over (a QP reset or new PSNs), keeping nothing measured.
+    pub fn new(min_rto: Duration) -> Recovery {
+        Recovery {
+            min_rto,
+            ..Recovery::default()
+        }
+    }
+
+    /// The early timer's floor.
+    pub fn min_rto(&self) -> Duration {
+        self.min_rto
+    }
+
+    /// The smoothed RTT, once measured.
+    pub fn srtt(&self) -> Option<Duration> {
+        self.rtt
+            .sampled
+            .then(|| Duration::from_nanos(self.rtt.srtt))
+    }
+
+    /// How many packets may be in flight.
+    #[inline]
+    pub fn cap(&self) -> u32 {
+        if self.cap == 0 {
+            INITIAL_CAP
+        } else {
+            self.cap
+        }
+    }
+
+    /// The early retransmission timeout: SRTT + 4 RTTVAR (RFC 6298 2.3), at least
+    /// twice SRTT and the configured floor, doubled per expiry since progress.
+    fn rto(&self) -> Option<Duration> {
+        if !self.rtt.sampled {
+            return None;
+        }
+        let base = (self.rtt.srtt + 4 * self.rtt.rttvar).max(2 * self.rtt.srtt);
+        let base = Duration::from_nanos(base).max(self.min_rto);
+        Some(base.saturating_mul(1 << self.backoff.saturating_sub(1).min(20)))
+    }
+
+    /// When the early timer fires next: a tail-loss probe after 2 SRTT (RFC 8985
+    /// 7.2's PTO, at least the floor), then the RTO, doubled per expiry.
+    fn timeout(&self) -> Option<Duration> {
+        if self.backoff == 0 && self.rtt.sampled {
+            return Some(Duration::from_nanos(2 * self.rtt.srtt).max(self.min_rto));
+        }
+        self.rto()
+    }
+
+    /// The early timer's deadline, if armed.
+    #[inline]
+    pub fn deadline(&self) -> Option<Instant> {
+        self.deadline
+    }
+
+    pub fn stop(&mut self) {
+        self.deadline = None;
+    }
+
+    /// A request packet went out at `now`; `fresh` if it was never sent before and
+    /// asks for an ACK (so its answer times the round trip). The early timer runs
+    /// if it did not, unless it would not fire before the IBTA timer does.
+    #[inline]
+    pub fn on_sent(&mut self, now: Instant, psn: Psn, fresh: bool, ibta: Option<Instant>) {
+        if fresh && self.timed.is_none() {
+            self.timed = Some(Timed {
+                psn,
+                sent: now,
+                delivered: self.delivered,
+                resent: None,
+            });
+        }
+        if self.deadline.is_none() {
+            self.arm(now, ibta);
+        }
+    }
+
+    fn arm(&mut self, now: Instant, ibta: Option<Instant>) {
+        self.deadline = self
+            .timeout()
+            .map(|t| now + t)
+            .filter(|&d| ibta.is_none_or(|ibta| d < ibta));
+    }
+
+    /// The oldest unacknowledged PSN moved on to `una`, `acked` PSNs: measure, and
+    /// restart the early timer if anything is still outstanding.
+    pub fn on_progress(
+        &mut self,
+        now: Instant,
+        una: Psn,
+        acked: u32,
+        outstanding: bool,
+        ibta: Option<Instant>,
+    ) {
+        self.delivered += u64::from(acked);
+        self.backoff = 0;
+        if let Some(t) = self.timed {
+            if t.psn.before(una) {
+                self.timed = None;
+                match t.resent {
+                    None => {
+                        let rtt = (now - t.sent).as_nanos() as u64;
+                        self.rtt.sample(rtt);
+                        self.update_cap(rtt, self.delivered - t.delivered);
+                    }
+                    Some(at) if !self.rtt.sampled => {
+                        self.rtt.sample((now - at).as_nanos() as u64);
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+        self.deadline = None;
+        if outstanding {
+            self.arm(now, ibta);
+        }
+    }
+
+    /// One RTT sample of `rtt` ns over which `delivered` PSNs were acknowledged:
+    /// the cap becomes twice the bandwidth-delay product, the bandwidth the
+    /// fastest seen (decaying by 1/8 per sample so a slower path is learnt), the
+    /// delay the shortest RTT seen. While the delivery rate still grows (start-up,
+    /// as BBR's), a cap the delivery kept up with doubles instead.
+    fn update_cap(&mut self, rtt: u64, delivered: u64) {
+        let rtt = rtt.max(1);
+        let rate = (delivered.max(1) << 10).saturating_mul(1_000_000_000) / rtt;
+        if rate > self.max_rate + self.max_rate / 4 {
+            self.stalls = 0;
+        } else {
+            self.stalls = self.stalls.saturating_add(1);
+        }
+        self.max_rate = rate.max(self.max_rate - self.max_rate / 8);
+        // The delay: the shortest RTT seen, or half the smoothed one if that is
+        // longer. Where the round trip is mostly a receiver's wake-up latency
+        // (a loaded host) rather than a queue, the shortest one understates the
+        // pipe; where it is mostly queue, half the smoothed one keeps the cap
+        // from growing with it.
+        let delay = self.rtt.min_rtt.max(self.rtt.srtt / 2);
+        let bdp = (u128::from(self.max_rate) * u128::from(delay) / 1_000_000_000 / 1024) as u64;
+        let starting = self.stalls < STARTUP_STALLS && delivered + 1 >= u64::from(self.cap());
+        let grown = if starting {
+            u64::from(self.cap()) * 2
+        } else {
+            0
+        };
+        let cap = (2 * bdp).max(grown).max(u64::from(MIN_CAP));
+        self.cap = cap.min(u64::from(u32::MAX / 2)) as u32;
+    }
+
+    /// An IBTA local ACK timeout sent everything back: the early timer starts its
+    /// back-off over (each IBTA period gets its own early retransmissions, so a
+    /// lossy path has several chances per retry counted, not one).
+    pub fn on_ibta_timeout(&mut self) {
+        self.deadline = None;
+        self.backoff = 1;
+    }
+
+    /// Everything outstanding may be resent: the packet being timed may be
+    /// answered by its copy, so it gives no sample (Karn's rule).
+    pub fn on_resend(&mut self, now: Instant) {
+        if let Some(t) = &mut self.timed {
+            t.resent = Some(now);
+        }
+    }
+
+    /// The packets in `[from, until)` may be resent: as [`Recovery::on_resend`] if
+    /// the packet being timed is among them.
+    pub fn on_resend_range(&mut self, now: Instant, from: Psn, until: Psn) {
+        if let Some(t) = &mut self.timed {
+            if t.psn.in_window(from, from.distance_to(until)) {
+                t.resent = Some(now);
+            }
+        }
+    }
+
+    /// The responder reported seeing `psn` (a selective ACK): if it is the packet
+    /// being timed, that times the round trip (the cumulative ACK may wait for a
+    /// hole before it).
+    pub fn on_seen(&mut self, now: Instant, psn: Psn) {
+        let Some(t) = self.timed else {
+            return;
+        };
+        if t.psn != psn {
+            return;
+        }
+        self.timed = None;
+        match t.resent {
+            None => self.rtt.sample((now - t.sent).as_nanos() as u64),
+            Some(at) if !self.rtt.sampled => self.rtt.sample((now - at).as_nanos() as u64),
+            Some(_) => {}
+        }
+    }
+
+    /// The early timer expired at `now`: what to do, if anything. The timer backs
+    /// off and runs again (unless the IBTA timer, at `ibta`, comes first).
+    pub fn on_timeout(&mut self, now: Instant, ibta: Option<Instant>) -> Option<EarlyAction> {
+        let deadline = self.deadline?;
+        if deadline > now {
+            return None;
+        }
+        self.deadline = None;
+        self.on_resend(now);
+        let action = if self.backoff == 0 {
+            EarlyAction::Probe
+        } else {
+            EarlyAction::Retransmit
+        };
+        self.backoff += 1;
+        self.arm(now, ibta);
+        Some(action)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(us: u64) -> Instant {
+        Instant::from_nanos(us * 1000)
+    }
+
+    #[test]
+    fn rtt_estimate_and_rto_follow_rfc_6298() {
+        let mut r = Recovery::new(Duration::from_micros(10));
+        assert_eq!(r.rto(), None, "no sample, no early timer");
+        r.on_sent(at(0), Psn::new(5), true, None);
+        assert_eq!(r.deadline(), None);
+        r.on_progress(at(100), Psn::new(6), 1, false, None);
+        assert_eq!(r.srtt(), Some(Duration::from_micros(100)));
+        // SRTT 100, RTTVAR 50: the RTO is 100 + 200; the probe comes at 2 SRTT.
+        assert_eq!(r.rto(), Some(Duration::from_micros(300)));
+        r.on_sent(at(200), Psn::new(6), true, None);
+        assert_eq!(r.deadline(), Some(at(400)));
+        r.on_progress(at(220), Psn::new(7), 1, false, None);
+        // err 80: RTTVAR (150 + 80) / 4 = 57.5; SRTT (700 + 20) / 8 = 90.
+        assert_eq!(r.srtt(), Some(Duration::from_micros(90)));
+        assert_eq!(r.rtt.min_rtt, 20_000);
+        assert_eq!(r.deadline(), None);
+    }
+
+    #[test]
+    fn karn_no_sample_from_a_resent_packet_but_a_first_estimate() {
+        let mut r = Recovery::new(Duration::ZERO);
+        r.on_sent(at(0), Psn::new(1), true, None);
+        r.on_resend(at(30));
+        r.on_progress(at(50), Psn::new(2), 1, false, None);
+        // No estimate yet: the ambiguous answer gives one, from the resend.
+        assert_eq!(r.srtt(), Some(Duration::from_micros(20)));
+        r.on_sent(at(60), Psn::new(2), true, None);
+        r.on_resend(at(60));
+        r.on_progress(at(70), Psn::new(3), 1, false, None);
+        assert_eq!(r.srtt(), Some(Duration::from_micros(20)), "Karn's rule");
+    }
+
+    #[test]
+    fn probe_then_backed_off_retransmissions_before_the_ibta_timer() {
+        let mut r = Recovery::new(Duration::from_micros(100));
+        r.on_sent(at(0), Psn::new(1), true, None);
+        r.on_progress(at(10), Psn::new(2), 1, false, None);
+        // RTO floor 100 µs.
+        let ibta = Some(at(1000));
+        r.on_sent(at(20), Psn::new(2), true, ibta);
+        assert_eq!(r.deadline(), Some(at(120)));
+        assert_eq!(r.on_timeout(at(119), ibta), None);
+        assert_eq!(r.on_timeout(at(120), ibta), Some(EarlyAction::Probe));
+        r.on_sent(at(120), Psn::new(2), false, ibta);
+        assert_eq!(r.deadline(), Some(at(220)));
+        assert_eq!(r.on_timeout(at(220), ibta), Some(EarlyAction::Retransmit));
+        r.on_sent(at(220), Psn::new(2), false, ibta);
+        assert_eq!(r.deadline(), Some(at(420)));
+        assert_eq!(r.on_timeout(at(420), ibta), Some(EarlyAction::Retransmit));
+        assert_eq!(r.deadline(), Some(at(820)));
+        assert_eq!(r.on_timeout(at(820), ibta), Some(EarlyAction::Retransmit));
+        // 820 + 800 is past the IBTA timer: that one takes over.
+        r.on_sent(at(820), Psn::new(2), false, ibta);
+        assert_eq!(r.deadline(), None);
+    }
+
+    #[test]
+    fn the_cap_grows_while_delivery_keeps_up_and_settles_at_twice_the_bdp() {
+        let mut r = Recovery::new(Duration::ZERO);
+        assert_eq!(r.cap(), INITIAL_CAP);
+        // Every round trip of 100 µs delivers what the cap allowed: it doubles.
+        let mut t = 0;
+        let mut una = 0u32;
+        for _ in 0..4 {
+            let cap = r.cap();
+            r.on_sent(at(t), Psn::new(una), true, None);
+            una += cap;
+            t += 100;
+            r.on_progress(at(t), Psn::new(una), cap, false, None);
+            assert_eq!(r.cap(), 2 * cap);
+        }
+        // A path that delivers what the cap allows, but only by queueing (the round
+        // trip grows with it): the rate stops growing, start-up ends.
+        for _ in 0..3 {
+            let cap = r.cap();
+            r.on_sent(at(t), Psn::new(una), true, None);
+            una += cap;
+            // 512 packets per 100 µs, the last rate seen.
+            t += 100 * u64::from(cap) / 512;
+            r.on_progress(at(t), Psn::new(una), cap, false, None);
+        }
+        assert!(
+            r.stalls >= STARTUP_STALLS,
+            "stalls {} cap {} rate {}",
+            r.stalls,
+            r.cap(),
+            r.max_rate
+        );
+        // Now the path delivers only 100 packets per 100 µs round trip: the
+        // fastest rate seen decays to it, and the cap comes down to 2 x 100.
+        for _ in 0..40 {
+            r.on_sent(at(t), Psn::new(una), true, None);
+            una += 100;
+            t += 100;
+            r.on_progress(at(t), Psn::new(una), 100, false, None);
+        }
+        assert!(r.cap() >= 200 && r.cap() < 260, "cap {}", r.cap());
+    }
+}

@@ -1,0 +1,382 @@
+//! Selective repeat between softverbs peers: what goes on the wire, the
+//! requester's scoreboard of packets the responder holds, and the responder's
+//! record of packets it placed ahead of the expected PSN.
+//!
+//! # Negotiation (wire compatibility)
+//!
+//! IBA has RC go back N: a responder drops every packet after a lost one and the
+//! requester resends them all (IBA 9.7.5.1.1, 9.7.5.2.5). Between two softverbs
+//! peers that both have it on, the responder keeps the later packets it can place
+//! and says so, and the requester resends only what is missing.
+//!
+//! It is negotiated in the seven reserved bits of the BTH after AckReq (Resv7),
+//! which IBA transmits as zero and receivers ignore (Wireshark shows them as
+//! "Reserved (7 bits)"; packets keep their length and format):
+//!
+//! - A requester with selective repeat on sets Resv7 on its requests to
+//!   1 + the packet's index within its message (capped, [`UNKNOWN_DISTANCE`]).
+//!   It stops as soon as an answer comes back with Resv7 zero: the peer is not a
+//!   softverbs peer with selective repeat, and from then on every packet is plain
+//!   IBA, and the requester plain go-back-N. So a foreign peer sees the bits on
+//!   the requests of its first round trip only, and ignores them.
+//! - A responder with selective repeat on that receives such a request answers
+//!   that requester with Resv7 set on every answer ([`ANSWER`]), and only then
+//!   keeps packets ahead of the expected PSN and reports them in selective
+//!   acknowledgements ([`SACK_SEEN`], [`sack_run`]): RC Acknowledge packets that
+//!   are plain cumulative ACKs (BTH PSN = expected PSN - 1) whose AETH MSN field
+//!   carries the PSN the report is about (a packet seen but not kept, or the
+//!   first of a run of kept ones, Resv7 giving the run's length). They go only to a requester that
+//!   offered, so no foreign peer ever has to read them; read as plain IBA they
+//!   are still a correct cumulative ACK.
+//! - A responder that does not offer it (a foreign one, or softverbs with it off)
+//!   never sets Resv7, and never keeps packets ahead.
+//!
+//! # What it relaxes, and why delivery stays exactly once and in order
+//!
+//! The responder places SEND and RDMA WRITE data of packets that arrive after a
+//! gap (IBA 9.7.5.1.1 would drop them and NAK the gap): a WRITE's middle or last
+//! packet at its RETH's address plus (distance from the first packet) x MTU,
+//! a SEND's at that offset in the receive WQE its message takes — the one in
+//! progress, or the next one for a message starting at the expected PSN. This is
+//! iWARP's rule (RFC 5041 section 5, RFC 5040 section 5.5): data may be *placed*
+//! out of order, but nothing is *delivered* out of order. Every packet kept is
+//! committed exactly once, when the expected PSN reaches it: the opcode sequence,
+//! receive WQE, invalidation, MSN and ACK steps run then, in PSN order, so
+//! completions, MSNs and ACKs are exactly those of the in-order run. Placement
+//! runs the same R_Key, access, bounds and length checks as in order, so nothing
+//! lands outside what the requester was allowed to write; a duplicate of a kept
+//! packet is dropped, never placed twice; READs and atomics are never executed
+//! ahead. The one visible difference: when an earlier request fails and the QP
+//! goes to ERR, data of later SENDs or WRITEs may already be in their buffers
+//! (their WQEs complete in error, whose buffer contents IBA leaves undefined,
+//! 10.8.5).
+
+use softverbs_wire::{Psn, Rkey};
+
+/// PSNs past the expected one a responder may keep, and the requester's
+/// scoreboard covers.
+pub(crate) const WINDOW: u32 = 256;
+
+/// Resv7 on an answer from a responder doing selective repeat.
+pub(crate) const ANSWER: u8 = 1;
+/// Resv7 of a selective ACK: the packet whose PSN is in the MSN field arrived
+/// but could not be kept (it must be resent).
+pub(crate) const SACK_SEEN: u8 = 2;
+/// Resv7 of a selective ACK of a held run: `SACK_SEEN + n` says the `n` packets
+/// from the PSN in the MSN field on are held (1 <= n <= [`MAX_RUN`]).
+pub(crate) const MAX_RUN: u32 = 125;
+
+/// Resv7 of a selective ACK of a run of `n` held packets.
+#[inline]
+pub(crate) fn sack_run(n: u32) -> u8 {
+    SACK_SEEN + n.clamp(1, MAX_RUN) as u8
+}
+/// The largest message-relative index an offer carries; larger ones are sent as
+/// this, meaning "unknown" (such packets are not kept ahead).
+pub(crate) const UNKNOWN_DISTANCE: u32 = 126;
+
+/// Resv7 of a request offering selective repeat: 1 + the packet's index in its
+/// message.
+#[inline]
+pub(crate) fn offer(index: u32) -> u8 {
+    1 + index.min(UNKNOWN_DISTANCE) as u8
+}
+
+/// The index within its message an offering request carries, if known.
+#[inline]
+pub(crate) fn offered_index(resv7: u8) -> Option<u32> {
+    match u32::from(resv7) {
+        0 => None,
+        v if v > UNKNOWN_DISTANCE => None,
+        v => Some(v - 1),
+    }
+}
+
+/// What the requester knows of its peer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum Peer {
+    /// No answer yet: requests offer selective repeat.
+    #[default]
+    Unknown,
+    /// Answers carry Resv7: the peer keeps packets ahead.
+    Selective,
+    /// An answer came without Resv7: plain IBA go-back-N from now on.
+    Plain,
+}
+
+/// The requester's scoreboard: which PSNs in `[una, una + WINDOW)` the responder
+/// reported it holds.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Scoreboard {
+    pub peer: Peer,
+    held: [u64; (WINDOW / 64) as usize],
+    /// Selective walks have covered the holes before this PSN.
+    pub walked_to: Psn,
+}
+
+impl Scoreboard {
+    #[inline]
+    fn bit(psn: Psn) -> (usize, u64) {
+        let i = psn.value() % WINDOW;
+        ((i / 64) as usize, 1 << (i % 64))
+    }
+
+    /// Whether the responder holds `psn` (only meaningful within the window
+    /// from una).
+    #[inline]
+    pub fn holds(&self, una: Psn, psn: Psn) -> bool {
+        if self.peer != Peer::Selective || una.distance_to(psn) >= WINDOW {
+            return false;
+        }
+        let (w, b) = Self::bit(psn);
+        self.held[w] & b != 0
+    }
+
+    /// Whether `psn`'s bit is set, whatever the peer (the requester also marks
+    /// READ responses it placed ahead).
+    #[inline]
+    pub fn has(&self, psn: Psn) -> bool {
+        let (w, b) = Self::bit(psn);
+        self.held[w] & b != 0
+    }
+
+    pub fn set_held(&mut self, psn: Psn) {
+        let (w, b) = Self::bit(psn);
+        self.held[w] |= b;
+    }
+
+    /// The responder no longer holds `psn` for us (it refused it when it came to
+    /// commit it).
+    pub fn clear_held(&mut self, psn: Psn) {
+        let (w, b) = Self::bit(psn);
+        self.held[w] &= !b;
+    }
+
+    /// una moved from `from` to `to`: their bits are free for later PSNs.
+    pub fn acked(&mut self, from: Psn, to: Psn) {
+        let n = from.distance_to(to);
+        if n >= WINDOW {
+            self.held = [0; (WINDOW / 64) as usize];
+            return;
+        }
+        for k in 0..n {
+            let (w, b) = Self::bit(from.add(k));
+            self.held[w] &= !b;
+        }
+    }
+
+    /// Forgets everything held (the PSNs start over).
+    pub fn clear(&mut self, una: Psn) {
+        self.held = [0; (WINDOW / 64) as usize];
+        self.walked_to = una;
+    }
+}
+
+/// A request packet the responder placed ahead of the expected PSN, kept to be
+/// committed in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Held {
+    pub psn: Psn,
+    pub opcode: softverbs_wire::Opcode,
+    pub len: u32,
+    pub imm: Option<u32>,
+    pub ieth: Option<Rkey>,
+    pub ack_req: bool,
+    pub solicited: bool,
+}
+
+/// An RDMA WRITE whose first packet arrived ahead of the expected PSN.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct AheadWrite {
+    pub first: Psn,
+    pub va: u64,
+    pub rkey: Rkey,
+    pub dma_len: u32,
+}
+
+/// A message some packet of which arrived ahead of the expected PSN: where it
+/// starts, and once known where it ends and whether it takes a receive WQE.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct AheadMessage {
+    pub first: Psn,
+    pub last: Option<Psn>,
+    pub takes_wqe: Option<bool>,
+}
+
+/// Most messages ahead tracked at once.
+const AHEAD_MESSAGES: usize = 64;
+
+/// Most WRITEs whose first packet may be kept ahead at once.
+const AHEAD_WRITES: usize = 64;
+
+/// The responder's side: active once the requester offered; then the packets it
+/// holds ahead, in a ring indexed by PSN.
+#[derive(Debug, Default)]
+pub(crate) struct Reorder {
+    pub active: bool,
+    slots: Vec<Option<Held>>,
+    writes: Vec<AheadWrite>,
+    messages: Vec<AheadMessage>,
+    /// Packets held now.
+    pub count: u32,
+}
+
+impl Reorder {
+    /// The requester offered selective repeat: from now on packets ahead may be
+    /// kept. Sizes the ring once, so the data path does not allocate.
+    pub fn activate(&mut self) {
+        if !self.active {
+            self.active = true;
+            self.slots = vec![None; WINDOW as usize];
+            self.writes = Vec::with_capacity(AHEAD_WRITES);
+            self.messages = Vec::with_capacity(AHEAD_MESSAGES);
+        }
+    }
+
+    /// What a packet that arrived ahead says of its message (which starts at
+    /// `first`): where it ends, if this is its last packet, and whether it takes
+    /// a receive WQE, if that is known now. Messages that ended before `epsn`
+    /// are forgotten to make room.
+    pub fn note_message(
+        &mut self,
+        epsn: Psn,
+        first: Psn,
+        last: Option<Psn>,
+        takes_wqe: Option<bool>,
+    ) {
+        let entry = match self.messages.iter_mut().find(|m| m.first == first) {
+            Some(m) => m,
+            None => {
+                if self.messages.len() >= AHEAD_MESSAGES {
+                    self.messages
+                        .retain(|m| m.last.is_none_or(|l| !l.before(epsn)));
+                }
+                if self.messages.len() >= AHEAD_MESSAGES {
+                    return;
+                }
+                self.messages.push(AheadMessage {
+                    first,
+                    last: None,
+                    takes_wqe: None,
+                });
+                self.messages.last_mut().expect("just pushed")
+            }
+        };
+        entry.last = entry.last.or(last);
+        entry.takes_wqe = entry.takes_wqe.or(takes_wqe);
+    }
+
+    /// The message starting at `first`, if a packet of it arrived ahead.
+    pub fn message(&self, first: Psn) -> Option<AheadMessage> {
+        self.messages.iter().find(|m| m.first == first).copied()
+    }
+
+    #[inline]
+    fn slot(psn: Psn) -> usize {
+        (psn.value() % WINDOW) as usize
+    }
+
+    /// The packet held at `psn`, if any.
+    #[inline]
+    pub fn get(&self, psn: Psn) -> Option<Held> {
+        if self.count == 0 {
+            return None;
+        }
+        self.slots[Self::slot(psn)].filter(|h| h.psn == psn)
+    }
+
+    pub fn hold(&mut self, h: Held) {
+        let slot = &mut self.slots[Self::slot(h.psn)];
+        if slot.is_none() {
+            self.count += 1;
+        }
+        *slot = Some(h);
+    }
+
+    /// The run of held packets that ends at `last`, at most [`MAX_RUN`] long:
+    /// its first PSN and length (0 if `last` is not held).
+    pub fn run_ending_at(&self, last: Psn) -> (Psn, u32) {
+        let mut n = 0;
+        while n < MAX_RUN && self.get(last.sub(n)).is_some() {
+            n += 1;
+        }
+        (last.sub(n).next(), n)
+    }
+
+    /// Takes the packet held at `psn` (to commit it).
+    pub fn take(&mut self, psn: Psn) -> Option<Held> {
+        let h = self.get(psn)?;
+        self.slots[Self::slot(psn)] = None;
+        self.count -= 1;
+        Some(h)
+    }
+
+    /// The WRITE whose first packet is `first`, if kept.
+    pub fn write_from(&self, first: Psn) -> Option<AheadWrite> {
+        self.writes.iter().find(|w| w.first == first).copied()
+    }
+
+    /// Remembers a WRITE whose first packet was kept; false if there is no room.
+    pub fn add_write(&mut self, w: AheadWrite) -> bool {
+        if self.write_from(w.first).is_some() {
+            return true;
+        }
+        if self.writes.len() >= AHEAD_WRITES {
+            return false;
+        }
+        self.writes.push(w);
+        true
+    }
+
+    /// The WRITE starting at `first` was committed as far as its first packet:
+    /// it is the message in progress now.
+    pub fn drop_write(&mut self, first: Psn) {
+        self.writes.retain(|w| w.first != first);
+    }
+
+    /// Forgets every packet held (the QP left RTS or reset its PSNs).
+    pub fn clear(&mut self) {
+        for s in &mut self.slots {
+            *s = None;
+        }
+        self.writes.clear();
+        self.messages.clear();
+        self.count = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offers_carry_the_index_in_the_message() {
+        assert_eq!(offer(0), 1);
+        assert_eq!(offered_index(1), Some(0));
+        assert_eq!(offered_index(offer(125)), Some(125));
+        assert_eq!(offered_index(offer(126)), None);
+        assert_eq!(offered_index(offer(5000)), None);
+        assert_eq!(offered_index(0), None);
+        assert_eq!(offer(5000), 127);
+    }
+
+    #[test]
+    fn scoreboard_tracks_held_psns_from_una() {
+        let mut s = Scoreboard {
+            peer: Peer::Selective,
+            ..Scoreboard::default()
+        };
+        let una = Psn::new(0xff_fff0);
+        s.set_held(una.add(3));
+        s.set_held(una.add(255));
+        assert!(s.holds(una, una.add(3)));
+        assert!(s.holds(una, una.add(255)));
+        assert!(!s.holds(una, una.add(4)));
+        assert!(!s.holds(una, una.add(256 + 3)), "beyond the window");
+        s.acked(una, una.add(4));
+        assert!(!s.holds(una.add(4), una.add(4 + 255)), "its bit was freed");
+        assert!(s.holds(una.add(4), una.add(255)));
+        s.peer = Peer::Plain;
+        assert!(!s.holds(una.add(4), una.add(255)));
+    }
+}
