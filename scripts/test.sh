@@ -14,7 +14,7 @@ echo "== cargo test"
 cargo build --workspace
 cargo test --workspace --all-targets
 cargo test --workspace --doc
-cargo test -p softverbs --features tokio --test async_stream
+cargo test -p softverbs --features tokio --test async_stream --test sock_async
 if [[ -x scripts/fuzz-smoke.sh ]]; then
   echo "== fuzz smoke"
   scripts/fuzz-smoke.sh

@@ -18,6 +18,7 @@ mod pingpong;
 mod plot;
 mod progress;
 mod rping;
+mod rstream;
 mod run;
 mod stat;
 mod stats;
@@ -83,6 +84,9 @@ Every process that opens a softverbs device publishes that device's counters (at
     /// RDMA ping through the connection manager (like rdmacm-utils' rping): the server READs
     /// the client's buffer and WRITEs it back into another.
     Rping(RpingArgs),
+    /// Stream sockets over RDMA (like librdmacm's rstream, same wire protocol, options and
+    /// output): latency and bandwidth between a server and a client.
+    Rstream(rstream::RstreamArgs),
     /// UD datagrams to a service resolved through the connection manager (SIDR), echoed
     /// back (like rdmacm-utils' udaddy, and surviving loss).
     Udaddy(udaddy::UdaddyArgs),
@@ -312,6 +316,7 @@ fn main() -> ExitCode {
         Cmd::Mcast(a) => mcast::run(&a),
         Cmd::Udaddy(a) => udaddy::run(&a),
         Cmd::Rping(a) => rping::run(&a),
+        Cmd::Rstream(a) => rstream::run(&a),
         Cmd::Run(a) => run::run(&a),
     };
     match result {

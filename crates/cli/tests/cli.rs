@@ -587,3 +587,51 @@ fn run_puts_the_drop_in_libraries_first() {
         );
     }
 }
+
+/// The JSON document of a local `softverbs perf send --bw --ud` run of `iters` 1024-byte
+/// messages, checked: it completes, and every message sent is counted as received or lost.
+fn perf_ud_bw(iters: u64, env: &[(&str, &str)]) -> serde_json::Value {
+    let _g = heavy();
+    let n = iters.to_string();
+    let args = [
+        "perf", "send", "--bw", "--ud", "--size", "1024", "--iters", &n, "--json",
+    ];
+    let out = run(&args, env);
+    assert!(
+        out.status.success(),
+        "softverbs {} failed ({}):\n{}\n{}",
+        args.join(" "),
+        out.status,
+        out.stdout,
+        out.stderr
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", out.stdout));
+    let row = &v["bw"][0];
+    assert_eq!(row["iterations"], iters, "{v}");
+    let received = row["received"].as_u64().expect("received count");
+    let lost = row["lost"].as_u64().expect("lost count");
+    assert_eq!(received + lost, iters, "{v}");
+    assert!(received > 0, "{v}");
+    assert!(row["bw_avg_mb_per_sec"].as_f64().unwrap() > 0.0, "{v}");
+    v
+}
+
+/// UD bandwidth over ten times the receives the server keeps posted: the run ends with
+/// an account of what arrived (UD may drop datagrams) instead of waiting for a count.
+#[test]
+fn perf_ud_bw_outlasts_the_receive_queue() {
+    perf_ud_bw(5000, &[]);
+}
+
+/// With injected loss a UD bandwidth run still ends (checkpoints and their answers are
+/// datagrams too, and are repeated) and reports the loss.
+#[test]
+fn perf_ud_bw_reports_injected_loss() {
+    let v = perf_ud_bw(5000, &[("SOFTVERBS_FAULTS", "loss=0.05,seed=7")]);
+    assert!(v["bw"][0]["lost"].as_u64().unwrap() > 0, "{v}");
+    assert!(
+        v["client_counters"]["injected_drops"].as_u64().unwrap() > 0,
+        "{v}"
+    );
+}

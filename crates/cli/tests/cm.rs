@@ -293,6 +293,24 @@ fn perf_ud_send_resolves_its_qps_through_sidr_over_ipv6() {
     check_rows(&v, 200);
 }
 
+/// UD bandwidth through the connection manager over ten times the receives the server
+/// keeps posted: the run ends, every message counted as received or lost.
+#[test]
+fn perf_ud_bw_over_the_cm_outlasts_the_receive_queue() {
+    let v = perf_cm(
+        "send",
+        "127.0.0.1",
+        &["--ud", "--bw", "--size", "1024", "--iters", "5000"],
+        &[],
+    );
+    let row = &v["bw"][0];
+    assert_eq!(row["iterations"], 5000, "{v}");
+    let received = row["received"].as_u64().expect("received count");
+    let lost = row["lost"].as_u64().expect("lost count");
+    assert_eq!(received + lost, 5000, "{v}");
+    assert!(received > 0, "{v}");
+}
+
 #[test]
 fn perf_cm_with_two_percent_loss() {
     let v = perf_cm(

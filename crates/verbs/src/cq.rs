@@ -191,8 +191,8 @@ impl CompletionChannel {
         })
     }
 
-    /// A channel whose fd does not block (for async readers).
-    #[cfg(feature = "tokio")]
+    /// A channel whose fd does not block (for async readers, and for waiters that
+    /// poll(2) its fd before taking events).
     pub(crate) fn new_nonblocking(ctx: &Context) -> std::io::Result<CompletionChannel> {
         Ok(CompletionChannel {
             shared: Arc::new(ChannelShared::new(true)?),

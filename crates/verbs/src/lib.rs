@@ -32,6 +32,7 @@ mod mw;
 mod pd;
 pub mod published;
 mod qp;
+pub mod sock;
 mod srq;
 #[cfg(feature = "tokio")]
 mod stream;

@@ -2,7 +2,7 @@
 //! `cq_mod`, and divide the bytes moved by the time from the first post to the
 //! last completion.
 
-use super::{Plan, Side, Step, RX_DEPTH};
+use super::{ud, Plan, Side, Step, RX_DEPTH};
 use crate::conn::{check_wc, Spin};
 use crate::progress::Progress;
 use crate::stats::peak_rate;
@@ -21,6 +21,8 @@ pub struct BwResult {
     pub avg_mbs: f64,
     pub msg_rate_mpps: f64,
     pub seconds: f64,
+    /// UD: the messages that arrived (all QPs); the rest were lost.
+    pub received: Option<u64>,
 }
 
 /// The work request a QP repeats.
@@ -50,13 +52,18 @@ const TIMED_SAMPLES: u32 = 1024;
 
 /// The client's side: posts and measures. A run of a given duration posts
 /// until the time is up, then up to the next signaled WR, and waits for that.
+/// SENDs over UD go by [`ud::client_run`] (tagged with `tag`).
 pub fn bw_client(
     side: &Side,
     op: Op,
     step: &Step,
     plan: &Plan,
+    tag: u32,
     progress: &mut Progress,
 ) -> Result<BwResult> {
+    if op == Op::Send && side.qps.iter().any(|e| e.ud.is_some()) {
+        return ud_bw_client(side, step, plan, tag, progress);
+    }
     let nq = side.qps.len();
     let timed = step.duration;
     // Per QP; a timed run learns it when the time is up.
@@ -188,6 +195,37 @@ pub fn bw_client(
         avg_mbs: msgs * bytes_per_msg / seconds / MB,
         msg_rate_mpps: msgs / seconds / 1e6,
         seconds,
+        received: None,
+    })
+}
+
+/// UD: figures from the messages that arrived, over the longer of the sender's and the
+/// receiver's time (a receiver that fell behind is still draining its socket when the
+/// sender is done).
+fn ud_bw_client(
+    side: &Side,
+    step: &Step,
+    plan: &Plan,
+    tag: u32,
+    progress: &mut Progress,
+) -> Result<BwResult> {
+    let r = ud::client_run(side, step, plan, tag, progress)?;
+    let iters = step.iters as u64;
+    let total = iters * side.qps.len() as u64;
+    let seconds = r.sender_seconds.max(r.receiver_seconds).max(1e-9);
+    let msgs = r.received as f64;
+    let delivered = msgs / total.max(1) as f64;
+    // The sender's best stretch, scaled by the share that arrived.
+    let cq_mod = plan.cq_mod.max(1) as u64;
+    let peak = (ud::peak_msgs(&r, total, cq_mod) * delivered).max(msgs / seconds);
+    let bytes = step.size as f64;
+    Ok(BwResult {
+        iters,
+        peak_mbs: peak * bytes / MB,
+        avg_mbs: msgs * bytes / seconds / MB,
+        msg_rate_mpps: msgs / seconds / 1e6,
+        seconds,
+        received: Some(r.received),
     })
 }
 

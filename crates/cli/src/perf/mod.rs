@@ -22,6 +22,7 @@ mod bw;
 mod cm;
 mod lat;
 mod report;
+mod ud;
 
 use crate::cmlink::CmLink;
 use crate::conn::{connect_qp, open_device, random_psn, Ctrl, QpInfo};
@@ -34,6 +35,7 @@ use softverbs::{
 };
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -569,7 +571,7 @@ fn client_session(
     let mut report = Report::new(a, &plan, ctrl.peer()?.port());
     report.header(&side);
     let mut progress = Progress::new(a.progress);
-    for step in steps {
+    for (run, step) in (0u32..).zip(steps) {
         progress.start(format!(
             "{} {} {} bytes",
             a.op.name(),
@@ -600,7 +602,8 @@ fn client_session(
             }
             Mode::Bw => {
                 run_cmd(ctrl, step)?;
-                let r = bw::bw_client(&side, a.op, step, &plan, &mut progress)?;
+                let tag = ud::tag(run);
+                let r = bw::bw_client(&side, a.op, step, &plan, tag, &mut progress)?;
                 finish_cmd(ctrl)?;
                 progress.finish();
                 report.bw_row(BwRow {
@@ -610,6 +613,10 @@ fn client_session(
                     avg_mbs: r.avg_mbs,
                     msg_rate_mpps: r.msg_rate_mpps,
                     seconds: r.seconds,
+                    received: r.received,
+                    lost: r
+                        .received
+                        .map(|got| (r.iters * plan.qps as u64).saturating_sub(got)),
                 });
             }
         }
@@ -774,6 +781,8 @@ fn server_session(a: &PerfArgs, ctrl: &mut Ctrl, cm_server: Option<CmServer>) ->
         ctrl.peer()?
     );
     let mut progress = Progress::new(false);
+    // Measurements so far (the client counts them too: they tag UD runs).
+    let mut runs = 0u32;
     loop {
         let line = ctrl.recv()?;
         let words: Vec<&str> = line.split_whitespace().collect();
@@ -799,7 +808,8 @@ fn server_session(a: &PerfArgs, ctrl: &mut Ctrl, cm_server: Option<CmServer>) ->
                 if step.size as usize > side.region || step.size == 0 || step.iters == 0 {
                     fail!("bad step from the client: {line:?}");
                 }
-                server_step(&side, ctrl, plan.op, &step, &mut progress)?;
+                server_step(&side, ctrl, plan.op, &step, ud::tag(runs), &mut progress)?;
+                runs = runs.wrapping_add(1);
             }
             _ => fail!("unexpected message from the client: {line:?}"),
         }
@@ -811,9 +821,32 @@ fn server_step(
     ctrl: &mut Ctrl,
     op: Op,
     step: &Step,
+    tag: u32,
     progress: &mut Progress,
 ) -> Result<()> {
     match (step.mode, op) {
+        (Mode::Bw, Op::Send) if side.qps.iter().any(|e| e.ud.is_some()) => {
+            ud::server_prepare(side)?;
+            ctrl.send("GO")?;
+            // The client's FIN ends the run (see `ud`): a thread waits for it while this
+            // one receives and answers markers.
+            let fin = AtomicBool::new(false);
+            let (fin_result, result) = std::thread::scope(|s| {
+                let waiter = s.spawn(|| {
+                    let r = ctrl.expect("FIN");
+                    fin.store(true, Ordering::Release);
+                    r.map_err(|e| e.to_string())
+                });
+                let result = ud::server_receive(side, tag, &fin);
+                (waiter.join(), result)
+            });
+            result?;
+            match fin_result {
+                Ok(r) => r?,
+                Err(_) => fail!("the control connection's reader panicked"),
+            }
+            return ctrl.send("DONE");
+        }
         (Mode::Bw, Op::Send) => {
             let mut posted = bw::recv_prepare(side, step)?;
             ctrl.send("GO")?;

@@ -19,6 +19,9 @@ pub struct BwRow {
     pub avg_mbs: f64,
     pub msg_rate_mpps: f64,
     pub seconds: f64,
+    /// UD: messages that arrived (all QPs) and those lost.
+    pub received: Option<u64>,
+    pub lost: Option<u64>,
 }
 
 pub struct LatRow {
@@ -138,15 +141,27 @@ impl Report {
 
     pub fn bw_row(&mut self, r: BwRow) {
         if !self.json {
+            // UD: what arrived and what was lost (all QPs); the figures are of what arrived.
+            let ud = r.received.zip(r.lost);
             if self.bw.is_empty() {
                 println!("{RULE}");
                 println!(
-                    " {:<10} {:<14} {:<18} {:<21} MsgRate[Mpps]",
-                    "#bytes", "#iterations", "BW peak[MB/sec]", "BW average[MB/sec]"
+                    " {:<10} {:<14} {:<18} {:<21} {:<15}{}",
+                    "#bytes",
+                    "#iterations",
+                    "BW peak[MB/sec]",
+                    "BW average[MB/sec]",
+                    "MsgRate[Mpps]",
+                    if ud.is_some() {
+                        " #received      #lost"
+                    } else {
+                        ""
+                    }
                 );
             }
+            let counts = ud.map_or(String::new(), |(got, lost)| format!(" {got:<14} {lost}"));
             println!(
-                " {:<10} {:<14} {:<18.2} {:<21.2} {:.6}",
+                " {:<10} {:<14} {:<18.2} {:<21.2} {:<15.6}{counts}",
                 r.bytes, r.iters, r.peak_mbs, r.avg_mbs, r.msg_rate_mpps
             );
             let _ = std::io::stdout().flush();
@@ -224,13 +239,17 @@ impl Report {
             .bw
             .iter()
             .map(|r| {
-                Json::obj()
+                let row = Json::obj()
                     .with("bytes", r.bytes)
                     .with("iterations", r.iters)
                     .with("bw_peak_mb_per_sec", r.peak_mbs)
                     .with("bw_avg_mb_per_sec", r.avg_mbs)
                     .with("msg_rate_mpps", r.msg_rate_mpps)
-                    .with("seconds", r.seconds)
+                    .with("seconds", r.seconds);
+                match r.received.zip(r.lost) {
+                    Some((got, lost)) => row.with("received", got).with("lost", lost),
+                    None => row,
+                }
             })
             .collect();
         let lat: Vec<Json> = self

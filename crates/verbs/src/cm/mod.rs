@@ -30,7 +30,7 @@
 mod channel;
 pub(crate) mod driver;
 mod id;
-mod rc;
+pub(crate) mod rc;
 #[cfg(feature = "tokio")]
 mod stream;
 pub(crate) mod sys;

@@ -52,7 +52,7 @@ impl std::fmt::Debug for RcConnection {
 }
 
 /// Waits for the next event on `channel` and checks it is `want`.
-fn expect(
+pub(crate) fn expect(
     channel: &EventChannel,
     want: CmEventKind,
     op: &'static str,

@@ -1,0 +1,90 @@
+//! A hostile rsocket peer.
+//!
+//! The first 40 bytes are the peer's connection data (parsed; on refusal the rest is still
+//! played against a core connected to a well-formed peer). The rest is a script of 9-byte
+//! records: an immediate value and byte length as the peer's RDMA WRITE WITH IMM would
+//! deliver them, with the target area overwritten by fuzzed bytes first (as the peer may
+//! write anything there), or application reads, sends and completions. Nothing may panic,
+//! every receive chunk must lie inside the receive ring, and every write the core asks for
+//! must stay inside the peer's advertised grants.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use softverbs_sock::*;
+
+fuzz_target!(|data: &[u8]| {
+    let cfg = Config {
+        sq_size: 16,
+        rq_size: 16,
+        rbuf_size: 8192,
+        sbuf_size: 4096,
+        inline_size: 64,
+        iomap_size: 2,
+    };
+    let local = LocalRegions {
+        rbuf_addr: 0x1000,
+        rbuf_rkey: 1,
+        target_addr: 0x10_0000,
+        target_rkey: 2,
+    };
+    let mut core = StreamCore::new(cfg, local);
+    let fallback = StreamCore::new(cfg, local).conn_data();
+    let (head, script) = data.split_at(data.len().min(CONN_DATA_LEN));
+    let peer = ConnData::parse(head).unwrap_or(fallback);
+    core.handle_connected(&peer);
+    let mut target = vec![0u8; cfg.target_area_len()];
+    let mut posted: Vec<u64> = Vec::new();
+    for rec in script.chunks_exact(9) {
+        let imm = u32::from_be_bytes([rec[1], rec[2], rec[3], rec[4]]);
+        let len = u32::from_be_bytes([rec[5], rec[6], rec[7], rec[8]]);
+        match rec[0] % 6 {
+            0 | 1 => {
+                // The peer scribbles over the target area, then sends a message.
+                let at = (len as usize) % target.len();
+                let end = (at + 9).min(target.len());
+                target[at..end].copy_from_slice(&rec[..end - at]);
+                let _ = core.handle_recv(Some(imm), len, &target);
+            }
+            2 => {
+                if let Some(c) = core.recv_chunk() {
+                    assert!(c.offset.checked_add(c.len).unwrap() <= cfg.rbuf_size);
+                    core.consume(len % (c.len + 1));
+                }
+            }
+            3 => {
+                if let Some(w) = core.start_data(len) {
+                    assert!(w.len <= len && w.len > 0);
+                    if let SendStage::Ring {
+                        offset,
+                        first,
+                        second,
+                    } = w.stage
+                    {
+                        assert!(offset + first <= cfg.sbuf_size && second <= offset);
+                    }
+                    posted.push(w.wr_id);
+                }
+                while let Some(c) = core.poll_ctrl() {
+                    posted.push(c.wr_id);
+                }
+            }
+            4 => {
+                if !posted.is_empty() {
+                    let wr = posted.remove(0);
+                    let _ = core.handle_send_completion(wr, imm & 1 == 0);
+                }
+            }
+            _ => {
+                if let Some(w) = core.start_riowrite(u64::from(imm), len) {
+                    let e = core.peer_iomap_entry(u64::from(imm)).unwrap();
+                    assert!(w.remote_addr >= e.sge.addr);
+                    assert!(
+                        w.remote_addr - e.sge.addr + u64::from(w.len) <= u64::from(e.sge.length)
+                    );
+                    posted.push(w.wr_id);
+                }
+            }
+        }
+        assert!(core.available() <= u64::from(cfg.rbuf_size));
+    }
+});

@@ -1,0 +1,261 @@
+use super::*;
+
+fn regions() -> LocalRegions {
+    LocalRegions {
+        rbuf_addr: 0x1000_0000,
+        rbuf_rkey: 0x11,
+        target_addr: 0x2000_0000,
+        target_rkey: 0x22,
+    }
+}
+
+fn small() -> Config {
+    Config {
+        sq_size: 16,
+        rq_size: 16,
+        rbuf_size: 8192,
+        sbuf_size: 4096,
+        inline_size: 64,
+        iomap_size: 2,
+    }
+}
+
+fn connected(cfg: Config) -> StreamCore {
+    let mut a = StreamCore::new(cfg, regions());
+    let b = StreamCore::new(cfg, regions());
+    a.handle_connected(&b.conn_data());
+    a
+}
+
+#[test]
+fn advertises_what_rsocket_expects() {
+    let core = StreamCore::new(Config::default(), regions());
+    let d = core.conn_data();
+    assert_eq!(d.flags & CONN_FLAG_IOMAP, CONN_FLAG_IOMAP);
+    assert_eq!(d.credits, 384);
+    assert_eq!(d.target_sgl.length, 2);
+    assert_eq!(d.data_buf.length, 64 * 1024);
+    assert_eq!(d.data_buf.addr, 0x1000_0000);
+}
+
+#[test]
+fn first_write_goes_to_the_peer_data_buf_and_grants_follow_in_slot_one() {
+    let mut a = connected(small());
+    let w = a.start_data(100).unwrap();
+    assert_eq!(w.remote_addr, 0x1000_0000);
+    assert_eq!(w.rkey, 0x11);
+    assert_eq!(w.imm, Some(100));
+    assert_eq!(
+        w.stage,
+        SendStage::Ring {
+            offset: 0,
+            first: 100,
+            second: 0
+        }
+    );
+    // The first credit update grants the second half into the peer's slot 1.
+    let c = a.poll_ctrl().unwrap();
+    assert_eq!(c.remote_addr, 0x2000_0000 + 16);
+    assert_eq!(c.imm, Some(Msg::Sgl(16).to_imm()));
+    assert_eq!(
+        RsSge::read(&c.payload, SgeOrder::Little),
+        Some(RsSge {
+            addr: 0x1000_0000 + 4096,
+            key: 0x11,
+            length: 4096
+        })
+    );
+    // No more to give until data is read.
+    assert_eq!(a.poll_ctrl(), None);
+}
+
+#[test]
+fn a_write_never_crosses_a_grant_and_stops_without_credits() {
+    let mut a = connected(Config {
+        rq_size: 16,
+        ..small()
+    });
+    // 4096 bytes granted: two writes of 4000 and 96, then the grant is used up.
+    assert_eq!(a.start_data(4000).unwrap().len, 4000);
+    let w = a.start_data(4000);
+    assert!(w.is_none(), "send ring full until completions: {w:?}");
+    a.handle_send_completion(WrKind::Data(4000).to_wr_id(), true)
+        .unwrap();
+    assert_eq!(a.start_data(4000).unwrap().len, 96);
+    assert!(!a.can_send(), "no grant left");
+}
+
+#[test]
+fn credits_bound_the_messages_in_flight() {
+    let mut a = connected(Config {
+        sq_size: 64,
+        ..small()
+    });
+    let mut sent = 0;
+    while let Some(w) = a.start_data(1) {
+        a.handle_send_completion(w.wr_id, true).unwrap();
+        sent += 1;
+    }
+    assert_eq!(sent, 16, "the peer granted rq_size credits");
+    // A credit update (no buffer) raises the limit.
+    let area = vec![0u8; small().target_area_len()];
+    a.handle_recv(Some(Msg::Sgl(20).to_imm()), 0, &area)
+        .unwrap();
+    assert!(a.can_send());
+}
+
+#[test]
+fn send_ring_wraps_into_two_pieces() {
+    let mut a = connected(Config {
+        sbuf_size: 4096,
+        ..small()
+    });
+    let w = a.start_data(3000).unwrap();
+    a.handle_send_completion(w.wr_id, true).unwrap();
+    let w = a.start_data(1000).unwrap();
+    assert_eq!(
+        w.stage,
+        SendStage::Ring {
+            offset: 3000,
+            first: 1000,
+            second: 0
+        }
+    );
+    a.handle_send_completion(w.wr_id, true).unwrap();
+    let w = a.start_data(96).unwrap();
+    assert_eq!(
+        w.stage,
+        SendStage::Ring {
+            offset: 4000,
+            first: 96,
+            second: 0
+        }
+    );
+}
+
+#[test]
+fn hostile_data_lengths_end_the_connection() {
+    let mut a = connected(small());
+    let area = vec![0u8; small().target_area_len()];
+    // 4096 bytes are granted at first.
+    let e = a.handle_recv(Some(Msg::Data(4097).to_imm()), 4097, &area);
+    assert_eq!(
+        e,
+        Err(ProtocolError::DataBeyondGrant {
+            len: 4097,
+            room: 4096
+        })
+    );
+    assert!(!a.is_connected());
+    assert!(a.read_ready(), "a reader sees the end at once");
+    assert_eq!(a.recv_chunk(), None);
+}
+
+#[test]
+fn more_messages_than_credits_end_the_connection() {
+    let mut a = connected(small());
+    let area = vec![0u8; small().target_area_len()];
+    for _ in 0..16 {
+        a.handle_recv(Some(Msg::Data(1).to_imm()), 1, &area)
+            .unwrap();
+    }
+    assert_eq!(
+        a.handle_recv(Some(Msg::Data(1).to_imm()), 1, &area),
+        Err(ProtocolError::TooManyMessages)
+    );
+}
+
+#[test]
+fn iomap_index_and_area_are_checked() {
+    let mut a = connected(small());
+    let area = vec![0u8; small().target_area_len()];
+    assert_eq!(
+        a.handle_recv(Some(Msg::IomapSgl(2).to_imm()), 24, &area),
+        Err(ProtocolError::IomapIndex(2))
+    );
+    let mut a = connected(small());
+    assert_eq!(
+        a.handle_recv(Some(Msg::IomapSgl(1).to_imm()), 24, &area[..40]),
+        Err(ProtocolError::TargetArea)
+    );
+    let mut a = connected(small());
+    assert_eq!(
+        a.handle_recv(None, 0, &area),
+        Err(ProtocolError::NoImmediate)
+    );
+}
+
+#[test]
+fn shutdown_rules_follow_rsocket() {
+    let mut a = connected(small());
+    a.shutdown(Shutdown::Write);
+    assert!(!a.is_writable() && a.is_readable());
+    let c = a.poll_ctrl().unwrap();
+    assert_eq!(c.imm, Some(Msg::Ctrl(Ctrl::Shutdown).to_imm()));
+    assert!(a.write_ready(), "a write fails at once");
+    a.shutdown(Shutdown::Write);
+    assert_eq!(
+        a.poll_ctrl().map(|c| c.imm),
+        Some(Some(Msg::Sgl(16).to_imm())),
+        "no second SHUTDOWN"
+    );
+    assert_eq!(a.start_data(10), None);
+
+    // SHUT_RD while writable sends nothing.
+    let mut b = connected(small());
+    b.shutdown(Shutdown::Read);
+    assert!(!b.is_readable() && b.is_writable());
+    assert_eq!(
+        b.poll_ctrl().map(|c| c.imm),
+        Some(Some(Msg::Sgl(16).to_imm()))
+    );
+
+    // Receiving SHUTDOWN while writable: EOF for reads, writes go on.
+    let mut c = connected(small());
+    c.handle_recv(Some(Msg::Ctrl(Ctrl::Shutdown).to_imm()), 0, &[])
+        .unwrap();
+    assert!(!c.is_readable() && c.is_writable() && c.read_ready());
+
+    // The DISCONNECT's completion ends the connection.
+    let mut d = connected(small());
+    d.shutdown(Shutdown::Both);
+    let w = d.poll_ctrl().unwrap();
+    assert_eq!(w.imm, Some(Msg::Ctrl(Ctrl::Disconnect).to_imm()));
+    assert!(d.is_connected());
+    d.handle_send_completion(w.wr_id, true).unwrap();
+    assert!(!d.is_connected() && d.all_sends_done());
+}
+
+#[test]
+fn keepalive_is_a_plain_zero_length_write_on_a_control_slot() {
+    let mut a = connected(small());
+    a.set_keepalive(Some(Duration::from_secs(10)), Duration::ZERO);
+    assert_eq!(a.poll_keepalive(Duration::from_secs(9)), None);
+    let k = a.poll_keepalive(Duration::from_secs(10)).unwrap();
+    assert_eq!(k.imm, None);
+    assert!(k.payload.is_empty() && k.remote_addr == 0 && k.rkey == 0);
+    assert_eq!(a.next_keepalive(), Some(Duration::from_secs(20)));
+    assert!(!a.all_sends_done());
+    a.handle_send_completion(k.wr_id, true).unwrap();
+    assert!(a.all_sends_done());
+}
+
+#[test]
+fn failed_send_is_an_error_and_unknown_ids_are_refused() {
+    let mut a = connected(small());
+    let w = a.start_data(10).unwrap();
+    assert_eq!(
+        a.handle_send_completion(w.wr_id, false),
+        Err(ProtocolError::Transport)
+    );
+    assert_eq!(a.error(), Some(ProtocolError::Transport));
+    assert!(a.handle_send_completion(9 << 32, true).is_err());
+}
+
+#[test]
+fn chunks_double_from_2048_to_the_maximum() {
+    let mut c = SendChunks::default();
+    let sizes: Vec<u32> = (0..8).map(|_| c.next(1 << 20)).collect();
+    assert_eq!(sizes, [2048, 4096, 8192, 16384, 32768, 65536, 65536, 65536]);
+    assert_eq!(c.next(100), 100);
+}

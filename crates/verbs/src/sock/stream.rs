@@ -1,0 +1,679 @@
+//! [`RdmaStream`]: one rsocket stream connection and the driver loop around its core.
+
+use crate::cm::rc::expect;
+use crate::cm::{CmError, CmEventKind, CmId, ConnParam, EventChannel, EventStatus, PortSpace};
+use crate::context::Context;
+use crate::cq::{CompletionChannel, Cq};
+use crate::pd::{Mr, Pd};
+use crate::qp::Qp;
+use softverbs_engine::{
+    AccessFlags, Payload, QpCap, Rkey, SendFlags, SendOp, SendWr, WcStatus, WorkCompletion,
+};
+use softverbs_sock::{
+    Config, ConnData, CtrlWrite, DataWrite, LocalRegions, Msg, SendChunks, SendStage, StreamCore,
+    TARGET_AREA_HEAD,
+};
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// How a stream is set up.
+#[derive(Debug, Clone)]
+pub struct StreamOptions {
+    /// Queue and ring sizes (rsocket.c's defaults unless changed).
+    pub config: Config,
+    /// How long connecting (or accepting a request) may take.
+    pub connect_timeout: Duration,
+    /// How long dropping a stream waits for its last sends to complete.
+    pub linger: Duration,
+}
+
+impl Default for StreamOptions {
+    fn default() -> Self {
+        StreamOptions {
+            config: Config::default(),
+            connect_timeout: Duration::from_secs(10),
+            linger: Duration::from_secs(5),
+        }
+    }
+}
+
+/// The inline data a control write needs (an iomap entry is 24 bytes).
+const CTRL_INLINE: u32 = 64;
+/// A blocked call re-checks at least this often (another thread sharing the stream may
+/// have taken the completion event it waited for).
+const WAIT_SLICE: Duration = Duration::from_millis(10);
+/// A blocked call first spins this long before sleeping on the completion channel.
+const SPIN: Duration = Duration::from_micros(20);
+
+/// A stream socket over RDMA speaking the rsockets protocol: `std::io::Read` and
+/// `Write` like a `TcpStream`, blocking by default, non-blocking on request.
+///
+/// Reads return what has arrived (at least one byte, 0 at end of stream); writes take
+/// what fits the peer's granted buffer and the send ring at once (at least one byte when
+/// blocking). Dropping the stream shuts it down (the peer reads end of stream), waits up to
+/// the linger time for the last writes to complete, then disconnects.
+pub struct RdmaStream {
+    // Field order is drop order: the connection goes before the memory it used.
+    id: CmId,
+    qp: Arc<Qp>,
+    cq: Cq,
+    channel: CompletionChannel,
+    rbuf: Mr<Vec<u8>>,
+    target: Mr<Vec<u8>>,
+    sbuf: Mr<Vec<u8>>,
+    core: Mutex<StreamCore>,
+    nonblocking: AtomicBool,
+    // Completions and connection events handled so far (async waiters use it to tell
+    // whether one task's progress may have readied another's operation).
+    handled: AtomicU64,
+    epoch: Instant,
+    linger: Duration,
+    _pd: Pd,
+}
+
+impl std::fmt::Debug for RdmaStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RdmaStream")
+            .field("local", &self.local_addr())
+            .field("peer", &self.peer_addr())
+            .field("qp", &self.qp.qpn())
+            .finish()
+    }
+}
+
+/// Maps a connection-manager failure to what a socket call reports.
+pub(crate) fn cm_to_io(e: CmError) -> io::Error {
+    match e {
+        CmError::Io(e) => e,
+        CmError::Bind { source, .. } => source,
+        CmError::Cm(e) => {
+            use softverbs_cm::CmError as E;
+            let kind = match e {
+                E::AddrInUse => io::ErrorKind::AddrInUse,
+                E::NoFreePort => io::ErrorKind::AddrNotAvailable,
+                E::Unsupported(_) => io::ErrorKind::Unsupported,
+                _ => io::ErrorKind::InvalidInput,
+            };
+            io::Error::new(kind, e)
+        }
+        CmError::Unexpected { op, kind, status } => {
+            let kind = match (kind, status) {
+                (_, EventStatus::TimedOut) => io::ErrorKind::TimedOut,
+                (CmEventKind::Rejected | CmEventKind::Unreachable, _) => {
+                    io::ErrorKind::ConnectionRefused
+                }
+                (CmEventKind::AddrError | CmEventKind::RouteError, _) => {
+                    io::ErrorKind::AddrNotAvailable
+                }
+                _ => io::ErrorKind::ConnectionAborted,
+            };
+            io::Error::new(kind, format!("{op}: {kind:?} {status:?}"))
+        }
+        other => io::Error::other(other),
+    }
+}
+
+fn reset(what: impl std::fmt::Display) -> io::Error {
+    io::Error::new(io::ErrorKind::ConnectionReset, what.to_string())
+}
+
+/// The registered regions of a connection about to be made.
+pub(crate) struct Resources {
+    pd: Pd,
+    cq: Cq,
+    channel: CompletionChannel,
+    rbuf: Mr<Vec<u8>>,
+    target: Mr<Vec<u8>>,
+    sbuf: Mr<Vec<u8>>,
+    core: StreamCore,
+}
+
+impl Resources {
+    pub(crate) fn new(ctx: &Context, cfg: Config) -> io::Result<Resources> {
+        let cfg = cfg
+            .normalized()
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        let pd = ctx.alloc_pd().map_err(io::Error::other)?;
+        // Waits poll(2) the fd, then take events without blocking (async streams too).
+        let channel = CompletionChannel::new_nonblocking(ctx)?;
+        let cq = ctx
+            .create_cq(
+                u32::from(cfg.sq_size) + u32::from(cfg.rq_size),
+                Some(&channel),
+            )
+            .map_err(io::Error::other)?;
+        let remote = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+        let reg = |len: usize, access| pd.reg_mr(vec![0u8; len], access).map_err(io::Error::other);
+        let rbuf = reg(cfg.rbuf_size as usize, remote)?;
+        let target = reg(cfg.target_area_len(), remote)?;
+        let sbuf = reg(cfg.sbuf_size as usize, AccessFlags::LOCAL_WRITE)?;
+        let core = StreamCore::new(
+            cfg,
+            LocalRegions {
+                rbuf_addr: rbuf.addr(),
+                rbuf_rkey: rbuf.rkey(),
+                target_addr: target.addr(),
+                target_rkey: target.rkey(),
+            },
+        );
+        Ok(Resources {
+            pd,
+            cq,
+            channel,
+            rbuf,
+            target,
+            sbuf,
+            core,
+        })
+    }
+
+    /// rsocket's connection parameters with this side's connection data: no RDMA READ
+    /// (responder resources and initiator depth 0), flow control, 7 retries and RNR
+    /// retries (CM reference §5.1).
+    pub(crate) fn conn_param(&self) -> ConnParam {
+        ConnParam {
+            private_data: self.core.conn_data().to_bytes().to_vec(),
+            responder_resources: 0,
+            initiator_depth: 0,
+            flow_control: true,
+            retry_count: 7,
+            rnr_retry_count: 7,
+            srq: false,
+            qp_num: None,
+        }
+    }
+
+    /// Creates the id's QP and posts every receive, before the peer can send.
+    pub(crate) fn create_qp(&self, id: &CmId) -> io::Result<Arc<Qp>> {
+        let cfg = self.core.config();
+        let cap = QpCap {
+            max_send_wr: u32::from(cfg.sq_size),
+            max_recv_wr: u32::from(cfg.rq_size),
+            max_send_sge: 2,
+            max_recv_sge: 1,
+            max_inline_data: cfg.inline_size.max(CTRL_INLINE),
+        };
+        let qp = id.create_qp(&self.pd, &self.cq, cap).map_err(cm_to_io)?;
+        for _ in 0..cfg.rq_size {
+            qp.post_recv(self.core.recv_wr_id(), &[])
+                .map_err(io::Error::other)?;
+        }
+        Ok(qp)
+    }
+
+    pub(crate) fn into_stream(
+        mut self,
+        id: CmId,
+        qp: Arc<Qp>,
+        peer: &ConnData,
+        linger: Duration,
+    ) -> RdmaStream {
+        self.core.handle_connected(peer);
+        let stream = RdmaStream {
+            id,
+            qp,
+            cq: self.cq,
+            channel: self.channel,
+            rbuf: self.rbuf,
+            target: self.target,
+            sbuf: self.sbuf,
+            core: Mutex::new(self.core),
+            nonblocking: AtomicBool::new(false),
+            handled: AtomicU64::new(0),
+            epoch: Instant::now(),
+            linger,
+            _pd: self.pd,
+        };
+        // The first credit update (the second receive half) goes out at once.
+        let mut core = stream.lock();
+        let _ = stream.post_pending(&mut core);
+        drop(core);
+        stream
+    }
+}
+
+fn bad_conn_data(e: softverbs_sock::ConnDataError) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, e)
+}
+
+impl RdmaStream {
+    /// Connects to the rsocket listener at `addr` on the process's softverbs device.
+    pub fn connect(addr: SocketAddr) -> io::Result<RdmaStream> {
+        let ctx = Context::open_default().map_err(io::Error::other)?;
+        RdmaStream::connect_with(&ctx, addr, &StreamOptions::default())
+    }
+
+    /// Connects to `addr` from `ctx`'s device with `opts`.
+    pub fn connect_with(
+        ctx: &Context,
+        addr: SocketAddr,
+        opts: &StreamOptions,
+    ) -> io::Result<RdmaStream> {
+        let res = Resources::new(ctx, opts.config)?;
+        let timeout = opts.connect_timeout;
+        let channel = EventChannel::new(ctx).map_err(cm_to_io)?;
+        let id = CmId::new(&channel, PortSpace::Tcp).map_err(cm_to_io)?;
+        let step = |r: Result<(), CmError>, kind, op| {
+            r.and_then(|()| expect(&channel, kind, op, timeout).map(|_| ()))
+                .map_err(cm_to_io)
+        };
+        step(
+            id.resolve_addr(None, addr, timeout),
+            CmEventKind::AddrResolved,
+            "resolve_addr",
+        )?;
+        step(
+            id.resolve_route(),
+            CmEventKind::RouteResolved,
+            "resolve_route",
+        )?;
+        let qp = res.create_qp(&id)?;
+        id.connect(Some(res.conn_param())).map_err(cm_to_io)?;
+        let ev =
+            expect(&channel, CmEventKind::Established, "connect", timeout).map_err(cm_to_io)?;
+        let peer = ConnData::parse(ev.private_data()).map_err(bad_conn_data)?;
+        Ok(res.into_stream(id, qp, &peer, opts.linger))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, StreamCore> {
+        self.core.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The local rdma_cm address.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.id.local_addr()
+    }
+
+    /// The peer's rdma_cm address.
+    pub fn peer_addr(&self) -> Option<SocketAddr> {
+        self.id.peer_addr()
+    }
+
+    /// Switches reads, writes and flushes between blocking and returning `WouldBlock`.
+    pub fn set_nonblocking(&self, on: bool) -> io::Result<()> {
+        self.nonblocking.store(on, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Keep-alives every `interval` (`None`: off): a 0-length RDMA WRITE the peer never
+    /// sees, so the RC transport notices a dead peer (rsockets' SO_KEEPALIVE). They go out
+    /// while the stream is being used (a blocked call wakes for them).
+    pub fn set_keepalive(&self, interval: Option<Duration>) {
+        let now = self.epoch.elapsed();
+        self.lock().set_keepalive(interval, now);
+    }
+
+    /// Bytes received and not yet read.
+    pub fn available(&self) -> io::Result<usize> {
+        let mut core = self.lock();
+        self.progress(&mut core)?;
+        Ok(core.available() as usize)
+    }
+
+    /// Ends reading, writing or both (`rshutdown`); the peer reads end of stream once it has
+    /// read what was written before. Waits for the control message to be sent.
+    pub fn shutdown(&self, how: std::net::Shutdown) -> io::Result<()> {
+        let how = match how {
+            std::net::Shutdown::Read => softverbs_sock::Shutdown::Read,
+            std::net::Shutdown::Write => softverbs_sock::Shutdown::Write,
+            std::net::Shutdown::Both => softverbs_sock::Shutdown::Both,
+        };
+        self.start_shutdown(how)?;
+        self.wait(|c| c.all_sends_done(), Some(self.linger), true)
+            .map(drop)
+    }
+
+    /// Queues the shutdown's control message and posts it.
+    pub(crate) fn start_shutdown(&self, how: softverbs_sock::Shutdown) -> io::Result<()> {
+        let mut core = self.lock();
+        core.shutdown(how);
+        self.post_pending(&mut core)
+    }
+
+    /// Handles every completion waiting, then posts what the core wants sent.
+    fn progress(&self, core: &mut StreamCore) -> io::Result<()> {
+        let mut wcs = [WorkCompletion::default(); 32];
+        loop {
+            let n = self.cq.poll(&mut wcs);
+            self.handled.fetch_add(n as u64, Ordering::Relaxed);
+            for wc in &wcs[..n] {
+                self.complete(core, wc);
+            }
+            if n < wcs.len() {
+                break;
+            }
+        }
+        self.drain_cm_events(core);
+        self.post_pending(core)
+    }
+
+    fn complete(&self, core: &mut StreamCore, wc: &WorkCompletion) {
+        if !StreamCore::is_recv_wr_id(wc.wr_id) {
+            if let Err(e) = core.handle_send_completion(wc.wr_id, wc.status == WcStatus::Success) {
+                tracing::debug!(qp = %self.qp.qpn(), "rsocket send failed: {e} ({:?})", wc.status);
+            }
+            return;
+        }
+        if wc.status != WcStatus::Success {
+            core.handle_recv_flush();
+            return;
+        }
+        // Grants and iomap entries were written into the target area: read it for them.
+        let mut area = Vec::new();
+        if let Some(Msg::Sgl(_) | Msg::IomapSgl(_)) = wc.imm_data.map(Msg::from_imm) {
+            area.resize(core.config().target_area_len().max(TARGET_AREA_HEAD), 0);
+            self.target.read(0, &mut area);
+        }
+        if let Err(e) = core.handle_recv(wc.imm_data, wc.byte_len, &area) {
+            tracing::debug!(qp = %self.qp.qpn(), "rsocket peer broke the protocol: {e}");
+            let _ = self.qp.to_error();
+            return;
+        }
+        if core.is_connected() {
+            if let Err(e) = self.qp.post_recv(core.recv_wr_id(), &[]) {
+                tracing::debug!("rsocket receive repost failed: {e}");
+            }
+        }
+    }
+
+    fn drain_cm_events(&self, core: &mut StreamCore) {
+        while let Some(ev) = self.id.channel().try_get_event() {
+            self.handled.fetch_add(1, Ordering::Relaxed);
+            if ev.kind() == CmEventKind::Disconnected {
+                core.handle_disconnected();
+                // Answer the peer's DREQ (nothing to do when we sent one).
+                let _ = self.id.disconnect();
+            }
+        }
+    }
+
+    /// Posts control messages, iomap publications and keep-alives the core has ready.
+    pub(crate) fn post_pending(&self, core: &mut StreamCore) -> io::Result<()> {
+        let now = self.epoch.elapsed();
+        loop {
+            let next = core
+                .poll_ctrl()
+                .or_else(|| core.poll_iomap())
+                .or_else(|| core.poll_keepalive(now));
+            let Some(c) = next else {
+                return Ok(());
+            };
+            self.post_ctrl(core, &c)?;
+        }
+    }
+
+    fn post_ctrl(&self, core: &mut StreamCore, c: &CtrlWrite) -> io::Result<()> {
+        let op = match c.imm {
+            Some(imm) => SendOp::RdmaWriteWithImm {
+                remote_addr: c.remote_addr,
+                rkey: Rkey(c.rkey),
+                imm,
+            },
+            None => SendOp::RdmaWrite {
+                remote_addr: c.remote_addr,
+                rkey: Rkey(c.rkey),
+            },
+        };
+        let wr = SendWr {
+            wr_id: c.wr_id,
+            op,
+            payload: Payload::Inline(&c.payload),
+            flags: SendFlags::SIGNALED,
+        };
+        self.qp.post_send(&wr).map_err(|e| {
+            let _ = core.handle_send_completion(c.wr_id, false);
+            reset(e)
+        })
+    }
+
+    fn post_data(&self, core: &mut StreamCore, w: &DataWrite, buf: &[u8]) -> io::Result<()> {
+        let op = match w.imm {
+            Some(imm) => SendOp::RdmaWriteWithImm {
+                remote_addr: w.remote_addr,
+                rkey: Rkey(w.rkey),
+                imm,
+            },
+            None => SendOp::RdmaWrite {
+                remote_addr: w.remote_addr,
+                rkey: Rkey(w.rkey),
+            },
+        };
+        let data = &buf[..w.len as usize];
+        let sges;
+        let payload = match w.stage {
+            SendStage::Inline => Payload::Inline(data),
+            SendStage::Ring {
+                offset,
+                first,
+                second,
+            } => {
+                let (head, tail) = data.split_at(first as usize);
+                self.sbuf.write(offset as usize, head);
+                self.sbuf.write(0, tail);
+                sges = [
+                    self.sbuf.sge(offset as usize, first),
+                    self.sbuf.sge(0, second),
+                ];
+                Payload::Sges(if second > 0 { &sges[..] } else { &sges[..1] })
+            }
+        };
+        let wr = SendWr {
+            wr_id: w.wr_id,
+            op,
+            payload,
+            flags: SendFlags::SIGNALED,
+        };
+        self.qp.post_send(&wr).map_err(|e| {
+            let _ = core.handle_send_completion(w.wr_id, false);
+            reset(e)
+        })
+    }
+
+    /// One non-blocking attempt at `op`, once `ready` holds; otherwise the CQ is left armed
+    /// (so the completion channel's fd turns readable when something happens) and the
+    /// answer is `WouldBlock`.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn attempt<R>(
+        &self,
+        ready: impl Fn(&StreamCore) -> bool,
+        op: impl FnOnce(&Self, &mut StreamCore) -> io::Result<R>,
+    ) -> io::Result<R> {
+        let mut core = self.lock();
+        self.progress(&mut core)?;
+        if !ready(&core) {
+            self.take_channel_events();
+            self.cq.req_notify(false).map_err(io::Error::other)?;
+            self.progress(&mut core)?;
+            if !ready(&core) {
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+        }
+        op(self, &mut core)
+    }
+
+    /// How many completions and connection events were handled so far.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn handled(&self) -> u64 {
+        self.handled.load(Ordering::Relaxed)
+    }
+
+    /// The completion channel's fd: readable after an [`Self::attempt`] returned
+    /// `WouldBlock` and something happened since.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn channel_fd(&self) -> std::os::fd::RawFd {
+        self.channel.fd()
+    }
+
+    fn take_channel_events(&self) {
+        let mut events = 0;
+        while self.channel.try_get_event().is_some() {
+            events += 1;
+        }
+        if events > 0 {
+            self.cq.ack_events(events);
+        }
+    }
+
+    /// Runs the connection until `ready` holds: spins briefly, then sleeps on the
+    /// completion channel (and the id's event channel, for a disconnect). `WouldBlock` in
+    /// non-blocking mode (unless `force_block`), `TimedOut` after `limit`.
+    fn wait(
+        &self,
+        ready: impl Fn(&StreamCore) -> bool,
+        limit: Option<Duration>,
+        force_block: bool,
+    ) -> io::Result<MutexGuard<'_, StreamCore>> {
+        let start = Instant::now();
+        loop {
+            let mut core = self.lock();
+            self.progress(&mut core)?;
+            if ready(&core) {
+                return Ok(core);
+            }
+            if self.nonblocking.load(Ordering::Relaxed) && !force_block {
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            if limit.is_some_and(|l| start.elapsed() >= l) {
+                return Err(io::ErrorKind::TimedOut.into());
+            }
+            if start.elapsed() < SPIN {
+                drop(core);
+                std::thread::yield_now();
+                continue;
+            }
+            // Arm, then look once more: a completion may have landed in between.
+            self.cq.req_notify(false).map_err(io::Error::other)?;
+            self.progress(&mut core)?;
+            if ready(&core) {
+                return Ok(core);
+            }
+            let mut sleep = WAIT_SLICE;
+            if let Some(due) = core.next_keepalive() {
+                sleep = sleep.min(due.saturating_sub(self.epoch.elapsed()));
+            }
+            drop(core);
+            let mut fds = [
+                libc::pollfd {
+                    fd: self.channel.fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: self.id.channel().fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+            ];
+            match crate::sys::poll(&mut fds, Some(sleep)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+            self.take_channel_events();
+        }
+    }
+
+    pub(crate) fn read_locked(&self, core: &mut StreamCore, buf: &mut [u8]) -> io::Result<usize> {
+        let mut got = 0;
+        while got < buf.len() {
+            let Some(chunk) = core.recv_chunk() else {
+                break;
+            };
+            let n = (chunk.len as usize).min(buf.len() - got);
+            self.rbuf
+                .read(chunk.offset as usize, &mut buf[got..got + n]);
+            core.consume(n as u32);
+            got += n;
+        }
+        if got > 0 {
+            // Reading freed room: the peer may be waiting for a grant.
+            self.post_pending(core)?;
+            return Ok(got);
+        }
+        match core.error() {
+            Some(e) if core.available() == 0 => Err(reset(e)),
+            _ => Ok(0),
+        }
+    }
+
+    pub(crate) fn write_locked(&self, core: &mut StreamCore, buf: &[u8]) -> io::Result<usize> {
+        if !core.is_writable() {
+            return Err(match core.error() {
+                Some(e) => reset(e),
+                None => io::Error::new(io::ErrorKind::BrokenPipe, "the stream is shut down"),
+            });
+        }
+        let mut chunks = SendChunks::default();
+        let mut done = 0;
+        while done < buf.len() {
+            let want = chunks.next(buf.len() - done);
+            let Some(w) = core.start_data(want) else {
+                break;
+            };
+            self.post_data(core, &w, &buf[done..])?;
+            done += w.len as usize;
+        }
+        Ok(done)
+    }
+}
+
+impl io::Read for &RdmaStream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let mut core = self.wait(|c| c.read_ready(), None, false)?;
+        self.read_locked(&mut core, buf)
+    }
+}
+
+impl io::Write for &RdmaStream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let mut core = self.wait(|c| c.write_ready(), None, false)?;
+        self.write_locked(&mut core, buf)
+    }
+
+    /// Waits until every write was delivered (completed by the peer's transport).
+    fn flush(&mut self) -> io::Result<()> {
+        self.wait(|c| c.all_sends_done(), None, false).map(|_| ())
+    }
+}
+
+impl io::Read for RdmaStream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        (&*self).read(buf)
+    }
+}
+
+impl io::Write for RdmaStream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        (&*self).write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        (&*self).flush()
+    }
+}
+
+impl Drop for RdmaStream {
+    fn drop(&mut self) {
+        let mut core = self.lock();
+        let _ = self.progress(&mut core);
+        if core.is_connected() {
+            core.shutdown(softverbs_sock::Shutdown::Both);
+            let _ = self.post_pending(&mut core);
+        }
+        drop(core);
+        let _ = self
+            .wait(|c| c.all_sends_done(), Some(self.linger), true)
+            .map(drop);
+        // The DREQ; the id's destruction (a field) finishes the disconnect.
+        let _ = self.id.disconnect();
+    }
+}

@@ -1,0 +1,210 @@
+//! rsocket streams over real sockets: two devices of one process on loopback. The protocol
+//! accounting is tested in softverbs-sock (a model pair, property tests, fuzzing); these
+//! prove the driver: regions, posting, completions, blocking and non-blocking waits,
+//! shutdown, and recovery from injected loss.
+
+use softverbs::sock::{RdmaListener, RdmaStream, StreamConfig, StreamOptions};
+use softverbs::{Config, Context, Device, FaultConfig};
+use std::io::{ErrorKind, Read, Write};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+fn device(cfg: Config) -> Context {
+    Device::with_config("sock-test", cfg).open().unwrap()
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| {
+            (i as u32)
+                .wrapping_mul(2_654_435_761)
+                .rotate_left(seed as u32) as u8
+        })
+        .collect()
+}
+
+fn listen(ctx: &Context, opts: StreamOptions) -> (RdmaListener, SocketAddr) {
+    let l = RdmaListener::bind_with(ctx, "127.0.0.1:0".parse().unwrap(), opts).unwrap();
+    let at = l.local_addr().unwrap();
+    (l, at)
+}
+
+/// Both directions at once, sizes crossing every boundary (inline, ring wrap, grant
+/// halves, the 64 KiB write cap), small rings so credits and grants cycle many times;
+/// then the client shuts down writing and the server reads end of stream.
+fn echo_run(cfg: Config, total: usize) {
+    let small = StreamOptions {
+        config: StreamConfig {
+            rbuf_size: 16 * 1024,
+            sbuf_size: 8 * 1024,
+            sq_size: 16,
+            rq_size: 16,
+            ..StreamConfig::default()
+        },
+        ..StreamOptions::default()
+    };
+    let server_ctx = device(cfg.clone());
+    let (listener, at) = listen(&server_ctx, small.clone());
+    let server = std::thread::spawn(move || {
+        let (stream, _) = listener.accept().unwrap();
+        // Echo everything back until end of stream.
+        let mut buf = vec![0u8; 70_000];
+        let mut echoed = 0;
+        loop {
+            let n = (&stream).read(&mut buf).unwrap();
+            if n == 0 {
+                break;
+            }
+            (&stream).write_all(&buf[..n]).unwrap();
+            echoed += n;
+        }
+        (&stream).flush().unwrap();
+        echoed
+    });
+    let client_ctx = device(cfg);
+    let client = RdmaStream::connect_with(&client_ctx, at, &small).unwrap();
+    let data = pattern(total, 3);
+    let reader = {
+        let len = data.len();
+        let client = &client;
+        std::thread::scope(|s| {
+            let r = s.spawn(move || {
+                let mut got = vec![0u8; len];
+                (&*client).read_exact(&mut got).unwrap();
+                got
+            });
+            let mut sizes = [1usize, 63, 64, 65, 2047, 2048, 4096, 5000, 65_536, 70_000]
+                .iter()
+                .cycle();
+            let mut off = 0;
+            while off < data.len() {
+                let n = (*sizes.next().unwrap()).min(data.len() - off);
+                (&*client).write_all(&data[off..off + n]).unwrap();
+                off += n;
+            }
+            client.shutdown(std::net::Shutdown::Write).unwrap();
+            r.join().unwrap()
+        })
+    };
+    assert!(reader == data, "echoed bytes differ");
+    assert_eq!(server.join().unwrap(), total);
+    // The server closed after echoing: end of stream.
+    let mut b = [0u8; 1];
+    assert_eq!((&client).read(&mut b).unwrap(), 0);
+}
+
+#[test]
+fn echo_both_directions_with_end_of_stream() {
+    echo_run(Config::default(), 3 << 20);
+}
+
+#[test]
+fn echo_survives_injected_loss() {
+    let faults = FaultConfig {
+        loss: 0.02,
+        duplicate: 0.01,
+        reorder: 0.01,
+        corrupt: 0.0,
+        seed: 13,
+    };
+    echo_run(
+        Config {
+            faults: Some(faults),
+            ..Config::default()
+        },
+        1 << 20,
+    );
+}
+
+#[test]
+fn nonblocking_reads_and_writes_would_block_then_complete() {
+    let ctx = device(Config::default());
+    let (listener, at) = listen(&ctx, StreamOptions::default());
+    let client_ctx = device(Config::default());
+    let t = std::thread::spawn(move || {
+        RdmaStream::connect_with(&client_ctx, at, &StreamOptions::default()).unwrap()
+    });
+    let (server, _) = listener.accept().unwrap();
+    let client = t.join().unwrap();
+    server.set_nonblocking(true).unwrap();
+    client.set_nonblocking(true).unwrap();
+    let mut buf = [0u8; 100];
+    assert_eq!(
+        (&server).read(&mut buf).unwrap_err().kind(),
+        ErrorKind::WouldBlock
+    );
+    // Fill the peer's grants until the writer would block (nobody reads).
+    let chunk = pattern(65_536, 1);
+    let mut written = 0usize;
+    loop {
+        match (&client).write(&chunk) {
+            Ok(n) => {
+                assert!(n > 0);
+                written += n;
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+            Err(e) => panic!("{e}"),
+        }
+        assert!(written <= 1 << 20, "the writer never blocked");
+    }
+    // The default receive ring is 128 KiB: at most that much is in flight.
+    assert!(written <= 128 * 1024, "{written} bytes written unread");
+    // Read it all back (non-blocking, spinning), then the writer can go on.
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 10_000];
+    while got.len() < written {
+        match (&server).read(&mut buf) {
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => std::thread::yield_now(),
+            Err(e) => panic!("{e}"),
+        }
+    }
+    let expect: Vec<u8> = chunk.iter().cycle().take(written).copied().collect();
+    assert!(got == expect);
+    client.set_nonblocking(false).unwrap();
+    (&client).write_all(b"more").unwrap();
+    server.set_nonblocking(false).unwrap();
+    let mut four = [0u8; 4];
+    (&server).read_exact(&mut four).unwrap();
+    assert_eq!(&four, b"more");
+}
+
+#[test]
+fn dropping_a_stream_gives_eof_and_writes_then_fail() {
+    let ctx = device(Config::default());
+    let (listener, at) = listen(&ctx, StreamOptions::default());
+    let client_ctx = device(Config::default());
+    let t = std::thread::spawn(move || {
+        let c = RdmaStream::connect_with(&client_ctx, at, &StreamOptions::default()).unwrap();
+        (&c).write_all(b"last words").unwrap();
+        drop(c);
+    });
+    let (server, _) = listener.accept().unwrap();
+    t.join().unwrap();
+    let mut got = Vec::new();
+    (&server).read_to_end(&mut got).unwrap();
+    assert_eq!(got, b"last words");
+    let e = (&server).write(b"x").unwrap_err();
+    assert!(
+        matches!(e.kind(), ErrorKind::BrokenPipe | ErrorKind::ConnectionReset),
+        "{e}"
+    );
+}
+
+#[test]
+fn refused_and_in_use() {
+    let ctx = device(Config::default());
+    let (_listener, at) = listen(&ctx, StreamOptions::default());
+    let e = RdmaListener::bind_with(&ctx, at, StreamOptions::default()).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::AddrInUse);
+    // Nobody listens on the next port (closed: ICMP answers at once).
+    let free = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let closed = free.local_addr().unwrap();
+    drop(free);
+    let opts = StreamOptions {
+        connect_timeout: Duration::from_secs(5),
+        ..StreamOptions::default()
+    };
+    let e = RdmaStream::connect_with(&ctx, closed, &opts).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::ConnectionRefused, "{e}");
+}
