@@ -69,12 +69,21 @@ impl Cq {
 
     /// Takes up to `out.len()` completions; returns how many. When the CQ is empty
     /// the calling thread receives what waits on the device's socket and looks
-    /// again, so a thread spinning on its CQ needs no other thread to run.
+    /// again, so a thread spinning on its CQ needs no other thread to run; when
+    /// nothing arrived it yields the CPU (`sched_yield`) before returning 0.
     pub fn poll(&self, out: &mut [WorkCompletion]) -> usize {
         match self.poll_ready(out) {
             0 => match self.inner.ctx.device.driver() {
                 Ok(d) if d.try_progress() => self.poll_ready(out),
-                _ => 0,
+                _ => {
+                    // Nothing arrived: give the CPU to whoever is runnable. A thread
+                    // spinning on an idle CQ (perftest -R's server waits for its control
+                    // message this way for a whole bandwidth test) otherwise takes a core
+                    // the peer it waits for, or our own progress thread, needs: unlike a
+                    // hardware RNIC, our data path runs on the same CPUs as the pollers.
+                    std::thread::yield_now();
+                    0
+                }
             },
             n => n,
         }
