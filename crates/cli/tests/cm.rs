@@ -4,7 +4,10 @@
 //! resolution (`udaddy`) and multicast joins (`mcast --cm`, three receiving processes) over
 //! IPv4 and IPv6, clean and with 2 % loss.
 
-use std::io::{BufRead, BufReader, Read};
+mod common;
+
+use common::{free_port, wait_bound};
+use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::{mpsc, Mutex};
 use std::time::{Duration, Instant};
@@ -32,66 +35,8 @@ fn spawn(args: &[&str], env: &[(&str, &str)]) -> Child {
     cmd.spawn().expect("start softverbs")
 }
 
-/// Waits for `child` (killing it after TIMEOUT); returns success and output (stdout, then
-/// stderr), read as it comes so that a chatty child never blocks on a full pipe.
-fn finish(mut child: Child) -> (bool, String) {
-    let readers: Vec<_> = [
-        Box::new(child.stdout.take().unwrap()) as Box<dyn Read + Send>,
-        Box::new(child.stderr.take().unwrap()),
-    ]
-    .into_iter()
-    .map(|mut r| {
-        std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = r.read_to_string(&mut s);
-            s
-        })
-    })
-    .collect();
-    let deadline = Instant::now() + TIMEOUT;
-    let status = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            break child.wait().unwrap();
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let out = readers
-        .into_iter()
-        .map(|t| t.join().unwrap())
-        .collect::<String>();
-    (status.success(), out)
-}
-
-/// A free UDP port on `ip` (rdma_cm ports are UDP ports here).
-/// Waits (bounded) until some process has a UDP socket bound at `port` (the server's
-/// rendezvous socket): a fixed head start was overrun on a loaded machine, and a client that
-/// comes too early is refused at once.
-fn wait_bound(port: &str) {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let filter = format!("sport = :{port}");
-    while Instant::now() < deadline {
-        let out = Command::new("ss")
-            .args(["-Hlnu", &filter])
-            .output()
-            .expect("run ss");
-        if !String::from_utf8_lossy(&out.stdout).trim().is_empty() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn free_port(ip: &str) -> String {
-    std::net::UdpSocket::bind((ip, 0))
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-        .to_string()
+fn finish(child: Child) -> (bool, String) {
+    common::finish(child, TIMEOUT)
 }
 
 fn rping(listen: &str, connect: &str, extra: &[&str], env: &[(&str, &str)]) -> String {

@@ -3,6 +3,8 @@
 //! batches. Needs root and iproute2; elsewhere it skips with a loud message,
 //! unless `CI=true` or `SOFTVERBS_REQUIRE_NETNS=1`, where a skip is a failure.
 
+mod common;
+
 use std::io::Read;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -148,37 +150,13 @@ impl Drop for Link {
 }
 
 /// Waits for `child` (killing it after TIMEOUT); returns success and output.
-fn finish(mut child: Child) -> (bool, String) {
-    let deadline = Instant::now() + TIMEOUT;
-    let status = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            break child.wait().unwrap();
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let mut out = String::new();
-    let _ = child.stdout.take().unwrap().read_to_string(&mut out);
-    let _ = child.stderr.take().unwrap().read_to_string(&mut out);
-    (status.success(), out)
+fn finish(child: Child) -> (bool, String) {
+    common::finish(child, TIMEOUT)
 }
 
 /// [`finish`] for a child whose stdout someone else reads: success and stderr.
 fn finish_stderr(mut child: Child) -> (bool, String) {
-    let deadline = Instant::now() + TIMEOUT;
-    let status = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            break child.wait().unwrap();
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = common::wait_or_kill(&mut child, TIMEOUT);
     let mut err = String::new();
     let _ = child.stderr.take().unwrap().read_to_string(&mut err);
     (status.success(), err)

@@ -2,9 +2,11 @@
 //! wire protocol) with every byte verified (`-T v`), blocking and non-blocking, and with 2 %
 //! injected loss.
 
-use std::io::Read;
+mod common;
+
+use common::wait_bound;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_softverbs");
 const TIMEOUT: Duration = Duration::from_secs(120);
@@ -20,50 +22,12 @@ fn spawn(args: &[&str], env: &[(&str, &str)]) -> Child {
         .expect("start softverbs")
 }
 
-/// Waits for `child` (killing it after TIMEOUT); returns success and output.
-fn finish(mut child: Child) -> (bool, String) {
-    let deadline = Instant::now() + TIMEOUT;
-    let status = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            break child.wait().unwrap();
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let mut out = String::new();
-    let _ = child.stdout.take().unwrap().read_to_string(&mut out);
-    let _ = child.stderr.take().unwrap().read_to_string(&mut out);
-    (status.success(), out)
-}
-
-/// Waits (bounded) until some process has a UDP socket bound at `port` (the server's
-/// rendezvous socket): a client that comes too early is refused at once, and a fixed head
-/// start is overrun on a loaded machine.
-fn wait_bound(port: &str) {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let filter = format!("sport = :{port}");
-    while Instant::now() < deadline {
-        let out = Command::new("ss")
-            .args(["-Hlnu", &filter])
-            .output()
-            .expect("run ss");
-        if !String::from_utf8_lossy(&out.stdout).trim().is_empty() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+fn finish(child: Child) -> (bool, String) {
+    common::finish(child, TIMEOUT)
 }
 
 fn free_port() -> String {
-    std::net::UdpSocket::bind(("127.0.0.1", 0))
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-        .to_string()
+    common::free_port("127.0.0.1")
 }
 
 /// Runs a server and a client with the same test arguments; returns the client's output.
