@@ -26,6 +26,8 @@
 //! spinning on its CQ then handles its own datagrams at once instead of waiting for the
 //! progress thread to be scheduled. One receive buffer, behind its own lock, serves both,
 //! so datagrams are handed to the engine in the order the socket gave them.
+//! While such a poller is active the progress thread does not wait on the socket at all
+//! (see [`Driver::poller_handoff`]): no thread is woken per datagram.
 
 use crate::config::Config;
 use crate::events::{EventQueue, Source};
@@ -53,6 +55,8 @@ pub struct DriverCounters {
     pub tx_datagrams: AtomicU64,
     /// Datagrams read from the kernel.
     pub rx_datagrams: AtomicU64,
+    /// Of those, datagrams the progress thread read (the others: threads polling a CQ).
+    pub rx_by_progress: AtomicU64,
     /// Datagrams the kernel refused to send for good (unreachable, too large).
     pub tx_errors: AtomicU64,
     /// Datagrams dropped by fault injection.
@@ -148,6 +152,11 @@ pub(crate) struct Driver {
     thread: Mutex<Option<JoinHandle<()>>>,
     pub counters: DriverCounters,
     busy_poll: Duration,
+    /// See [`Driver::poller_handoff`].
+    poll_handoff: Duration,
+    /// When (nanoseconds since `epoch`, plus one; 0: never) an application thread last
+    /// received on the socket from an empty CQ poll ([`Driver::try_progress`]).
+    app_polled_at: AtomicU64,
     /// The port's active MTU: the configured one, capped to fit the link.
     pub active_mtu: Mtu,
     warned_tx_error: AtomicBool,
@@ -315,6 +324,8 @@ impl Driver {
             thread: Mutex::new(None),
             counters: DriverCounters::default(),
             busy_poll: config.busy_poll,
+            poll_handoff: config.poll_handoff,
+            app_polled_at: AtomicU64::new(0),
             active_mtu,
             warned_tx_error: AtomicBool::new(false),
             published_at: AtomicU64::new(0),
@@ -683,6 +694,16 @@ impl Driver {
     /// Receives what waits on the socket (one batch) and hands it to the engine;
     /// returns how many reads there were.
     fn receive(&self, rx: &mut RecvBatch) -> usize {
+        let got = self.receive_batch(rx);
+        if got > 0 && on_progress_thread() {
+            self.counters
+                .rx_by_progress
+                .fetch_add(got as u64, Ordering::Relaxed);
+        }
+        got
+    }
+
+    fn receive_batch(&self, rx: &mut RecvBatch) -> usize {
         let got = match rx.recv(&self.socket) {
             Ok(n) => n,
             // An ICMP report of a send (IP_RECVERR): the cm reads the error queue.
@@ -755,10 +776,39 @@ impl Driver {
     /// whether anything arrived. Called by pollers that found their CQ empty. Must
     /// not be called with the engine lock held.
     pub fn try_progress(&self) -> bool {
+        if !self.poll_handoff.is_zero() {
+            self.app_polled_at
+                .store(self.now().as_nanos() + 1, Ordering::Release);
+        }
         match self.rx.try_lock() {
             Ok(mut rx) => self.receive(&mut rx) > 0,
             Err(_) => false,
         }
+    }
+
+    /// How much longer the progress thread leaves the socket to application threads, if
+    /// one of them polled a CQ less than `poll_handoff` ago.
+    ///
+    /// A thread spinning on its CQ receives what arrives itself ([`Driver::try_progress`]).
+    /// Were the progress thread to sleep on the socket too, every datagram would wake it:
+    /// a context switch per message, which on a host whose cores are all taken by
+    /// spinning pollers (both ends of a ping-pong on two cores) preempts a poller and
+    /// costs more than the rest of the message's path. So while a poller is active the
+    /// progress thread does not wait for the socket; it looks again once no poll has come
+    /// for `poll_handoff`, which bounds what an application that stops polling (to spin on
+    /// memory for a peer's RDMA WRITE, or to block on its completion channel) waits for
+    /// the datagram that arrived meanwhile.
+    fn poller_handoff(&self) -> Option<Duration> {
+        if self.poll_handoff.is_zero() {
+            return None;
+        }
+        let at = self.app_polled_at.load(Ordering::Acquire);
+        if at == 0 {
+            return None;
+        }
+        let until = (at - 1).saturating_add(self.poll_handoff.as_nanos() as u64);
+        let now = self.now().as_nanos();
+        (until > now).then(|| Duration::from_nanos(until - now))
     }
 
     /// Reads what waits on the multicast group sockets and hands it to the
@@ -882,6 +932,7 @@ impl Driver {
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         lines.push(("udp_tx_datagrams", get(&dc.tx_datagrams)));
         lines.push(("udp_rx_datagrams", get(&dc.rx_datagrams)));
+        lines.push(("udp_rx_by_progress_thread", get(&dc.rx_by_progress)));
         lines.push(("udp_tx_errors", get(&dc.tx_errors)));
         lines.push(("udp_tx_syscalls", get(&dc.tx_syscalls)));
         lines.push(("udp_tx_backpressure", get(&dc.tx_backpressure)));
@@ -924,6 +975,9 @@ pub(crate) fn on_progress_thread() -> bool {
 
 fn progress_thread(d: Arc<Driver>) {
     PROGRESS_THREAD.with(|p| p.set(true));
+    // Its waits end on time to the microsecond: the hand-off to pollers and the
+    // engine's timers are that short.
+    sys::set_timer_slack(Duration::from_micros(1));
     // The multicast group sockets, refreshed when `groups_gen` moves.
     let mut groups: Vec<(SocketAddr, Arc<UdpSocket>)> = Vec::new();
     let mut groups_seen = 0;
@@ -959,8 +1013,12 @@ fn progress_thread(d: Arc<Driver>) {
             d.receive_groups(&groups, rx)
         };
         // Receive whatever is there (a poller may be doing the same: then the
-        // lock waits for it, and the next read finds what it left).
-        let got = {
+        // lock waits for it, and the next read finds what it left), unless
+        // application threads are polling and receive themselves.
+        let handoff = d.poller_handoff();
+        let got = if handoff.is_some() {
+            0
+        } else {
             let mut rx = lock(&d.rx);
             let mut got = d.receive(&mut rx);
             if got == 0 && !d.busy_poll.is_zero() {
@@ -978,18 +1036,26 @@ fn progress_thread(d: Arc<Driver>) {
         // Nothing to read: run timers, then sleep until the next deadline, a
         // datagram or a wake-up. The sleep deadline is published under the lock,
         // so a poster that arms an earlier timer afterwards sees it and wakes us.
-        let (deferred, timer, counters) = {
+        let (deferred, timer, counters, handoff) = {
             let mut st = d.lock();
             let now = d.now();
+            let handoff = d.poller_handoff();
             Driver::fire_timers(&mut st, now);
             let deferred = d.pump(&mut st);
             let deadline = Driver::next_deadline(&st);
+            // The thread wakes by then anyway: at its next timer, or when the
+            // pollers' hand-off ends. A poster arming a later timer (every first
+            // packet in flight arms one, at least `min_rto` away) need not wake it.
+            let wake_at = match (deadline, handoff) {
+                (Some(t), Some(h)) => Some(t.min(now + h)),
+                (t, h) => t.or(h.map(|h| now + h)),
+            };
             d.sleeping_until.store(
-                deadline.map_or(u64::MAX, |t| t.as_nanos()),
+                wake_at.map_or(u64::MAX, |t| t.as_nanos()),
                 Ordering::Release,
             );
-            let timer = deadline.map(|t| t.saturating_duration_since(now));
-            (deferred, timer, st.engine.counters())
+            let timer = wake_at.map(|t| t.saturating_duration_since(now));
+            (deferred, timer, st.engine.counters(), handoff)
         };
         d.finish(deferred);
         d.flush_capture();
@@ -1003,8 +1069,9 @@ fn progress_thread(d: Arc<Driver>) {
         } else {
             0
         };
+        let input = if handoff.is_some() { 0 } else { libc::POLLIN };
         for (fd, events) in [
-            (d.socket.as_raw_fd(), libc::POLLIN | out),
+            (d.socket.as_raw_fd(), input | out),
             (d.wake.raw(), libc::POLLIN),
         ]
         .into_iter()

@@ -688,6 +688,17 @@ pub fn set_multicast_if(sock: &UdpSocket, ip: std::net::Ipv4Addr) -> io::Result<
     Ok(())
 }
 
+/// Sets the calling thread's timer slack: how late the kernel may end its timed waits.
+pub fn set_timer_slack(slack: Duration) {
+    // SAFETY: PR_SET_TIMERSLACK takes a number and touches no memory of ours.
+    unsafe {
+        libc::prctl(
+            libc::PR_SET_TIMERSLACK,
+            slack.as_nanos().min(libc::c_ulong::MAX as u128) as libc::c_ulong,
+        )
+    };
+}
+
 /// Waits until one of `fds` is ready as asked or `timeout` passes (`None`: forever); the
 /// `revents` are filled in.
 pub fn poll(fds: &mut [libc::pollfd], timeout: Option<Duration>) -> io::Result<()> {
