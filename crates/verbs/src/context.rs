@@ -215,6 +215,8 @@ pub struct DeviceCounters {
     pub tx_syscalls: u64,
     /// Times a full socket buffer made sending wait.
     pub tx_backpressure: u64,
+    /// Times a thread woke the progress thread to move its timer earlier.
+    pub timer_wakeups: u64,
 }
 
 /// What a context is: the device it shares, and what it owns.
@@ -427,6 +429,7 @@ impl Context {
             rx_truncated: get(&c.rx_truncated),
             tx_syscalls: get(&c.tx_syscalls),
             tx_backpressure: get(&c.tx_backpressure),
+            timer_wakeups: get(&c.timer_wakeups),
         }
     }
 

@@ -67,6 +67,8 @@ pub struct DriverCounters {
     pub tx_syscalls: AtomicU64,
     /// Times the socket's send buffer was full (`EAGAIN`/`ENOBUFS`) and sending waited.
     pub tx_backpressure: AtomicU64,
+    /// Times a thread woke the progress thread to move its timer earlier.
+    pub timer_wakeups: AtomicU64,
 }
 
 /// A completion channel's queue of CQ events.
@@ -319,7 +321,8 @@ impl Driver {
             base_ip: crate::addressing::base_addr(config.addr),
             epoch: std::time::Instant::now(),
             wake: EventFd::new(true, false).map_err(io_err("eventfd"))?,
-            sleeping_until: AtomicU64::new(u64::MAX),
+            // Awake: it computes its first sleep itself.
+            sleeping_until: AtomicU64::new(0),
             stop: AtomicBool::new(false),
             thread: Mutex::new(None),
             counters: DriverCounters::default(),
@@ -433,6 +436,7 @@ impl Driver {
             queue.push(ev);
         }
         if d.wake {
+            self.counters.timer_wakeups.fetch_add(1, Ordering::Relaxed);
             self.wake.signal();
         }
         self.cm_finish(d.cm);
@@ -909,6 +913,13 @@ impl Driver {
         }
     }
 
+    /// How long after the last datagram the progress thread keeps waking every half
+    /// `min_rto` (see `progress_thread`).
+    const ACTIVE: Duration = Duration::from_millis(10);
+
+    /// The shortest of those waits (a poster arming an earlier timer still wakes it).
+    const MIN_TICK: Duration = Duration::from_micros(20);
+
     /// The longest a closing device stays up for a peer's retransmissions.
     const MAX_LINGER: Duration = Duration::from_secs(1);
 
@@ -936,6 +947,7 @@ impl Driver {
         lines.push(("udp_tx_errors", get(&dc.tx_errors)));
         lines.push(("udp_tx_syscalls", get(&dc.tx_syscalls)));
         lines.push(("udp_tx_backpressure", get(&dc.tx_backpressure)));
+        lines.push(("progress_timer_wakeups", get(&dc.timer_wakeups)));
         lines.push(("injected_drops", get(&dc.injected_drops)));
         lines.push(("rx_truncated", get(&dc.rx_truncated)));
         if let Err(e) = crate::published::publish(self.local, &lines) {
@@ -1012,14 +1024,20 @@ fn progress_thread(d: Arc<Driver>) {
             let rx = mc_rx.get_or_insert_with(|| RecvBatch::new(MAX_DATAGRAM + 64));
             d.receive_groups(&groups, rx)
         };
-        // Receive whatever is there (a poller may be doing the same: then the
-        // lock waits for it, and the next read finds what it left), unless
-        // application threads are polling and receive themselves.
+        // Receive whatever is there, unless application threads are polling and
+        // receive themselves. Never wait for the receive buffers: a thread spinning
+        // on its CQ takes them again and again, and a waiting progress thread could
+        // starve there, its timers with it.
         let handoff = d.poller_handoff();
-        let got = if handoff.is_some() {
-            0
-        } else {
-            let mut rx = lock(&d.rx);
+        let rx = match handoff {
+            Some(_) => None,
+            None => match d.rx.try_lock() {
+                Ok(rx) => Some(rx),
+                Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+                Err(std::sync::TryLockError::WouldBlock) => None,
+            },
+        };
+        let got = if let Some(mut rx) = rx {
             let mut got = d.receive(&mut rx);
             if got == 0 && !d.busy_poll.is_zero() {
                 let until = std::time::Instant::now() + d.busy_poll;
@@ -1029,6 +1047,8 @@ fn progress_thread(d: Arc<Driver>) {
                 }
             }
             got
+        } else {
+            0
         };
         if got > 0 || mc_got > 0 {
             continue;
@@ -1043,13 +1063,20 @@ fn progress_thread(d: Arc<Driver>) {
             Driver::fire_timers(&mut st, now);
             let deferred = d.pump(&mut st);
             let deadline = Driver::next_deadline(&st);
-            // The thread wakes by then anyway: at its next timer, or when the
-            // pollers' hand-off ends. A poster arming a later timer (every first
-            // packet in flight arms one, at least `min_rto` away) need not wake it.
-            let wake_at = match (deadline, handoff) {
-                (Some(t), Some(h)) => Some(t.min(now + h)),
-                (t, h) => t.or(h.map(|h| now + h)),
-            };
+            // The thread wakes by then anyway: at its next timer, when the pollers'
+            // hand-off ends, or, while datagrams came lately, after half the
+            // shortest retransmission timeout. A poster arming a later timer (the
+            // first packet in flight arms one, at least `min_rto` away) then need
+            // not wake it: no eventfd write and no extra context switch per message.
+            let active = now.saturating_duration_since(st.last_rx) < Driver::ACTIVE;
+            let wake_at = [
+                deadline,
+                handoff.map(|h| now + h),
+                active.then(|| now + (d.engine_config.min_rto / 2).max(Driver::MIN_TICK)),
+            ]
+            .into_iter()
+            .flatten()
+            .min();
             d.sleeping_until.store(
                 wake_at.map_or(u64::MAX, |t| t.as_nanos()),
                 Ordering::Release,
