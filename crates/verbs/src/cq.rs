@@ -107,6 +107,11 @@ impl Cq {
                 "CQ has no completion channel",
             ));
         }
+        // The caller will wait on the channel rather than poll: the progress thread
+        // receives again from now on.
+        if let Ok(d) = self.inner.ctx.device.driver() {
+            d.end_poller_handoff();
+        }
         self.inner
             .ctx
             .with(|st| st.engine.req_notify_cq(self.inner.cq, solicited_only))?

@@ -159,6 +159,8 @@ pub(crate) struct Driver {
     /// When (nanoseconds since `epoch`, plus one; 0: never) an application thread last
     /// received on the socket from an empty CQ poll ([`Driver::try_progress`]).
     app_polled_at: AtomicU64,
+    /// The progress thread sleeps without watching the socket (a hand-off to pollers).
+    socket_unwatched: AtomicBool,
     /// The port's active MTU: the configured one, capped to fit the link.
     pub active_mtu: Mtu,
     warned_tx_error: AtomicBool,
@@ -329,6 +331,7 @@ impl Driver {
             busy_poll: config.busy_poll,
             poll_handoff: config.poll_handoff,
             app_polled_at: AtomicU64::new(0),
+            socket_unwatched: AtomicBool::new(false),
             active_mtu,
             warned_tx_error: AtomicBool::new(false),
             published_at: AtomicU64::new(0),
@@ -790,6 +793,19 @@ impl Driver {
         }
     }
 
+    /// Ends the hand-off to pollers at once: a thread that arms a CQ is about to block on
+    /// its completion channel instead of polling, so the progress thread must watch the
+    /// socket again (it is woken if it sleeps without doing so). Call without the lock.
+    pub fn end_poller_handoff(&self) {
+        // SeqCst here and in the progress thread (flag up, then hand-off read): at least
+        // one of the two sees the other's write.
+        if self.app_polled_at.swap(0, Ordering::SeqCst) != 0
+            && self.socket_unwatched.load(Ordering::SeqCst)
+        {
+            self.wake.signal();
+        }
+    }
+
     /// How much longer the progress thread leaves the socket to application threads, if
     /// one of them polled a CQ less than `poll_handoff` ago.
     ///
@@ -806,7 +822,7 @@ impl Driver {
         if self.poll_handoff.is_zero() {
             return None;
         }
-        let at = self.app_polled_at.load(Ordering::Acquire);
+        let at = self.app_polled_at.load(Ordering::SeqCst);
         if at == 0 {
             return None;
         }
@@ -1097,6 +1113,14 @@ fn progress_thread(d: Arc<Driver>) {
             0
         };
         let input = if handoff.is_some() { 0 } else { libc::POLLIN };
+        d.socket_unwatched
+            .store(handoff.is_some(), Ordering::SeqCst);
+        // An arming thread may have ended the hand-off before the flag was up.
+        let input = if handoff.is_some() && d.poller_handoff().is_none() {
+            libc::POLLIN
+        } else {
+            input
+        };
         for (fd, events) in [
             (d.socket.as_raw_fd(), input | out),
             (d.wake.raw(), libc::POLLIN),
@@ -1128,6 +1152,7 @@ fn progress_thread(d: Arc<Driver>) {
             d.flush_outbox(true);
         }
         d.wake.take();
+        d.socket_unwatched.store(false, Ordering::Release);
         d.sleeping_until.store(0, Ordering::Release);
     }
 }

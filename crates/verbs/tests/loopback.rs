@@ -739,3 +739,37 @@ fn posting_to_an_idle_qp_does_not_wake_the_progress_thread_while_traffic_flows()
         after - before
     );
 }
+
+#[test]
+fn arming_a_cq_ends_the_hand_off_to_pollers() {
+    // A hand-off longer than the test: only arming the CQ can end it.
+    let cfg = Config {
+        poll_handoff: Duration::from_secs(3600),
+        ..Config::default()
+    };
+    let ctx = Device::with_config("test", cfg.clone()).open().unwrap();
+    let channel = ctx.create_comp_channel().unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(16, Some(&channel)).unwrap();
+    let qp = QpBuilder::new(&pd, &cq).build().unwrap();
+    let mr = pd.reg_mr(vec![0u8; 4096], all_access()).unwrap();
+    let a = End {
+        ctx,
+        pd,
+        cq,
+        qp,
+        mr,
+    };
+    let b = end(cfg);
+    connect(&a, &b, Mtu::Mtu4096);
+    a.qp.post_recv(7, &[a.mr.sge(0, 64)]).unwrap();
+    // A polls (the progress thread leaves the socket to it), then arms and waits.
+    assert_eq!(a.cq.poll(&mut []), 0);
+    a.cq.req_notify(false).unwrap();
+    let sges = [b.mr.sge(0, 8)];
+    b.qp.post_send(&SendWr::new(1, SendOp::Send, &sges))
+        .unwrap();
+    assert_eq!(channel.get_event_timeout(WAIT), Some(a.cq.handle()));
+    a.cq.ack_events(1);
+    assert_eq!(a.cq.wait_for(1, WAIT)[0].wr_id, 7);
+}
