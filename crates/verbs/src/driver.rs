@@ -782,8 +782,10 @@ impl Driver {
     /// Receives on the calling thread unless another thread is receiving; returns
     /// whether anything arrived. Called by pollers that found their CQ empty. Must
     /// not be called with the engine lock held.
-    pub fn try_progress(&self) -> bool {
-        if !self.poll_handoff.is_zero() {
+    /// `spinning`: the caller keeps polling while it finds nothing (the progress thread
+    /// may leave the socket to it).
+    pub fn try_progress(&self, spinning: bool) -> bool {
+        if spinning && !self.poll_handoff.is_zero() {
             self.app_polled_at
                 .store(self.now().as_nanos() + 1, Ordering::Release);
         }

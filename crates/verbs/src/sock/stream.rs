@@ -334,10 +334,14 @@ impl RdmaStream {
     }
 
     /// Handles every completion waiting, then posts what the core wants sent.
+    ///
+    /// A stream arms its CQ whenever it finds nothing ready (its waits end on the
+    /// completion channel): it is not a thread that keeps polling, so the progress
+    /// thread keeps watching the socket (`Cq::poll_receiving`).
     fn progress(&self, core: &mut StreamCore) -> io::Result<()> {
         let mut wcs = [WorkCompletion::default(); 32];
         loop {
-            let n = self.cq.poll(&mut wcs);
+            let n = self.cq.poll_receiving(&mut wcs, false);
             self.handled.fetch_add(n as u64, Ordering::Relaxed);
             for wc in &wcs[..n] {
                 self.complete(core, wc);
