@@ -701,16 +701,6 @@ impl Driver {
     /// Receives what waits on the socket (one batch) and hands it to the engine;
     /// returns how many reads there were.
     fn receive(&self, rx: &mut RecvBatch) -> usize {
-        let got = self.receive_batch(rx);
-        if got > 0 && on_progress_thread() {
-            self.counters
-                .rx_by_progress
-                .fetch_add(got as u64, Ordering::Relaxed);
-        }
-        got
-    }
-
-    fn receive_batch(&self, rx: &mut RecvBatch) -> usize {
         let got = match rx.recv(&self.socket) {
             Ok(n) => n,
             // An ICMP report of a send (IP_RECVERR): the cm reads the error queue.
@@ -729,6 +719,12 @@ impl Driver {
         self.counters
             .rx_datagrams
             .fetch_add(got as u64, Ordering::Relaxed);
+        // Counted before the engine sees them (and answers: a peer may look at once).
+        if on_progress_thread() {
+            self.counters
+                .rx_by_progress
+                .fetch_add(got as u64, Ordering::Relaxed);
+        }
         {
             let mut pcap = lock(&self.pcap);
             if pcap.is_some() {
@@ -1047,12 +1043,17 @@ fn progress_thread(d: Arc<Driver>) {
         // on its CQ takes them again and again, and a waiting progress thread could
         // starve there, its timers with it.
         let handoff = d.poller_handoff();
+        // Another thread holds the receive buffers: it is reading the socket now.
+        let mut rx_busy = false;
         let rx = match handoff {
             Some(_) => None,
             None => match d.rx.try_lock() {
                 Ok(rx) => Some(rx),
                 Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
-                Err(std::sync::TryLockError::WouldBlock) => None,
+                Err(std::sync::TryLockError::WouldBlock) => {
+                    rx_busy = true;
+                    None
+                }
             },
         };
         let got = if let Some(mut rx) = rx {
@@ -1087,6 +1088,9 @@ fn progress_thread(d: Arc<Driver>) {
             // first packet in flight arms one, at least `min_rto` away) then need
             // not wake it: no eventfd write and no extra context switch per message.
             let active = now.saturating_duration_since(st.last_rx) < Driver::ACTIVE;
+            // While another thread reads the socket, what it has not read yet would
+            // end a wait on POLLIN at once: look again shortly instead.
+            let handoff = handoff.or(rx_busy.then_some(Driver::MIN_TICK));
             let wake_at = [
                 deadline,
                 handoff.map(|h| now + h),
@@ -1118,7 +1122,7 @@ fn progress_thread(d: Arc<Driver>) {
         d.socket_unwatched
             .store(handoff.is_some(), Ordering::SeqCst);
         // An arming thread may have ended the hand-off before the flag was up.
-        let input = if handoff.is_some() && d.poller_handoff().is_none() {
+        let input = if handoff.is_some() && !rx_busy && d.poller_handoff().is_none() {
             libc::POLLIN
         } else {
             input
