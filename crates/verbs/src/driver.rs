@@ -927,11 +927,8 @@ impl Driver {
         }
     }
 
-    /// How long after the last datagram the progress thread keeps waking every half
-    /// `min_rto` (see `progress_thread`).
-    const ACTIVE: Duration = Duration::from_millis(10);
-
-    /// The shortest of those waits (a poster arming an earlier timer still wakes it).
+    /// How soon the progress thread looks again when another thread was reading the
+    /// socket.
     const MIN_TICK: Duration = Duration::from_micros(20);
 
     /// The longest a closing device stays up for a peer's retransmissions.
@@ -1082,23 +1079,15 @@ fn progress_thread(d: Arc<Driver>) {
             Driver::fire_timers(&mut st, now);
             let deferred = d.pump(&mut st);
             let deadline = Driver::next_deadline(&st);
-            // The thread wakes by then anyway: at its next timer, when the pollers'
-            // hand-off ends, or, while datagrams came lately, after half the
-            // shortest retransmission timeout. A poster arming a later timer (the
-            // first packet in flight arms one, at least `min_rto` away) then need
-            // not wake it: no eventfd write and no extra context switch per message.
-            let active = now.saturating_duration_since(st.last_rx) < Driver::ACTIVE;
+            // The thread wakes by then anyway: at its next timer or when the pollers'
+            // hand-off ends. A poster arming a later timer need not wake it.
             // While another thread reads the socket, what it has not read yet would
             // end a wait on POLLIN at once: look again shortly instead.
             let handoff = handoff.or(rx_busy.then_some(Driver::MIN_TICK));
-            let wake_at = [
-                deadline,
-                handoff.map(|h| now + h),
-                active.then(|| now + (d.engine_config.min_rto / 2).max(Driver::MIN_TICK)),
-            ]
-            .into_iter()
-            .flatten()
-            .min();
+            let wake_at = [deadline, handoff.map(|h| now + h)]
+                .into_iter()
+                .flatten()
+                .min();
             d.sleeping_until.store(
                 wake_at.map_or(u64::MAX, |t| t.as_nanos()),
                 Ordering::Release,
