@@ -1,15 +1,23 @@
-//! The rsocket functions (`<rdma/rsocket.h>`): sockets over RDMA connections. Not
-//! implemented yet (softverbs issue 10), so:
+//! The rsocket functions (`<rdma/rsocket.h>`): sockets over RDMA connections.
 //!
-//! - `rsocket` checks its arguments as rdma-core does (`ENOTSUP` for a domain, type or
-//!   protocol rsockets never support) and otherwise fails with `ENOSYS`;
-//! - as no rsocket can exist, every function taking one fails with `EBADF`, exactly what
-//!   rdma-core returns for a descriptor that is not an rsocket (`rclose` included, which in
-//!   rdma-core returns a bare `EBADF` instead of -1; here it is -1 with `errno`);
-//! - `rpoll` and `rselect`, which programs use on ordinary descriptors too, are `poll` and
-//!   `select`: with no rsockets among the descriptors that is what rdma-core's do.
+//! # Layout, and how a socket type plugs in
 //!
-//! Every one returns -1 (`(size_t)-1` for `riowrite`) with `errno`; none aborts.
+//! - this file: the exported `r*` functions. Each looks its descriptor up in the one
+//!   registry ([`SOCKETS`]: descriptor → [`Socket`]) and dispatches on the socket's type;
+//!   `rsocket` dispatches on the `type` argument; `rpoll`/`rselect` ask every rsocket among
+//!   the descriptors through [`Socket`]'s readiness methods and wait on ordinary fds and the
+//!   rsockets' wait fds together.
+//! - `stream.rs`: `SOCK_STREAM` rsockets.
+//! - a datagram rsocket (`SOCK_DGRAM`) plugs in as `dgram.rs`: a `Socket::Dgram` variant, its
+//!   arm in `rsocket` and in each `match` below, nothing else in this file.
+//!
+//! An rsocket's descriptor is a real fd the library owns (so no ordinary fd can have its
+//! number while the rsocket lives), closed by `rclose`.
+//!
+//! Functions given a descriptor that is not an rsocket fail with `EBADF`, as rdma-core's
+//! do (`rclose` included, which in rdma-core returns a bare `EBADF` instead of -1; here it
+//! is -1 with `errno`). Every one returns -1 (`(size_t)-1` for `riowrite`) with `errno`;
+//! none aborts.
 
 use core::ffi::{c_int, c_void};
 
@@ -17,6 +25,19 @@ use libc::{fd_set, iovec, msghdr, nfds_t, off_t, pollfd, size_t, ssize_t, timeva
 
 use crate::abi::{sockaddr, socklen_t, AF_IB};
 use crate::errno::set_errno;
+
+mod stream;
+
+/// One rsocket, by type.
+#[derive(Clone)]
+pub enum Socket {
+    /// `SOCK_STREAM`.
+    Stream(std::sync::Arc<stream::StreamSocket>),
+}
+
+/// Every live rsocket, by descriptor.
+pub static SOCKETS: std::sync::Mutex<std::collections::BTreeMap<c_int, Socket>> =
+    std::sync::Mutex::new(std::collections::BTreeMap::new());
 
 /// -1 with `errno = EBADF`: the descriptor is not an rsocket.
 fn not_an_rsocket() -> c_int {
