@@ -1,0 +1,204 @@
+//! Datagram rsockets (`rsocket(AF_INET, SOCK_DGRAM, 0)`) on the drop-in `librdmacm.so.1` +
+//! softverbs' `libibverbs.so.1`: a C program checks every byte and source address of
+//! datagrams echoed between two rsockets (first over UDP, then over UD) and the errno of
+//! what fails; Debian's unmodified `udpong` runs both ends as separate processes.
+//!
+//! Needs `cc`, librdmacm-dev, rdmacm-utils and the workspace's libibverbs cdylib (`cargo
+//! build --workspace`); skips loudly without them, or fails when `SOFTVERBS_REQUIRE_TOOLS=1`
+//! (CI).
+
+mod common;
+
+use common::cm_run::{self, Case};
+use common::procs::{self, Side};
+use common::{build_program, can_build_programs, dropin, run_on, C_PRELUDE};
+
+/// Two datagram rsockets in one process: a server bound to 127.0.0.1 echoes what a
+/// connected client sends; every datagram size from 0 to the largest is checked byte for
+/// byte, with the source the server sees (the client's socket address, as getsockname
+/// names it) and the one the client sees (the server's).
+const ECHO: &str = r#"
+static int fail(const char *what) { printf("FAIL %s: %s\n", what, strerror(errno)); exit(1); }
+
+static void fill(unsigned char *b, int n, int seed) {
+    for (int i = 0; i < n; i++) b[i] = (unsigned char)(seed * 31 + i * 7 + (i >> 8));
+}
+
+int main(void) {
+    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    socklen_t sl = sizeof sa;
+    int srv = rsocket(AF_INET, SOCK_DGRAM, 0);
+    if (srv < 0) fail("rsocket");
+    unsigned char b[4096], r[4096];
+    /* Before bind, connect or a send: rsocket.c says EINVAL. */
+    SHOW("recv_unused", rrecv(srv, b, sizeof b, MSG_DONTWAIT));
+    if (rbind(srv, (struct sockaddr *)&sa, sizeof sa)) fail("rbind");
+    if (rgetsockname(srv, (struct sockaddr *)&sa, &sl)) fail("rgetsockname");
+    SHOW("recv_empty", rrecv(srv, b, sizeof b, MSG_DONTWAIT) < 0 && errno == EWOULDBLOCK ? -1 : 0);
+    struct pollfd pf = { .fd = srv, .events = POLLIN };
+    SHOW("rpoll_nothing", rpoll(&pf, 1, 0));
+    SHOW("rpoll_timeout", rpoll(&pf, 1, 20));
+
+    int cli = rsocket(AF_INET, SOCK_DGRAM, 0);
+    SHOW("send_unconnected", rsend(cli, b, 10, 0) < 0 && errno == EDESTADDRREQ ? -1 : 0);
+    int big = 1 << 19;
+    SHOW("sndbuf", rsetsockopt(cli, SOL_SOCKET, SO_SNDBUF, &big, sizeof big));
+    SHOW("rcvbuf", rsetsockopt(cli, SOL_SOCKET, SO_RCVBUF, &big, sizeof big));
+    if (rconnect(cli, (struct sockaddr *)&sa, sizeof sa)) fail("rconnect");
+    struct sockaddr_in ca; socklen_t cl = sizeof ca;
+    if (rgetsockname(cli, (struct sockaddr *)&ca, &cl)) fail("rgetsockname cli");
+    int q = 1;
+    SHOW("rdma_sqsize_in_use", rsetsockopt(cli, SOL_RDMA, RDMA_SQSIZE, &q, sizeof q) < 0 && errno == EINVAL ? -1 : 0);
+    SHOW("too_long", rsend(cli, b, 2041, 0) < 0 && errno == EMSGSIZE ? -1 : 0);
+    int bad = 0;
+    for (int round = 0; round < 3; round++) {
+        for (int n = 0; n <= 2040; n += (n < 64 ? 1 : 61)) {
+            fill(b, n, n + round);
+            if (rsend(cli, b, n, 0) != n) fail("rsend");
+            struct sockaddr_in from; socklen_t fl = sizeof from;
+            memset(r, 0xee, sizeof r);
+            ssize_t got = rrecvfrom(srv, r, sizeof r, 0, (struct sockaddr *)&from, &fl);
+            if (got != n || memcmp(r, b, n)) { printf("server got %zd of %d\n", got, n); bad++; }
+            if (fl != sizeof from || from.sin_port != ca.sin_port ||
+                from.sin_addr.s_addr != htonl(INADDR_LOOPBACK)) { printf("bad source\n"); bad++; }
+            if (rsendto(srv, r, got, 0, (struct sockaddr *)&from, fl) != got) fail("rsendto");
+            fl = sizeof from;
+            memset(r, 0xee, sizeof r);
+            pf.fd = cli;
+            if (rpoll(&pf, 1, 5000) != 1 || !(pf.revents & POLLIN)) fail("rpoll echo");
+            got = rrecvfrom(cli, r, sizeof r, 0, (struct sockaddr *)&from, &fl);
+            if (got != n || memcmp(r, b, n)) { printf("client got %zd of %d\n", got, n); bad++; }
+            if (from.sin_port != sa.sin_port) { printf("bad echo source\n"); bad++; }
+        }
+    }
+    printf("mismatches %d\n", bad);
+    /* A short buffer takes the start of the datagram; MSG_PEEK leaves it queued. */
+    fill(b, 100, 9);
+    rsend(cli, b, 100, 0);
+    SHOW("peek", rrecv(srv, r, 10, MSG_PEEK));
+    SHOW("short", rrecv(srv, r, 10, 0));
+    printf("short_ok %d\n", memcmp(r, b, 10) == 0);
+    SHOW("then_empty", rrecv(srv, r, sizeof r, MSG_DONTWAIT) < 0 && errno == EWOULDBLOCK ? -1 : 0);
+    /* O_NONBLOCK through rfcntl. */
+    SHOW("setfl", rfcntl(srv, F_SETFL, O_NONBLOCK));
+    SHOW("getfl_nonblock", (rfcntl(srv, F_GETFL) & O_NONBLOCK) != 0);
+    SHOW("nonblock_empty", rrecv(srv, r, sizeof r, 0) < 0 && errno == EWOULDBLOCK ? -1 : 0);
+    int v = 0; socklen_t vl = sizeof v;
+    SHOW("getopt_rcvbuf", rgetsockopt(cli, SOL_SOCKET, SO_RCVBUF, &v, &vl));
+    printf("rcvbuf %d\n", v);
+    SHOW("close_cli", rclose(cli));
+    SHOW("close_srv", rclose(srv));
+    SHOW("close_again", rclose(srv));
+    return bad != 0;
+}
+"#;
+
+#[test]
+fn datagrams_echo_byte_for_byte_with_their_sources() {
+    if !can_build_programs() {
+        return;
+    }
+    let exe = build_program("dgram_echo", &format!("{C_PRELUDE}{ECHO}"));
+    let out = run_on(&exe, &dropin("dgram_echo", true));
+    assert!(out.success, "{}\n{}", out.stdout, out.stderr);
+    // A check written `call < 0 && errno == E ? -1 : 0` prints "-1" when it holds (and
+    // then the errno's name, "other" for those the prelude does not name); a positive
+    // result prints whatever errno an earlier call left.
+    let expected = "\
+recv_unused -1 EINVAL
+recv_empty -1 EAGAIN
+rpoll_nothing 0 -
+rpoll_timeout 0 -
+send_unconnected -1 other
+sndbuf 0 -
+rcvbuf 0 -
+rdma_sqsize_in_use -1 EINVAL
+too_long -1 other
+mismatches 0
+peek 10 EAGAIN
+short 10 EAGAIN
+short_ok 1
+then_empty -1 EAGAIN
+setfl 0 -
+getfl_nonblock 1 0
+nonblock_empty -1 EAGAIN
+getopt_rcvbuf 0 -
+rcvbuf 1048576
+close_cli 0 -
+close_srv 0 -
+close_again -1 EBADF
+";
+    assert_eq!(out.stdout, expected, "stderr:\n{}", out.stderr);
+}
+
+/// Debian's udpong: a server, and a client with `extra` options against it; the client
+/// prints its result row and exits 0.
+fn udpong(test: &str, extra: &[&str]) -> String {
+    if !cm_run::have_tool("udpong", "rdmacm-utils") {
+        return String::new();
+    }
+    let _one_at_a_time = procs::serial();
+    let lib = cm_run::dropin(test);
+    let r = cm_run::run_case(&lib, |port| {
+        let port = port.to_string();
+        Case {
+            servers: vec![Side::new(
+                "/usr/bin/udpong",
+                &["-b", "127.0.0.1", "-p", &port],
+            )],
+            clients: vec![
+                Side::new("/usr/bin/udpong", &["-s", "127.0.0.1", "-p", &port]).args(extra),
+            ],
+            servers_exit: false,
+            clients_one_by_one: false,
+            head_start: None,
+        }
+    });
+    r.assert_ok(test);
+    r.clients[0].stdout.clone()
+}
+
+/// The numbers of udpong's result row: name, bytes, xfers, total, time, Gb/sec, usec/xfer.
+fn row(out: &str) -> Vec<String> {
+    out.lines()
+        .find(|l| l.starts_with("custom"))
+        .unwrap_or_else(|| panic!("no result row:\n{out}"))
+        .split_whitespace()
+        .map(str::to_string)
+        .collect()
+}
+
+/// Echo mode: every datagram comes back (udpong sends again when one does not), so the
+/// transfer count is exact; non-blocking (udpong's default), blocking and rpoll.
+#[test]
+fn udpong_echo_nonblocking_blocking_and_async() {
+    for (name, mode) in [
+        ("udpong_echo_n", "n"),
+        ("udpong_echo_b", "b"),
+        ("udpong_echo_a", "a"),
+    ] {
+        let out = udpong(name, &["-C", "500", "-S", "1000", "-T", "e", "-T", mode]);
+        if out.is_empty() {
+            return;
+        }
+        let r = row(&out);
+        assert_eq!(
+            (r[1].as_str(), r[2].as_str()),
+            ("1000", "1k"),
+            "{name}: {out}"
+        );
+    }
+}
+
+/// Bandwidth mode: the client sends 2000 datagrams without waiting, the server counts what
+/// arrived and says so at the end (datagrams may be dropped when the receiver falls behind,
+/// as with UDP; on loopback with a 1 MiB buffer most arrive).
+#[test]
+fn udpong_bandwidth_counts_what_arrived() {
+    let out = udpong("udpong_bw", &["-C", "2000", "-S", "1000"]);
+    if out.is_empty() {
+        return;
+    }
+    let r = row(&out);
+    assert_eq!(r[1], "1000", "{out}");
+}
