@@ -69,8 +69,7 @@ fn lock(m: &Mutex<Inner>) -> MutexGuard<'_, Inner> {
 impl DgramSocket {
     /// `rsocket(domain, SOCK_DGRAM, 0)`: a UDP socket of that family.
     pub fn create(domain: c_int) -> Result<DgramSocket, Errno> {
-        // SAFETY: no pointers.
-        let fd = unsafe { libc::socket(domain, libc::SOCK_DGRAM, 0) };
+        let fd = raw_socket(domain, libc::SOCK_DGRAM);
         if fd < 0 {
             return Err(errno());
         }
@@ -521,8 +520,7 @@ fn source_towards(fd: c_int, peer: SocketAddr) -> Result<SocketAddr, Errno> {
     } else {
         libc::AF_INET6
     };
-    // SAFETY: no pointers.
-    let probe = unsafe { libc::socket(family, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    let probe = raw_socket(family, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC);
     if probe < 0 {
         return Err(errno());
     }
@@ -538,6 +536,20 @@ fn source_towards(fd: c_int, peer: SocketAddr) -> Result<SocketAddr, Errno> {
     let mut src = r?;
     src.set_port(local.port());
     Ok(src)
+}
+
+/// `socket(2)` by system call, not through the C library's `socket`: under rdma-core's
+/// librspreload, `socket` is the preload's and would make the socket an rsocket (which is
+/// what called us). The preload's other functions pass descriptors it did not hand out to
+/// the C library, so they need no such care.
+fn raw_socket(domain: c_int, kind: c_int) -> c_int {
+    // SAFETY: socket(2) takes no pointers.
+    let fd = unsafe { libc::syscall(libc::SYS_socket, domain, kind, 0) };
+    if fd < 0 {
+        -1
+    } else {
+        fd as c_int
+    }
 }
 
 /// `getsockname`
