@@ -79,6 +79,15 @@ int main(void) {
     SHOW("short", rrecv(srv, r, 10, 0));
     printf("short_ok %d\n", memcmp(r, b, 10) == 0);
     SHOW("then_empty", rrecv(srv, r, sizeof r, MSG_DONTWAIT) < 0 && errno == EWOULDBLOCK ? -1 : 0);
+    /* rselect: an rsocket with a datagram waiting is readable; an empty one times out. */
+    rsend(cli, b, 5, 0);
+    fd_set rd; FD_ZERO(&rd); FD_SET(srv, &rd);
+    struct timeval tv = { .tv_sec = 5 };
+    SHOW("rselect", rselect(srv + 1, &rd, NULL, NULL, &tv));
+    printf("rselect_srv %d\n", FD_ISSET(srv, &rd) != 0);
+    SHOW("rselect_read", rrecv(srv, r, sizeof r, 0));
+    FD_ZERO(&rd); FD_SET(srv, &rd); tv.tv_sec = 0; tv.tv_usec = 20000;
+    SHOW("rselect_timeout", rselect(srv + 1, &rd, NULL, NULL, &tv));
     /* O_NONBLOCK through rfcntl. */
     SHOW("setfl", rfcntl(srv, F_SETFL, O_NONBLOCK));
     SHOW("getfl_nonblock", (rfcntl(srv, F_GETFL) & O_NONBLOCK) != 0);
@@ -119,6 +128,10 @@ peek 10 EAGAIN
 short 10 EAGAIN
 short_ok 1
 then_empty -1 EAGAIN
+rselect 1 EAGAIN
+rselect_srv 1
+rselect_read 5 EAGAIN
+rselect_timeout 0 -
 setfl 0 -
 getfl_nonblock 1 0
 nonblock_empty -1 EAGAIN
@@ -134,11 +147,11 @@ close_again -1 EBADF
 /// Debian's udpong: a server, and a client with `extra` options against it; the client
 /// prints its result row and exits 0.
 fn udpong(test: &str, extra: &[&str]) -> String {
-    udpong_with(test, extra, &[])
+    udpong_with(test, "127.0.0.1", extra, &[])
 }
 
 /// [`udpong`] with environment variables for both ends.
-fn udpong_with(test: &str, extra: &[&str], env: &[(&str, &str)]) -> String {
+fn udpong_with(test: &str, addr: &str, extra: &[&str], env: &[(&str, &str)]) -> String {
     if !cm_run::have_tool("udpong", "rdmacm-utils") {
         return String::new();
     }
@@ -146,9 +159,8 @@ fn udpong_with(test: &str, extra: &[&str], env: &[(&str, &str)]) -> String {
     let lib = cm_run::dropin(test);
     let r = cm_run::run_case(&lib, |port| {
         let port = port.to_string();
-        let mut server = Side::new("/usr/bin/udpong", &["-b", "127.0.0.1", "-p", &port]);
-        let mut client =
-            Side::new("/usr/bin/udpong", &["-s", "127.0.0.1", "-p", &port]).args(extra);
+        let mut server = Side::new("/usr/bin/udpong", &["-b", addr, "-p", &port]);
+        let mut client = Side::new("/usr/bin/udpong", &["-s", addr, "-p", &port]).args(extra);
         for (k, v) in env {
             server = server.env(k, v);
             client = client.env(k, v);
@@ -219,6 +231,7 @@ fn udpong_bandwidth_counts_what_arrived() {
 fn udpong_bandwidth_survives_injected_loss() {
     let out = udpong_with(
         "udpong_loss",
+        "127.0.0.1",
         &["-C", "2000", "-S", "512"],
         &[("SOFTVERBS_FAULTS", "loss=0.02,seed=13")],
     );
@@ -227,4 +240,20 @@ fn udpong_bandwidth_survives_injected_loss() {
     }
     let r = row(&out);
     assert_eq!(r[1], "512", "{out}");
+}
+
+/// IPv6: the UD header and the UDP header take their IPv6 forms (24 and 28 bytes).
+#[test]
+fn udpong_echo_over_ipv6_loopback() {
+    let out = udpong_with(
+        "udpong_ipv6",
+        "::1",
+        &["-C", "300", "-S", "2000", "-T", "e"],
+        &[],
+    );
+    if out.is_empty() {
+        return;
+    }
+    let r = row(&out);
+    assert_eq!((r[1].as_str(), r[2].as_str()), ("1.9k", "600"), "{out}");
 }

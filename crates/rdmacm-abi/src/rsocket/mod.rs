@@ -601,7 +601,9 @@ pub unsafe extern "C" fn rpoll(fds: *mut pollfd, nfds: nfds_t, timeout: c_int) -
     }
 }
 
-/// `rselect`: `select` (no descriptor can be an rsocket).
+/// `rselect`: `select` when no descriptor is an rsocket; otherwise, as rsocket.c does, the
+/// sets become a `pollfd` array for [`rpoll`] and its answer becomes the sets again
+/// (anything beyond readable and writable counts as an exception).
 ///
 /// # Safety
 /// As `select(2)`.
@@ -612,6 +614,61 @@ pub unsafe extern "C" fn rselect(
     exceptfds: *mut fd_set,
     timeout: *mut timeval,
 ) -> c_int {
-    // SAFETY: the caller's guarantee is select's precondition.
-    unsafe { libc::select(nfds, readfds, writefds, exceptfds, timeout) }
+    let nfds = nfds.clamp(0, libc::FD_SETSIZE as c_int);
+    // SAFETY: each set is NULL or a valid fd_set (caller); FD_ISSET reads within it.
+    let is_set = |set: *mut fd_set, fd: c_int| !set.is_null() && unsafe { libc::FD_ISSET(fd, set) };
+    let mut fds: Vec<pollfd> = (0..nfds)
+        .filter_map(|fd| {
+            let mut events = 0;
+            if is_set(readfds, fd) {
+                events |= libc::POLLIN;
+            }
+            if is_set(writefds, fd) {
+                events |= libc::POLLOUT;
+            }
+            (events != 0 || is_set(exceptfds, fd)).then_some(pollfd {
+                fd,
+                events,
+                revents: 0,
+            })
+        })
+        .collect();
+    if !fds
+        .iter()
+        .any(|p| matches!(lookup(p.fd), Some(Socket::Dgram(_))))
+    {
+        // SAFETY: the caller's guarantee is select's precondition.
+        return unsafe { libc::select(nfds, readfds, writefds, exceptfds, timeout) };
+    }
+    // SAFETY: NULL or a valid timeval (caller).
+    let ms = match unsafe { timeout.as_ref() } {
+        None => -1,
+        Some(t) => (t.tv_sec.max(0) * 1000 + t.tv_usec.max(0) / 1000)
+            .min(c_int::MAX as i64) as c_int,
+    };
+    // SAFETY: `fds` holds `fds.len()` entries.
+    let r = unsafe { rpoll(fds.as_mut_ptr(), fds.len() as nfds_t, ms) };
+    if r < 0 {
+        return r;
+    }
+    for set in [readfds, writefds, exceptfds] {
+        if !set.is_null() {
+            // SAFETY: a valid fd_set (caller).
+            unsafe { libc::FD_ZERO(set) };
+        }
+    }
+    let mut count = 0;
+    for p in &fds {
+        let mut mark = |set: *mut fd_set, on: bool| {
+            if on && !set.is_null() {
+                // SAFETY: a valid fd_set (caller), fd below FD_SETSIZE.
+                unsafe { libc::FD_SET(p.fd, set) };
+                count += 1;
+            }
+        };
+        mark(readfds, p.revents & libc::POLLIN != 0);
+        mark(writefds, p.revents & libc::POLLOUT != 0);
+        mark(exceptfds, p.revents & !(libc::POLLIN | libc::POLLOUT) != 0);
+    }
+    count
 }
