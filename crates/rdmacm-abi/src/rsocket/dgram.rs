@@ -18,6 +18,7 @@ mod verbs;
 
 use core::ffi::{c_int, c_void};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::os::fd::RawFd;
 use std::sync::{Mutex, MutexGuard};
 
 use libc::{pollfd, sockaddr_in, sockaddr_in6, socklen_t, POLLIN, POLLOUT};
@@ -360,48 +361,132 @@ impl DgramSocket {
         Ok((n, src))
     }
 
-    /// What `rpoll` reports for `events` now (after reading what waits).
-    pub fn ready(&self, events: i16) -> i16 {
+    /// `rpoll`'s look: what of `events` is ready now (after reading what waits); with
+    /// `arm`, when nothing is, the CQ is armed and the descriptors to sleep on (the UDP
+    /// socket, the completion channel) go to `wait`.
+    pub fn poll(&self, events: i16, arm: bool, wait: &mut Vec<RawFd>) -> Result<i16, Errno> {
         let mut g = lock(&self.inner);
+        if let Some(ep) = g.ep.as_mut() {
+            ep.qp.drain_events();
+        }
         self.progress(&mut g);
-        let mut revents = 0;
-        let (readable, writable) = match &g.ep {
-            Some(ep) => (ep.core.readable(), ep.core.can_send()),
-            None => (false, g.in_use),
+        let ready = |g: &Inner| {
+            let (readable, writable) = match &g.ep {
+                Some(ep) => (ep.core.readable(), ep.core.can_send()),
+                None => (false, g.in_use),
+            };
+            let mut revents = 0;
+            if events & POLLIN != 0 && readable {
+                revents |= POLLIN;
+            }
+            if events & POLLOUT != 0 && writable {
+                revents |= POLLOUT;
+            }
+            revents
         };
-        if events & POLLIN != 0 && readable {
-            revents |= POLLIN;
+        let revents = ready(&g);
+        if revents != 0 || !arm {
+            return Ok(revents);
         }
-        if events & POLLOUT != 0 && writable {
-            revents |= POLLOUT;
-        }
-        revents
-    }
-
-    /// Arms the CQ and returns the descriptors `rpoll` sleeps on for this rsocket.
-    pub fn wait_fds(&self) -> Vec<pollfd> {
-        let mut g = lock(&self.inner);
         if let Some(ep) = g.ep.as_mut() {
             ep.qp.arm();
         }
-        self.wait_fds_locked(&g)
+        // Armed: look once more, as what completed before the arm raises no event.
+        self.progress(&mut g);
+        let revents = ready(&g);
+        if revents == 0 {
+            wait.extend(self.wait_fds_locked(&g).iter().map(|p| p.fd));
+        }
+        Ok(revents)
     }
 
-    /// After `rpoll` woke: takes the completion events off the channel.
-    pub fn woken(&self) {
-        if let Some(ep) = lock(&self.inner).ep.as_mut() {
-            ep.qp.drain_events();
+    /// `rrecv*`: the datagram into `buf` (cut to `len`), its source to `src` when not NULL.
+    ///
+    /// # Safety
+    /// `buf` is writable for `len` bytes; `src`/`src_len` NULL or as for `recvfrom(2)`.
+    pub unsafe fn recv(
+        &self,
+        buf: *mut u8,
+        len: usize,
+        flags: c_int,
+        src: *mut sockaddr,
+        src_len: *mut socklen_t,
+    ) -> Result<usize, Errno> {
+        let out: &mut [u8] = if buf.is_null() || len == 0 {
+            &mut []
+        } else {
+            // SAFETY: the caller's guarantee.
+            unsafe { core::slice::from_raw_parts_mut(buf, len) }
+        };
+        let (n, from) = self.recv_from(out, flags)?;
+        if !src.is_null() {
+            // SAFETY: the caller's guarantee.
+            unsafe { SockAddrBuf::from(from).write_to(src, src_len) };
+        }
+        Ok(n)
+    }
+
+    /// `rsend*`: one datagram to `dst` (NULL: the connected peer).
+    ///
+    /// # Safety
+    /// `buf` is readable for `len` bytes; `dst` NULL or readable for `dst_len` bytes.
+    pub unsafe fn send(
+        &self,
+        buf: *const u8,
+        len: usize,
+        flags: c_int,
+        dst: *const sockaddr,
+        dst_len: socklen_t,
+    ) -> Result<usize, Errno> {
+        let to = if dst.is_null() {
+            None
+        } else {
+            // SAFETY: the caller's guarantee.
+            Some(unsafe { read_addr(dst, dst_len) }.ok_or(libc::EINVAL)?)
+        };
+        let data: &[u8] = if buf.is_null() || len == 0 {
+            &[]
+        } else {
+            // SAFETY: the caller's guarantee.
+            unsafe { core::slice::from_raw_parts(buf, len) }
+        };
+        self.send_to(data, flags, to)
+    }
+
+    /// `rgetsockname`: the UDP socket's.
+    ///
+    /// # Safety
+    /// As `getsockname(2)`.
+    pub unsafe fn sock_name(&self, addr: *mut sockaddr, len: *mut socklen_t) -> Result<(), Errno> {
+        // SAFETY: the caller's guarantee is getsockname's.
+        match unsafe { libc::getsockname(self.fd, addr.cast(), len) } {
+            0 => Ok(()),
+            _ => Err(errno()),
         }
     }
 
-    /// `rfcntl(F_GETFL)`
-    pub fn get_flags(&self) -> c_int {
-        lock(&self.inner).fd_flags
+    /// `rgetpeername`: the UDP socket's (`ENOTCONN` unless connected).
+    ///
+    /// # Safety
+    /// As `getpeername(2)`.
+    pub unsafe fn peer_name(&self, addr: *mut sockaddr, len: *mut socklen_t) -> Result<(), Errno> {
+        // SAFETY: the caller's guarantee is getpeername's.
+        match unsafe { libc::getpeername(self.fd, addr.cast(), len) } {
+            0 => Ok(()),
+            _ => Err(errno()),
+        }
     }
 
-    /// `rfcntl(F_SETFL, flags)`
-    pub fn set_flags(&self, flags: c_int) {
-        lock(&self.inner).fd_flags = flags;
+    /// `rfcntl`: `F_GETFL`, `F_SETFL`; others `ENOTSUP`.
+    pub fn fcntl(&self, cmd: c_int, arg: c_int) -> Result<c_int, Errno> {
+        match cmd {
+            libc::F_GETFL => Ok(lock(&self.inner).fd_flags),
+            libc::F_SETFL => {
+                lock(&self.inner).fd_flags = arg;
+                Ok(0)
+            }
+            _ => Err(libc::ENOTSUP),
+        }
     }
 
     /// `rsetsockopt`: socket-level options go to the UDP socket first (as rsocket.c), and
@@ -461,9 +546,32 @@ impl DgramSocket {
         }
     }
 
-    /// `rgetsockopt` of what a datagram rsocket has: buffer and queue sizes, `SO_ERROR`
-    /// (always 0: nothing fails asynchronously).
-    pub fn get_option(&self, level: c_int, name: c_int) -> Result<c_int, Errno> {
+    /// `rgetsockopt` of what a datagram rsocket has, as an `int`: buffer and queue sizes,
+    /// `SO_ERROR` (always 0: nothing fails asynchronously); others `ENOTSUP`.
+    ///
+    /// # Safety
+    /// `val` is writable for `*len` bytes; `len` readable and writable.
+    pub unsafe fn get_option(
+        &self,
+        level: c_int,
+        name: c_int,
+        val: *mut c_void,
+        len: *mut socklen_t,
+    ) -> Result<(), Errno> {
+        let v = self.int_option(level, name)?;
+        // SAFETY: NULL or readable (caller).
+        if val.is_null() || len.is_null() || (unsafe { *len } as usize) < size_of::<c_int>() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: room for an int (checked).
+        unsafe {
+            val.cast::<c_int>().write_unaligned(v);
+            *len = size_of::<c_int>() as socklen_t;
+        }
+        Ok(())
+    }
+
+    fn int_option(&self, level: c_int, name: c_int) -> Result<c_int, Errno> {
         let g = lock(&self.inner);
         let sizes = g.ep.as_ref().map(|ep| ep.core.sizes());
         Ok(match (level, name) {
@@ -480,7 +588,7 @@ impl DgramSocket {
 
     /// `rclose`: waits for the sends in flight (rsocket.c's `ds_shutdown`), then frees the
     /// QP and closes the UDP socket.
-    pub fn close(&self) {
+    pub fn close(&self) -> Result<(), Errno> {
         let g = lock(&self.inner);
         let mut g = self
             .wait(g, false, |g| {
@@ -491,6 +599,7 @@ impl DgramSocket {
         // SAFETY: the descriptor this socket owns, closed once (the socket is out of the
         // registry and this is its last use).
         unsafe { libc::close(self.fd) };
+        Ok(())
     }
 }
 

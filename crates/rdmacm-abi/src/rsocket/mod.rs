@@ -8,8 +8,10 @@
 //!   the descriptors through [`Socket`]'s readiness methods and wait on ordinary fds and the
 //!   rsockets' wait fds together.
 //! - `stream.rs`: `SOCK_STREAM` rsockets.
-//! - a datagram rsocket (`SOCK_DGRAM`) plugs in as `dgram.rs`: a `Socket::Dgram` variant, its
-//!   arm in `rsocket` and in each `match` below, nothing else in this file.
+//! - `dgram.rs`: `SOCK_DGRAM` rsockets (a `Socket::Dgram` variant, its arm in `rsocket` and
+//!   in each `match` of `impl Socket` below, each forwarding one call to the socket type's
+//!   method of the same name; `sendv` gathers a datagram rsocket's buffers into one
+//!   datagram).
 //!
 //! An rsocket's descriptor is a real fd the library owns (so no ordinary fd can have its
 //! number while the rsocket lives), closed by `rclose`.
@@ -20,11 +22,15 @@
 //! none aborts.
 
 use core::ffi::{c_int, c_void};
+use std::collections::BTreeMap;
+use std::os::fd::RawFd;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use libc::{fd_set, iovec, msghdr, nfds_t, off_t, pollfd, size_t, ssize_t, timeval};
 
 use crate::abi::{sockaddr, socklen_t, AF_IB};
-use crate::errno::set_errno;
+use crate::errno::{set_errno, Errno};
 
 mod dgram;
 mod stream;
@@ -33,30 +39,42 @@ mod stream;
 #[derive(Clone)]
 pub enum Socket {
     /// `SOCK_STREAM`.
-    Stream(std::sync::Arc<stream::StreamSocket>),
+    Stream(Arc<stream::StreamSocket>),
     /// `SOCK_DGRAM`.
-    Dgram(std::sync::Arc<dgram::DgramSocket>),
+    Dgram(Arc<dgram::DgramSocket>),
 }
 
-/// The rsocket behind `fd`, if it is one.
-fn lookup(fd: c_int) -> Option<Socket> {
-    SOCKETS
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get(&fd)
-        .cloned()
+/// Every live rsocket, by descriptor.
+pub static SOCKETS: Mutex<BTreeMap<c_int, Socket>> = Mutex::new(BTreeMap::new());
+
+fn sockets() -> MutexGuard<'static, BTreeMap<c_int, Socket>> {
+    SOCKETS.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The datagram rsocket behind `fd`, if it is one.
-fn dgram_socket(fd: c_int) -> Option<std::sync::Arc<dgram::DgramSocket>> {
-    match lookup(fd) {
-        Some(Socket::Dgram(d)) => Some(d),
-        _ => None,
-    }
+/// The rsocket with descriptor `fd`.
+fn lookup(fd: c_int) -> Result<Socket, Errno> {
+    sockets().get(&fd).cloned().ok_or(libc::EBADF)
 }
 
-/// A byte count, or -1 with `errno`.
-fn ret_len(r: Result<usize, crate::errno::Errno>) -> ssize_t {
+fn register(socket: Socket) -> c_int {
+    let fd = socket.fd();
+    sockets().insert(fd, socket);
+    fd
+}
+
+/// `-1` with `errno`, or the value.
+fn ret_int(r: Result<c_int, Errno>) -> c_int {
+    r.unwrap_or_else(|e| {
+        set_errno(e);
+        -1
+    })
+}
+
+fn ret_unit(r: Result<(), Errno>) -> c_int {
+    ret_int(r.map(|()| 0))
+}
+
+fn ret_len(r: Result<usize, Errno>) -> ssize_t {
     match r {
         Ok(n) => n as ssize_t,
         Err(e) => {
@@ -66,17 +84,260 @@ fn ret_len(r: Result<usize, crate::errno::Errno>) -> ssize_t {
     }
 }
 
-/// Every live rsocket, by descriptor.
-pub static SOCKETS: std::sync::Mutex<std::collections::BTreeMap<c_int, Socket>> =
-    std::sync::Mutex::new(std::collections::BTreeMap::new());
+/// The socket calls, forwarded by type.
+impl Socket {
+    fn fd(&self) -> c_int {
+        match self {
+            Socket::Stream(s) => s.fd(),
+            Socket::Dgram(d) => d.fd(),
+        }
+    }
 
-/// -1 with `errno = EBADF`: the descriptor is not an rsocket.
-fn not_an_rsocket() -> c_int {
-    set_errno(libc::EBADF);
-    -1
+    unsafe fn bind(&self, addr: *const sockaddr, len: socklen_t) -> Result<(), Errno> {
+        match self {
+            // SAFETY: the caller's guarantee.
+            Socket::Stream(s) => unsafe { s.bind(addr, len) },
+            // SAFETY: the caller's guarantee.
+            Socket::Dgram(d) => unsafe { d.bind(addr, len) },
+        }
+    }
+
+    fn listen(&self, backlog: c_int) -> Result<(), Errno> {
+        match self {
+            Socket::Stream(s) => s.listen(backlog),
+            // As listen(2) on a UDP socket.
+            Socket::Dgram(_) => Err(libc::EOPNOTSUPP),
+        }
+    }
+
+    unsafe fn accept(&self, addr: *mut sockaddr, len: *mut socklen_t) -> Result<Socket, Errno> {
+        match self {
+            // SAFETY: the caller's guarantee.
+            Socket::Stream(s) => unsafe { s.accept(addr, len) }.map(Socket::Stream),
+            Socket::Dgram(_) => Err(libc::EOPNOTSUPP),
+        }
+    }
+
+    unsafe fn connect(&self, addr: *const sockaddr, len: socklen_t) -> Result<(), Errno> {
+        match self {
+            // SAFETY: the caller's guarantee.
+            Socket::Stream(s) => unsafe { s.connect(addr, len) },
+            // SAFETY: the caller's guarantee.
+            Socket::Dgram(d) => unsafe { d.connect(addr, len) },
+        }
+    }
+
+    fn shutdown(&self, how: c_int) -> Result<(), Errno> {
+        match self {
+            Socket::Stream(s) => s.shutdown(how),
+            // A datagram rsocket has no connection to shut down; nothing changes.
+            Socket::Dgram(_) => Ok(()),
+        }
+    }
+
+    fn close(&self) -> Result<(), Errno> {
+        match self {
+            Socket::Stream(s) => s.close(),
+            Socket::Dgram(d) => d.close(),
+        }
+    }
+
+    /// `src` receives the peer's address when not NULL.
+    unsafe fn recv(
+        &self,
+        buf: *mut u8,
+        len: usize,
+        flags: c_int,
+        src: *mut sockaddr,
+        src_len: *mut socklen_t,
+    ) -> Result<usize, Errno> {
+        match self {
+            Socket::Stream(s) => {
+                // SAFETY: the caller's guarantee.
+                let n = unsafe { s.recv(buf, len, flags) }?;
+                if n > 0 && !src.is_null() {
+                    // SAFETY: the caller's guarantee.
+                    unsafe { s.peer_name(src, src_len) }?;
+                }
+                Ok(n)
+            }
+            // SAFETY: the caller's guarantee.
+            Socket::Dgram(d) => unsafe { d.recv(buf, len, flags, src, src_len) },
+        }
+    }
+
+    /// `dst` is where to send (NULL: the connected peer).
+    unsafe fn send(
+        &self,
+        buf: *const u8,
+        len: usize,
+        flags: c_int,
+        dst: *const sockaddr,
+        dst_len: socklen_t,
+    ) -> Result<usize, Errno> {
+        match self {
+            Socket::Stream(s) => {
+                if !dst.is_null() || dst_len != 0 {
+                    return Err(libc::EISCONN);
+                }
+                // SAFETY: the caller's guarantee.
+                unsafe { s.send(buf, len, flags) }
+            }
+            // SAFETY: the caller's guarantee.
+            Socket::Dgram(d) => unsafe { d.send(buf, len, flags, dst, dst_len) },
+        }
+    }
+
+    /// Sends the buffers in order (blocking: all of them; non-blocking: up to the first
+    /// that did not go whole).
+    unsafe fn sendv(&self, iov: *const iovec, iovcnt: c_int, flags: c_int) -> Result<usize, Errno> {
+        let iovs = iovecs(iov, iovcnt)?;
+        if let Socket::Dgram(d) = self {
+            // One datagram of all the buffers, to the connected peer.
+            let mut data = Vec::new();
+            for v in iovs {
+                if !v.iov_base.is_null() && v.iov_len > 0 {
+                    // SAFETY: each iovec is readable (caller).
+                    data.extend_from_slice(unsafe {
+                        std::slice::from_raw_parts(v.iov_base.cast::<u8>(), v.iov_len)
+                    });
+                }
+            }
+            return d.send_to(&data, flags, None);
+        }
+        let mut sent = 0;
+        for v in iovs {
+            // SAFETY: each iovec is readable (caller).
+            let r = unsafe { self.send(v.iov_base.cast(), v.iov_len, flags, core::ptr::null(), 0) };
+            match r {
+                Ok(n) => {
+                    sent += n;
+                    if n < v.iov_len {
+                        break;
+                    }
+                }
+                Err(e) if sent == 0 => return Err(e),
+                Err(_) => break,
+            }
+        }
+        Ok(sent)
+    }
+
+    unsafe fn peer_name(&self, addr: *mut sockaddr, len: *mut socklen_t) -> Result<(), Errno> {
+        match self {
+            // SAFETY: the caller's guarantee.
+            Socket::Stream(s) => unsafe { s.peer_name(addr, len) },
+            // SAFETY: the caller's guarantee.
+            Socket::Dgram(d) => unsafe { d.peer_name(addr, len) },
+        }
+    }
+
+    unsafe fn sock_name(&self, addr: *mut sockaddr, len: *mut socklen_t) -> Result<(), Errno> {
+        match self {
+            // SAFETY: the caller's guarantee.
+            Socket::Stream(s) => unsafe { s.sock_name(addr, len) },
+            // SAFETY: the caller's guarantee.
+            Socket::Dgram(d) => unsafe { d.sock_name(addr, len) },
+        }
+    }
+
+    unsafe fn set_option(
+        &self,
+        level: c_int,
+        name: c_int,
+        val: *const c_void,
+        len: socklen_t,
+    ) -> Result<(), Errno> {
+        match self {
+            // SAFETY: the caller's guarantee.
+            Socket::Stream(s) => unsafe { s.set_option(level, name, val, len) },
+            // SAFETY: the caller's guarantee.
+            Socket::Dgram(d) => unsafe { d.set_option(level, name, val, len) },
+        }
+    }
+
+    unsafe fn get_option(
+        &self,
+        level: c_int,
+        name: c_int,
+        val: *mut c_void,
+        len: *mut socklen_t,
+    ) -> Result<(), Errno> {
+        match self {
+            // SAFETY: the caller's guarantee.
+            Socket::Stream(s) => unsafe { s.get_option(level, name, val, len) },
+            // SAFETY: the caller's guarantee.
+            Socket::Dgram(d) => unsafe { d.get_option(level, name, val, len) },
+        }
+    }
+
+    fn fcntl(&self, cmd: c_int, arg: c_int) -> Result<c_int, Errno> {
+        match self {
+            Socket::Stream(s) => s.fcntl(cmd, arg),
+            Socket::Dgram(d) => d.fcntl(cmd, arg),
+        }
+    }
+
+    unsafe fn iomap(
+        &self,
+        buf: *mut c_void,
+        len: usize,
+        prot: c_int,
+        offset: off_t,
+    ) -> Result<off_t, Errno> {
+        match self {
+            // SAFETY: the caller's guarantee.
+            Socket::Stream(s) => unsafe { s.iomap(buf, len, prot, offset) },
+            // Remote I/O maps belong to connections.
+            Socket::Dgram(_) => Err(libc::ENOTSUP),
+        }
+    }
+
+    fn iounmap(&self, buf: *mut c_void, len: usize) -> Result<(), Errno> {
+        match self {
+            Socket::Stream(s) => s.iounmap(buf, len),
+            Socket::Dgram(_) => Err(libc::ENOTSUP),
+        }
+    }
+
+    unsafe fn iowrite(
+        &self,
+        buf: *const c_void,
+        len: usize,
+        offset: off_t,
+        flags: c_int,
+    ) -> Result<usize, Errno> {
+        match self {
+            // SAFETY: the caller's guarantee.
+            Socket::Stream(s) => unsafe { s.iowrite(buf, len, offset, flags) },
+            Socket::Dgram(_) => Err(libc::ENOTSUP),
+        }
+    }
+
+    /// `rpoll`'s look: the `poll` bits ready among `events` (and POLLHUP/POLLERR); with
+    /// `arm`, when none is, the fds to sleep on go to `wait`.
+    fn poll(&self, events: i16, arm: bool, wait: &mut Vec<RawFd>) -> Result<i16, Errno> {
+        match self {
+            Socket::Stream(s) => s.poll(events, arm, wait),
+            Socket::Dgram(d) => d.poll(events, arm, wait),
+        }
+    }
 }
 
-/// `rsocket`
+/// The caller's iovec array (`EINVAL` for a negative count or NULL array with entries).
+fn iovecs<'a>(iov: *const iovec, iovcnt: c_int) -> Result<&'a [iovec], Errno> {
+    if iovcnt < 0 || (iov.is_null() && iovcnt > 0) {
+        return Err(libc::EINVAL);
+    }
+    if iovcnt == 0 {
+        return Ok(&[]);
+    }
+    // SAFETY: the caller passes `iovcnt` readable iovecs (checked non-NULL).
+    Ok(unsafe { std::slice::from_raw_parts(iov, iovcnt as usize) })
+}
+
+/// `rsocket`: `ENOTSUP` for a domain, type or protocol rsockets never support (rdma-core's
+/// checks); `ENOSYS` when softverbs' libibverbs.so.1 is not loaded.
 pub extern "C" fn rsocket(domain: c_int, kind: c_int, protocol: c_int) -> c_int {
     let supported = matches!(domain, libc::AF_INET | libc::AF_INET6 | AF_IB)
         && match kind {
@@ -88,130 +349,90 @@ pub extern "C" fn rsocket(domain: c_int, kind: c_int, protocol: c_int) -> c_int 
         set_errno(libc::ENOTSUP);
         return -1;
     }
-    if kind == libc::SOCK_DGRAM {
-        return match dgram::DgramSocket::create(domain) {
-            Ok(d) => {
-                let fd = d.fd();
-                SOCKETS
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(fd, Socket::Dgram(std::sync::Arc::new(d)));
-                fd
-            }
-            Err(e) => {
-                set_errno(e);
-                -1
-            }
-        };
-    }
-    set_errno(libc::ENOSYS);
-    -1
-}
-
-/// Declares rsocket functions that take a descriptor: each fails as [`not_an_rsocket`].
-macro_rules! no_rsocket {
-    ($( fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty; )*) => {$(
-        #[doc = concat!("`", stringify!($name), "`: -1, `errno = EBADF` (no rsocket exists).")]
-        ///
-        /// # Safety
-        /// None: nothing is read through the pointers.
-        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
-            $( let _ = $arg; )*
-            not_an_rsocket() as $ret
-        }
-    )*};
-}
-
-no_rsocket! {
-    fn rlisten(socket: c_int, backlog: c_int) -> c_int;
-    fn raccept(socket: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int;
-    fn rshutdown(socket: c_int, how: c_int) -> c_int;
-    fn rreadv(socket: c_int, iov: *const iovec, iovcnt: c_int) -> ssize_t;
-    fn rwritev(socket: c_int, iov: *const iovec, iovcnt: c_int) -> ssize_t;
-    fn riomap(
-        socket: c_int, buf: *mut c_void, len: size_t, prot: c_int, flags: c_int, offset: off_t
-    ) -> off_t;
-    fn riounmap(socket: c_int, buf: *mut c_void, len: size_t) -> c_int;
-    fn riowrite(
-        socket: c_int, buf: *const c_void, count: size_t, offset: off_t, flags: c_int
-    ) -> size_t;
+    let socket = match kind {
+        libc::SOCK_STREAM => stream::StreamSocket::new(domain).map(Socket::Stream),
+        _ => dgram::DgramSocket::create(domain).map(|d| Socket::Dgram(Arc::new(d))),
+    };
+    ret_int(socket.map(register))
 }
 
 /// `rbind`
 ///
 /// # Safety
-/// `addr` points to `len` readable bytes.
+/// `addr` is readable for `len` bytes.
 pub unsafe extern "C" fn rbind(socket: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
-    match lookup(socket) {
-        // SAFETY: the caller's guarantee.
-        Some(Socket::Dgram(d)) => crate::errno::ret(unsafe { d.bind(addr, len) }),
-        _ => not_an_rsocket(),
-    }
+    // SAFETY: the caller's guarantee.
+    ret_unit(lookup(socket).and_then(|s| unsafe { s.bind(addr, len) }))
+}
+
+/// `rlisten`
+pub extern "C" fn rlisten(socket: c_int, backlog: c_int) -> c_int {
+    ret_unit(lookup(socket).and_then(|s| s.listen(backlog)))
+}
+
+/// `raccept`
+///
+/// # Safety
+/// `addr`/`len` are NULL or writable as for `accept(2)`.
+pub unsafe extern "C" fn raccept(socket: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int {
+    // SAFETY: the caller's guarantee.
+    ret_int(
+        lookup(socket)
+            .and_then(|s| unsafe { s.accept(addr, len) })
+            .map(register),
+    )
 }
 
 /// `rconnect`
 ///
 /// # Safety
-/// `addr` points to `len` readable bytes.
+/// `addr` is readable for `len` bytes.
 pub unsafe extern "C" fn rconnect(socket: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
-    match lookup(socket) {
-        // SAFETY: the caller's guarantee.
-        Some(Socket::Dgram(d)) => crate::errno::ret(unsafe { d.connect(addr, len) }),
-        _ => not_an_rsocket(),
-    }
+    // SAFETY: the caller's guarantee.
+    ret_unit(lookup(socket).and_then(|s| unsafe { s.connect(addr, len) }))
 }
 
-/// `rclose`
+/// `rshutdown`
+pub extern "C" fn rshutdown(socket: c_int, how: c_int) -> c_int {
+    ret_unit(lookup(socket).and_then(|s| s.shutdown(how)))
+}
+
+/// `rclose`: the descriptor goes at once; a connection shuts down and lingers for its last
+/// writes first.
 pub extern "C" fn rclose(socket: c_int) -> c_int {
-    let removed = SOCKETS
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .remove(&socket);
-    match removed {
-        Some(Socket::Dgram(d)) => {
-            d.close();
-            0
-        }
-        Some(other) => {
-            // Not this file's to close.
-            SOCKETS
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(socket, other);
-            not_an_rsocket()
-        }
-        None => not_an_rsocket(),
-    }
+    let removed = sockets().remove(&socket);
+    ret_unit(removed.ok_or(libc::EBADF).and_then(|s| s.close()))
 }
 
-/// The caller's buffer as a slice (empty for NULL or 0).
+/// `rrecv`
 ///
 /// # Safety
-/// `buf` is NULL or has `len` bytes valid for writes.
-unsafe fn out_buf<'a>(buf: *mut c_void, len: size_t) -> &'a mut [u8] {
-    if buf.is_null() || len == 0 {
-        return &mut [];
-    }
-    // SAFETY: the caller's guarantee.
-    unsafe { core::slice::from_raw_parts_mut(buf.cast(), len) }
-}
-
-/// The caller's data as a slice (empty for NULL or 0).
-///
-/// # Safety
-/// `buf` is NULL or has `len` readable bytes.
-unsafe fn in_buf<'a>(buf: *const c_void, len: size_t) -> &'a [u8] {
-    if buf.is_null() || len == 0 {
-        return &[];
-    }
-    // SAFETY: the caller's guarantee.
-    unsafe { core::slice::from_raw_parts(buf.cast(), len) }
+/// `buf` is writable for `len` bytes.
+pub unsafe extern "C" fn rrecv(
+    socket: c_int,
+    buf: *mut c_void,
+    len: size_t,
+    flags: c_int,
+) -> ssize_t {
+    let r = lookup(socket).and_then(|s| {
+        // SAFETY: the caller's guarantee.
+        unsafe {
+            s.recv(
+                buf.cast(),
+                len,
+                flags,
+                core::ptr::null_mut(),
+                core::ptr::null_mut(),
+            )
+        }
+    });
+    ret_len(r)
 }
 
 /// `rrecvfrom`
 ///
 /// # Safety
-/// `buf` has `len` writable bytes; `src`/`addrlen` as for `recvfrom(2)`.
+/// `buf` is writable for `len` bytes; `src`/`addrlen` NULL or as for `recvfrom(2)`.
 pub unsafe extern "C" fn rrecvfrom(
     socket: c_int,
     buf: *mut c_void,
@@ -220,54 +441,63 @@ pub unsafe extern "C" fn rrecvfrom(
     src: *mut sockaddr,
     addrlen: *mut socklen_t,
 ) -> ssize_t {
-    let Some(d) = dgram_socket(socket) else {
-        return not_an_rsocket() as ssize_t;
-    };
     // SAFETY: the caller's guarantee.
-    let out = unsafe { out_buf(buf, len) };
-    ret_len(d.recv_from(out, flags).map(|(n, from)| {
-        // SAFETY: the caller's guarantee.
-        unsafe { dgram::SockAddrBuf::from(from).write_to(src, addrlen) };
-        n
-    }))
+    let r = lookup(socket).and_then(|s| unsafe { s.recv(buf.cast(), len, flags, src, addrlen) });
+    ret_len(r)
 }
 
-/// `rrecv`
+/// `rrecvmsg`: ancillary data is refused (`ENOTSUP`, before the descriptor is looked at, as
+/// rdma-core does); like rsocket.c only the first buffer is filled.
 ///
 /// # Safety
-/// `buf` has `len` writable bytes.
-pub unsafe extern "C" fn rrecv(
+/// `msg` is NULL or a readable `struct msghdr` whose buffers are writable.
+pub unsafe extern "C" fn rrecvmsg(socket: c_int, msg: *mut msghdr, flags: c_int) -> ssize_t {
+    // SAFETY: NULL or readable (caller).
+    let Some(m) = (unsafe { msg.as_ref() }) else {
+        return ret_len(Err(libc::EINVAL));
+    };
+    if !m.msg_control.is_null() && m.msg_controllen != 0 {
+        return ret_len(Err(libc::ENOTSUP));
+    }
+    let r = lookup(socket).and_then(|s| {
+        let iovs = iovecs(m.msg_iov, m.msg_iovlen as c_int)?;
+        let Some(first) = iovs.first() else {
+            return Ok(0);
+        };
+        // SAFETY: the caller's buffers are writable.
+        unsafe {
+            s.recv(
+                first.iov_base.cast(),
+                first.iov_len,
+                flags,
+                core::ptr::null_mut(),
+                core::ptr::null_mut(),
+            )
+        }
+    });
+    ret_len(r)
+}
+
+/// `rsend`
+///
+/// # Safety
+/// `buf` is readable for `len` bytes.
+pub unsafe extern "C" fn rsend(
     socket: c_int,
-    buf: *mut c_void,
+    buf: *const c_void,
     len: size_t,
     flags: c_int,
 ) -> ssize_t {
-    // SAFETY: the caller's guarantee; no address wanted.
-    unsafe {
-        rrecvfrom(
-            socket,
-            buf,
-            len,
-            flags,
-            core::ptr::null_mut(),
-            core::ptr::null_mut(),
-        )
-    }
-}
-
-/// `rread`
-///
-/// # Safety
-/// `buf` has `count` writable bytes.
-pub unsafe extern "C" fn rread(socket: c_int, buf: *mut c_void, count: size_t) -> ssize_t {
     // SAFETY: the caller's guarantee.
-    unsafe { rrecv(socket, buf, count, 0) }
+    let r = lookup(socket)
+        .and_then(|s| unsafe { s.send(buf.cast(), len, flags, core::ptr::null(), 0) });
+    ret_len(r)
 }
 
-/// `rsendto`
+/// `rsendto` (`EISCONN` with an address on a stream rsocket, as rdma-core's).
 ///
 /// # Safety
-/// `buf` has `len` readable bytes; `dst` is NULL or has `addrlen` readable bytes.
+/// `buf` is readable for `len` bytes; `dst` NULL or readable for `addrlen` bytes.
 pub unsafe extern "C" fn rsendto(
     socket: c_int,
     buf: *const c_void,
@@ -276,62 +506,77 @@ pub unsafe extern "C" fn rsendto(
     dst: *const sockaddr,
     addrlen: socklen_t,
 ) -> ssize_t {
-    let Some(d) = dgram_socket(socket) else {
-        return not_an_rsocket() as ssize_t;
-    };
-    let to = if dst.is_null() {
-        None
-    } else {
-        // SAFETY: the caller's guarantee.
-        match unsafe { dgram::read_addr(dst, addrlen) } {
-            Some(a) => Some(a),
-            None => {
-                set_errno(libc::EINVAL);
-                return -1;
-            }
-        }
-    };
     // SAFETY: the caller's guarantee.
-    ret_len(d.send_to(unsafe { in_buf(buf, len) }, flags, to))
+    let r = lookup(socket).and_then(|s| unsafe { s.send(buf.cast(), len, flags, dst, addrlen) });
+    ret_len(r)
 }
 
-/// `rsend`
+/// `rsendmsg`: ancillary data is refused (`ENOTSUP`, before the descriptor is looked at).
 ///
 /// # Safety
-/// `buf` has `len` readable bytes.
-pub unsafe extern "C" fn rsend(
-    socket: c_int,
-    buf: *const c_void,
-    len: size_t,
-    flags: c_int,
-) -> ssize_t {
-    // SAFETY: the caller's guarantee; no address.
-    unsafe { rsendto(socket, buf, len, flags, core::ptr::null(), 0) }
+/// `msg` is NULL or a readable `struct msghdr` with readable buffers.
+pub unsafe extern "C" fn rsendmsg(socket: c_int, msg: *const msghdr, flags: c_int) -> ssize_t {
+    // SAFETY: NULL or readable (caller).
+    let Some(m) = (unsafe { msg.as_ref() }) else {
+        return ret_len(Err(libc::EINVAL));
+    };
+    if !m.msg_control.is_null() && m.msg_controllen != 0 {
+        return ret_len(Err(libc::ENOTSUP));
+    }
+    // SAFETY: the caller's guarantee.
+    let r =
+        lookup(socket).and_then(|s| unsafe { s.sendv(m.msg_iov, m.msg_iovlen as c_int, flags) });
+    ret_len(r)
+}
+
+/// `rread`
+///
+/// # Safety
+/// `buf` is writable for `count` bytes.
+pub unsafe extern "C" fn rread(socket: c_int, buf: *mut c_void, count: size_t) -> ssize_t {
+    // SAFETY: the caller's guarantee.
+    unsafe { rrecv(socket, buf, count, 0) }
+}
+
+/// `rreadv`: like rsocket.c, fills only the first buffer.
+///
+/// # Safety
+/// `iov` points to `iovcnt` iovecs with writable buffers.
+pub unsafe extern "C" fn rreadv(socket: c_int, iov: *const iovec, iovcnt: c_int) -> ssize_t {
+    let r = lookup(socket).and_then(|s| {
+        let Some(first) = iovecs(iov, iovcnt)?.first() else {
+            return Ok(0);
+        };
+        // SAFETY: the caller's guarantee.
+        unsafe {
+            s.recv(
+                first.iov_base.cast(),
+                first.iov_len,
+                0,
+                core::ptr::null_mut(),
+                core::ptr::null_mut(),
+            )
+        }
+    });
+    ret_len(r)
 }
 
 /// `rwrite`
 ///
 /// # Safety
-/// `buf` has `count` readable bytes.
+/// `buf` is readable for `count` bytes.
 pub unsafe extern "C" fn rwrite(socket: c_int, buf: *const c_void, count: size_t) -> ssize_t {
     // SAFETY: the caller's guarantee.
     unsafe { rsend(socket, buf, count, 0) }
 }
 
-/// `rgetsockname`
+/// `rwritev`
 ///
 /// # Safety
-/// As `getsockname(2)`.
-pub unsafe extern "C" fn rgetsockname(
-    socket: c_int,
-    addr: *mut sockaddr,
-    len: *mut socklen_t,
-) -> c_int {
-    match lookup(socket) {
-        // SAFETY: the caller's guarantee is getsockname's.
-        Some(Socket::Dgram(d)) => unsafe { libc::getsockname(d.fd(), addr.cast(), len) },
-        _ => not_an_rsocket(),
-    }
+/// `iov` points to `iovcnt` iovecs with readable buffers.
+pub unsafe extern "C" fn rwritev(socket: c_int, iov: *const iovec, iovcnt: c_int) -> ssize_t {
+    // SAFETY: the caller's guarantee.
+    ret_len(lookup(socket).and_then(|s| unsafe { s.sendv(iov, iovcnt, 0) }))
 }
 
 /// `rgetpeername`
@@ -343,17 +588,27 @@ pub unsafe extern "C" fn rgetpeername(
     addr: *mut sockaddr,
     len: *mut socklen_t,
 ) -> c_int {
-    match lookup(socket) {
-        // SAFETY: the caller's guarantee is getpeername's.
-        Some(Socket::Dgram(d)) => unsafe { libc::getpeername(d.fd(), addr.cast(), len) },
-        _ => not_an_rsocket(),
-    }
+    // SAFETY: the caller's guarantee.
+    ret_unit(lookup(socket).and_then(|s| unsafe { s.peer_name(addr, len) }))
+}
+
+/// `rgetsockname`
+///
+/// # Safety
+/// As `getsockname(2)`.
+pub unsafe extern "C" fn rgetsockname(
+    socket: c_int,
+    addr: *mut sockaddr,
+    len: *mut socklen_t,
+) -> c_int {
+    // SAFETY: the caller's guarantee.
+    ret_unit(lookup(socket).and_then(|s| unsafe { s.sock_name(addr, len) }))
 }
 
 /// `rsetsockopt`
 ///
 /// # Safety
-/// `val` has `len` readable bytes.
+/// `val` is readable for `len` bytes.
 pub unsafe extern "C" fn rsetsockopt(
     socket: c_int,
     level: c_int,
@@ -361,17 +616,14 @@ pub unsafe extern "C" fn rsetsockopt(
     val: *const c_void,
     len: socklen_t,
 ) -> c_int {
-    match lookup(socket) {
-        // SAFETY: the caller's guarantee.
-        Some(Socket::Dgram(d)) => crate::errno::ret(unsafe { d.set_option(level, name, val, len) }),
-        _ => not_an_rsocket(),
-    }
+    // SAFETY: the caller's guarantee.
+    ret_unit(lookup(socket).and_then(|s| unsafe { s.set_option(level, name, val, len) }))
 }
 
-/// `rgetsockopt`: an `int` option.
+/// `rgetsockopt`
 ///
 /// # Safety
-/// `val` has `*len` writable bytes; `len` is readable and writable.
+/// `val` is writable for `*len` bytes.
 pub unsafe extern "C" fn rgetsockopt(
     socket: c_int,
     level: c_int,
@@ -379,23 +631,35 @@ pub unsafe extern "C" fn rgetsockopt(
     val: *mut c_void,
     len: *mut socklen_t,
 ) -> c_int {
-    let Some(d) = dgram_socket(socket) else {
-        return not_an_rsocket();
-    };
-    // SAFETY: NULL or readable (caller).
-    if val.is_null() || len.is_null() || (unsafe { *len } as usize) < size_of::<c_int>() {
-        set_errno(libc::EINVAL);
-        return -1;
-    }
-    match d.get_option(level, name) {
-        Ok(v) => {
-            // SAFETY: at least an int's room (checked).
-            unsafe {
-                val.cast::<c_int>().write_unaligned(v);
-                *len = size_of::<c_int>() as socklen_t;
-            }
-            0
-        }
+    // SAFETY: the caller's guarantee.
+    ret_unit(lookup(socket).and_then(|s| unsafe { s.get_option(level, name, val, len) }))
+}
+
+/// `rfcntl(socket, cmd, ...)`: `F_GETFL`, `F_SETFL` (its `int` argument), `ENOTSUP` for
+/// others. Declared with the variadic argument as a fixed third one: in the C calling
+/// conventions of x86_64 (System V) and aarch64 Linux a variadic `int` travels in the same
+/// register as a third fixed argument, and it is read only for `F_SETFL`, where the caller
+/// passes it.
+pub extern "C" fn rfcntl(socket: c_int, cmd: c_int, arg: c_int) -> c_int {
+    ret_int(lookup(socket).and_then(|s| s.fcntl(cmd, if cmd == libc::F_SETFL { arg } else { 0 })))
+}
+
+/// `riomap`
+///
+/// # Safety
+/// `buf` stays mapped for `len` bytes, left to the peer, until `riounmap` or `rclose`.
+pub unsafe extern "C" fn riomap(
+    socket: c_int,
+    buf: *mut c_void,
+    len: size_t,
+    prot: c_int,
+    flags: c_int,
+    offset: off_t,
+) -> off_t {
+    let _ = flags;
+    // SAFETY: the caller's guarantee.
+    match lookup(socket).and_then(|s| unsafe { s.iomap(buf, len, prot, offset) }) {
+        Ok(o) => o,
         Err(e) => {
             set_errno(e);
             -1
@@ -403,128 +667,83 @@ pub unsafe extern "C" fn rgetsockopt(
     }
 }
 
-/// `rfcntl(socket, cmd, ...)`: `F_GETFL` and `F_SETFL` (the flags, of which `O_NONBLOCK`
-/// counts), as rsocket.c; other commands `ENOTSUP`. The variadic argument is declared as a
-/// fixed `c_long` third argument: in the C calling conventions of x86_64 and aarch64 a
-/// variadic `int` is passed where a fixed one would be, and it is read only for `F_SETFL`.
-pub extern "C" fn rfcntl(socket: c_int, cmd: c_int, arg: core::ffi::c_long) -> c_int {
-    let Some(d) = dgram_socket(socket) else {
-        return not_an_rsocket();
-    };
-    match cmd {
-        libc::F_GETFL => d.get_flags(),
-        libc::F_SETFL => {
-            d.set_flags(arg as c_int);
-            0
-        }
-        _ => {
-            set_errno(libc::ENOTSUP);
-            -1
-        }
-    }
+/// `riounmap`
+pub extern "C" fn riounmap(socket: c_int, buf: *mut c_void, len: size_t) -> c_int {
+    ret_unit(lookup(socket).and_then(|s| s.iounmap(buf, len)))
 }
 
-/// Whether a `msghdr` carries ancillary data, which rdma-core refuses (`ENOTSUP`) before it
-/// looks the descriptor up.
+/// `riowrite`: `(size_t)-1` with `errno` on failure.
 ///
 /// # Safety
-/// `msg` is NULL or readable.
-unsafe fn has_control(msg: *const msghdr) -> bool {
-    // SAFETY: NULL or readable (caller).
-    unsafe { msg.as_ref() }.is_some_and(|m| !m.msg_control.is_null() && m.msg_controllen != 0)
+/// `buf` is readable for `count` bytes.
+pub unsafe extern "C" fn riowrite(
+    socket: c_int,
+    buf: *const c_void,
+    count: size_t,
+    offset: off_t,
+    flags: c_int,
+) -> size_t {
+    // SAFETY: the caller's guarantee.
+    ret_len(lookup(socket).and_then(|s| unsafe { s.iowrite(buf, count, offset, flags) })) as size_t
 }
 
-/// The iovecs of a `msghdr`.
-///
-/// # Safety
-/// `m.msg_iov` is NULL or has `m.msg_iovlen` readable entries.
-unsafe fn iovecs(m: &msghdr) -> &[iovec] {
-    if m.msg_iov.is_null() || m.msg_iovlen == 0 {
-        return &[];
-    }
-    // SAFETY: the caller's guarantee.
-    unsafe { core::slice::from_raw_parts(m.msg_iov, m.msg_iovlen) }
-}
+/// How long `rpoll` spins on the rsockets before it sleeps (rsocket.c's `polling_time`).
+const POLL_SPIN: Duration = Duration::from_micros(10);
+/// A sleeping `rpoll` looks again at least this often (rsocket.c's `wake_up_interval`).
+const WAKE_UP_INTERVAL: Duration = Duration::from_secs(5);
 
-/// `rrecvmsg`: a datagram rsocket fills the first iovec (as rsocket.c) and, unlike it,
-/// `msg_name`.
-///
-/// # Safety
-/// `msg` is NULL or a readable and writable `struct msghdr` whose buffers are valid.
-pub unsafe extern "C" fn rrecvmsg(socket: c_int, msg: *mut msghdr, flags: c_int) -> ssize_t {
-    // SAFETY: the caller's guarantee.
-    if unsafe { has_control(msg) } {
-        set_errno(libc::ENOTSUP);
-        return -1;
-    }
-    let Some(d) = dgram_socket(socket) else {
-        return not_an_rsocket() as ssize_t;
-    };
-    // SAFETY: NULL or valid (caller).
-    let Some(m) = (unsafe { msg.as_mut() }) else {
-        set_errno(libc::EFAULT);
-        return -1;
-    };
-    // SAFETY: the caller's guarantee.
-    let first = unsafe { iovecs(m) }.first().copied();
-    // SAFETY: the caller's guarantee.
-    let out = first.map_or(&mut [][..], |v| unsafe { out_buf(v.iov_base, v.iov_len) });
-    ret_len(d.recv_from(out, flags).map(|(n, from)| {
-        if !m.msg_name.is_null() {
-            // SAFETY: the caller's buffer of `msg_namelen` bytes.
-            unsafe {
-                dgram::SockAddrBuf::from(from).write_to(m.msg_name.cast(), &mut m.msg_namelen)
-            };
-        }
-        m.msg_flags = 0;
-        n
-    }))
-}
-
-/// `rsendmsg`: a datagram rsocket sends the iovecs as one datagram to `msg_name` (or the
-/// connected peer).
-///
-/// # Safety
-/// `msg` is NULL or a readable `struct msghdr` whose buffers are valid.
-pub unsafe extern "C" fn rsendmsg(socket: c_int, msg: *const msghdr, flags: c_int) -> ssize_t {
-    // SAFETY: the caller's guarantee.
-    if unsafe { has_control(msg) } {
-        set_errno(libc::ENOTSUP);
-        return -1;
-    }
-    let Some(d) = dgram_socket(socket) else {
-        return not_an_rsocket() as ssize_t;
-    };
-    // SAFETY: NULL or valid (caller).
-    let Some(m) = (unsafe { msg.as_ref() }) else {
-        set_errno(libc::EFAULT);
-        return -1;
-    };
-    let mut data = Vec::new();
-    // SAFETY: the caller's guarantee.
-    for v in unsafe { iovecs(m) } {
-        // SAFETY: the caller's guarantee.
-        data.extend_from_slice(unsafe { in_buf(v.iov_base, v.iov_len) });
-    }
-    let to = if m.msg_name.is_null() {
-        None
-    } else {
-        // SAFETY: the caller's buffer of `msg_namelen` bytes.
-        match unsafe { dgram::read_addr(m.msg_name.cast(), m.msg_namelen) } {
-            Some(a) => Some(a),
-            None => {
-                set_errno(libc::EINVAL);
-                return -1;
+/// One look at every descriptor: rsockets through their type, ordinary fds through
+/// `poll` with no wait. With `arm`, `waits` gets what to sleep on (for each entry, its
+/// wait fds or, for an ordinary fd, itself). Returns how many entries have revents.
+fn poll_once(
+    fds: &mut [pollfd],
+    socks: &[Option<Socket>],
+    arm: bool,
+    waits: &mut Vec<pollfd>,
+) -> Result<c_int, Errno> {
+    let mut count = 0;
+    let mut rs_waits = Vec::new();
+    for (pfd, sock) in fds.iter_mut().zip(socks) {
+        pfd.revents = match sock {
+            Some(s) => {
+                rs_waits.clear();
+                let r = s.poll(pfd.events, arm, &mut rs_waits)?;
+                waits.extend(rs_waits.iter().map(|&fd| pollfd {
+                    fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                }));
+                r
             }
+            None => {
+                let mut one = pollfd {
+                    fd: pfd.fd,
+                    events: pfd.events,
+                    revents: 0,
+                };
+                // SAFETY: one valid pollfd; no waiting.
+                if unsafe { libc::poll(&mut one, 1, 0) } < 0 {
+                    return Err(crate::errno::errno());
+                }
+                if arm {
+                    waits.push(pollfd {
+                        fd: pfd.fd,
+                        events: pfd.events,
+                        revents: 0,
+                    });
+                }
+                one.revents
+            }
+        };
+        if pfd.revents != 0 {
+            count += 1;
         }
-    };
-    ret_len(d.send_to(&data, flags, to))
+    }
+    Ok(count)
 }
 
-/// `rpoll`: ordinary descriptors as `poll` sees them, rsockets as their state says. Looks
-/// at everything once; then, unless something is ready or `timeout` is 0, sleeps on the
-/// ordinary descriptors and the rsockets' own (their UDP socket and completion channel)
-/// and looks again, until something is ready or the time is up.
+/// `rpoll`: `poll` over rsockets and ordinary descriptors together, as rdma-core's (spin
+/// briefly, then arm every rsocket and sleep on their wait fds with the ordinary ones).
 ///
 /// # Safety
 /// As `poll(2)`: `fds` points to `nfds` entries.
@@ -533,77 +752,56 @@ pub unsafe extern "C" fn rpoll(fds: *mut pollfd, nfds: nfds_t, timeout: c_int) -
         // SAFETY: the caller's guarantee is poll's precondition.
         return unsafe { libc::poll(fds, nfds, timeout) };
     }
-    // SAFETY: the caller's guarantee.
-    let fds = unsafe { core::slice::from_raw_parts_mut(fds, nfds as usize) };
-    let socks: Vec<Option<Socket>> = fds.iter().map(|p| lookup(p.fd)).collect();
-    if socks.iter().all(|s| !matches!(s, Some(Socket::Dgram(_)))) {
+    // SAFETY: `nfds` entries (caller).
+    let fds = unsafe { std::slice::from_raw_parts_mut(fds, nfds as usize) };
+    let socks: Vec<Option<Socket>> = {
+        let map = sockets();
+        fds.iter().map(|p| map.get(&p.fd).cloned()).collect()
+    };
+    if socks.iter().all(Option::is_none) {
         // SAFETY: as above.
         return unsafe { libc::poll(fds.as_mut_ptr(), nfds, timeout) };
     }
-    let deadline = (timeout >= 0)
-        .then(|| std::time::Instant::now() + std::time::Duration::from_millis(timeout as u64));
-    let check = |fds: &mut [pollfd]| -> c_int {
-        let mut ready = 0;
-        for (p, s) in fds.iter_mut().zip(&socks) {
-            p.revents = match s {
-                Some(Socket::Dgram(d)) => d.ready(p.events),
-                _ => {
-                    let mut one = *p;
-                    // SAFETY: one entry.
-                    unsafe { libc::poll(&mut one, 1, 0) };
-                    one.revents
-                }
-            };
-            ready += c_int::from(p.revents != 0);
-        }
-        ready
-    };
+    ret_int(poll_loop(fds, &socks, timeout))
+}
+
+fn poll_loop(fds: &mut [pollfd], socks: &[Option<Socket>], timeout: c_int) -> Result<c_int, Errno> {
+    let start = Instant::now();
+    let limit = (timeout >= 0).then(|| Duration::from_millis(timeout as u64));
+    let mut waits = Vec::new();
     loop {
-        let ready = check(fds);
-        if ready > 0 || timeout == 0 {
-            return ready;
+        let n = poll_once(fds, socks, false, &mut waits)?;
+        if n > 0 || timeout == 0 {
+            return Ok(n);
         }
-        let mut wait = Vec::with_capacity(fds.len() + 1);
-        for (p, s) in fds.iter().zip(&socks) {
-            match s {
-                Some(Socket::Dgram(d)) => wait.extend(d.wait_fds()),
-                _ => wait.push(pollfd {
-                    fd: p.fd,
-                    events: p.events,
-                    revents: 0,
-                }),
-            }
+        if start.elapsed() <= POLL_SPIN {
+            std::thread::yield_now();
+            continue;
         }
-        // Armed: look once more, as what completed before the arm raises no event.
-        let ready = check(fds);
-        if ready > 0 {
-            return ready;
+        waits.clear();
+        let n = poll_once(fds, socks, true, &mut waits)?;
+        if n > 0 {
+            return Ok(n);
         }
-        let ms = match deadline {
-            Some(d) => {
-                let left = d.saturating_duration_since(std::time::Instant::now());
-                if left.is_zero() {
-                    return 0;
-                }
-                left.as_millis().clamp(1, c_int::MAX as u128) as c_int
-            }
-            None => -1,
+        let sleep = match limit {
+            Some(l) => match l.checked_sub(start.elapsed()) {
+                Some(left) if !left.is_zero() => left.min(WAKE_UP_INTERVAL),
+                _ => return Ok(0),
+            },
+            None => WAKE_UP_INTERVAL,
         };
-        // SAFETY: `wait` holds `wait.len()` entries.
-        if unsafe { libc::poll(wait.as_mut_ptr(), wait.len() as nfds_t, ms) } < 0 {
-            return -1;
-        }
-        for s in socks.iter().flatten() {
-            if let Socket::Dgram(d) = s {
-                d.woken();
-            }
+        // Round up: a sleep of less than a millisecond must not become a busy loop.
+        let ms = sleep.as_micros().div_ceil(1000) as c_int;
+        // SAFETY: `waits` is a valid array of its length.
+        let r = unsafe { libc::poll(waits.as_mut_ptr(), waits.len() as nfds_t, ms) };
+        if r < 0 {
+            return Err(crate::errno::errno());
         }
     }
 }
 
-/// `rselect`: `select` when no descriptor is an rsocket; otherwise, as rsocket.c does, the
-/// sets become a `pollfd` array for [`rpoll`] and its answer becomes the sets again
-/// (anything beyond readable and writable counts as an exception).
+/// `rselect`: `select` over rsockets and ordinary descriptors, through `rpoll`, as
+/// rdma-core's.
 ///
 /// # Safety
 /// As `select(2)`.
@@ -614,42 +812,40 @@ pub unsafe extern "C" fn rselect(
     exceptfds: *mut fd_set,
     timeout: *mut timeval,
 ) -> c_int {
-    let nfds = nfds.clamp(0, libc::FD_SETSIZE as c_int);
-    // SAFETY: each set is NULL or a valid fd_set (caller); FD_ISSET reads within it.
+    if !(0..=libc::FD_SETSIZE as c_int).contains(&nfds) {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    // SAFETY: each set is NULL or a valid fd_set (caller).
     let is_set = |set: *mut fd_set, fd: c_int| !set.is_null() && unsafe { libc::FD_ISSET(fd, set) };
-    let mut fds: Vec<pollfd> = (0..nfds)
-        .filter_map(|fd| {
-            let mut events = 0;
-            if is_set(readfds, fd) {
-                events |= libc::POLLIN;
-            }
-            if is_set(writefds, fd) {
-                events |= libc::POLLOUT;
-            }
-            (events != 0 || is_set(exceptfds, fd)).then_some(pollfd {
+    let mut pfds = Vec::new();
+    for fd in 0..nfds {
+        let mut events = 0;
+        if is_set(readfds, fd) {
+            events |= libc::POLLIN;
+        }
+        if is_set(writefds, fd) {
+            events |= libc::POLLOUT;
+        }
+        if events != 0 || is_set(exceptfds, fd) {
+            pfds.push(pollfd {
                 fd,
                 events,
                 revents: 0,
-            })
-        })
-        .collect();
-    if !fds
-        .iter()
-        .any(|p| matches!(lookup(p.fd), Some(Socket::Dgram(_))))
-    {
-        // SAFETY: the caller's guarantee is select's precondition.
-        return unsafe { libc::select(nfds, readfds, writefds, exceptfds, timeout) };
+            });
+        }
     }
-    // SAFETY: NULL or a valid timeval (caller).
+    // SAFETY: NULL or readable (caller).
     let ms = match unsafe { timeout.as_ref() } {
         None => -1,
-        Some(t) => (t.tv_sec.max(0) * 1000 + t.tv_usec.max(0) / 1000)
-            .min(c_int::MAX as i64) as c_int,
+        Some(t) => {
+            (t.tv_sec.saturating_mul(1000) + t.tv_usec / 1000).clamp(0, c_int::MAX as i64) as c_int
+        }
     };
-    // SAFETY: `fds` holds `fds.len()` entries.
-    let r = unsafe { rpoll(fds.as_mut_ptr(), fds.len() as nfds_t, ms) };
-    if r < 0 {
-        return r;
+    // SAFETY: a valid array of its length.
+    let n = unsafe { rpoll(pfds.as_mut_ptr(), pfds.len() as nfds_t, ms) };
+    if n < 0 {
+        return n;
     }
     for set in [readfds, writefds, exceptfds] {
         if !set.is_null() {
@@ -658,17 +854,22 @@ pub unsafe extern "C" fn rselect(
         }
     }
     let mut count = 0;
-    for p in &fds {
-        let mut mark = |set: *mut fd_set, on: bool| {
-            if on && !set.is_null() {
-                // SAFETY: a valid fd_set (caller), fd below FD_SETSIZE.
-                unsafe { libc::FD_SET(p.fd, set) };
-                count += 1;
-            }
-        };
-        mark(readfds, p.revents & libc::POLLIN != 0);
-        mark(writefds, p.revents & libc::POLLOUT != 0);
-        mark(exceptfds, p.revents & !(libc::POLLIN | libc::POLLOUT) != 0);
+    for p in &pfds {
+        if !readfds.is_null() && p.revents & (libc::POLLIN | libc::POLLHUP) != 0 {
+            // SAFETY: a valid fd_set; fd < nfds <= FD_SETSIZE.
+            unsafe { libc::FD_SET(p.fd, readfds) };
+            count += 1;
+        }
+        if !writefds.is_null() && p.revents & libc::POLLOUT != 0 {
+            // SAFETY: as above.
+            unsafe { libc::FD_SET(p.fd, writefds) };
+            count += 1;
+        }
+        if !exceptfds.is_null() && p.revents & !(libc::POLLIN | libc::POLLOUT) != 0 {
+            // SAFETY: as above.
+            unsafe { libc::FD_SET(p.fd, exceptfds) };
+            count += 1;
+        }
     }
     count
 }
