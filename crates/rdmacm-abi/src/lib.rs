@@ -15,8 +15,7 @@
 //!   private table of `softverbs-private-abi` (docs/c-programs.md, "How librdmacm reaches
 //!   the device").
 //!
-//! What needs the connection manager fails with `ENOSYS` until this library drives it
-//! (issue 12, phase B); the rsocket functions fail likewise until rsockets exist.
+//! The rsocket functions are in [`rsocket`] (stream and datagram rsockets).
 
 // Events stay boxed in every collection: C holds pointers into them (their private data).
 #![allow(clippy::vec_box)]
