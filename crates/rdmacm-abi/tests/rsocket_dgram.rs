@@ -11,7 +11,7 @@ mod common;
 
 use common::cm_run::{self, Case};
 use common::procs::{self, Side};
-use common::{build_program, can_build_programs, dropin, run_on, C_PRELUDE};
+use common::{build_program, can_build_programs, dropin, run_on, run_on_under_memcheck, C_PRELUDE};
 
 /// Two datagram rsockets in one process: a server bound to 127.0.0.1 echoes what a
 /// connected client sends; every datagram size from 0 to the largest is checked byte for
@@ -142,6 +142,20 @@ close_srv 0 -
 close_again -1 EBADF
 ";
     assert_eq!(out.stdout, expected, "stderr:\n{}", out.stderr);
+}
+
+/// The same program under valgrind's memcheck: no invalid read or write, no definite leak,
+/// in the unsafe code that copies datagrams between the caller's buffers, the registered
+/// slots and the sockets.
+#[test]
+fn datagram_echo_under_memcheck() {
+    if !can_build_programs() || !common::tools_present(&["valgrind"]) {
+        return;
+    }
+    let exe = build_program("dgram_echo_memcheck", &format!("{C_PRELUDE}{ECHO}"));
+    let out = run_on_under_memcheck(&exe, &dropin("dgram_echo_memcheck", true));
+    assert!(out.success, "{}\n{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("mismatches 0"), "{}", out.stdout);
 }
 
 /// Debian's udpong: a server, and a client with `extra` options against it; the client

@@ -812,3 +812,48 @@ pub unsafe fn read_addr(addr: *const sockaddr, len: socklen_t) -> Option<SocketA
         _ => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn socket_addresses_round_trip_and_refuse_what_they_cannot_read() {
+        for a in ["10.1.2.3:7174", "[fe80::1]:9"] {
+            let a: SocketAddr = a.parse().unwrap();
+            let b = SockAddrBuf::from(a);
+            // SAFETY: the buffer's own storage, of its length.
+            assert_eq!(unsafe { read_addr(b.as_ptr().cast(), b.len) }, Some(a));
+            // Too short for its family, or NULL: nothing.
+            // SAFETY: as above, a shorter length.
+            assert_eq!(unsafe { read_addr(b.as_ptr().cast(), b.len - 1) }, None);
+        }
+        // SAFETY: NULL is allowed.
+        assert_eq!(unsafe { read_addr(core::ptr::null(), 16) }, None);
+        let unix = [1u8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+        // SAFETY: 16 readable bytes.
+        assert_eq!(unsafe { read_addr(unix.as_ptr().cast(), 16) }, None);
+    }
+
+    /// As recvfrom(2): the address is cut to the room given, and the length says what was
+    /// copied (rsocket.c's `ds_set_src`).
+    #[test]
+    fn a_source_address_is_cut_to_the_room_given() {
+        let b = SockAddrBuf::from("10.1.2.3:7174".parse().unwrap());
+        let mut out = [0xeeu8; 32];
+        let mut len: socklen_t = 4;
+        // SAFETY: 32 writable bytes, `len` readable and writable.
+        unsafe { b.write_to(out.as_mut_ptr().cast(), &mut len) };
+        assert_eq!(len, 4);
+        assert_eq!(&out[..4], &[libc::AF_INET as u8, 0, 0x1c, 0x06]);
+        assert_eq!(out[4], 0xee);
+        let mut len: socklen_t = 32;
+        // SAFETY: as above.
+        unsafe { b.write_to(out.as_mut_ptr().cast(), &mut len) };
+        assert_eq!(len as usize, size_of::<sockaddr_in>());
+        assert_eq!(&out[4..8], &[10, 1, 2, 3]);
+        // A NULL length writes nothing.
+        // SAFETY: NULL is allowed.
+        unsafe { b.write_to(out.as_mut_ptr().cast(), core::ptr::null_mut()) };
+    }
+}
