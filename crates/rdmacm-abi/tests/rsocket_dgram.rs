@@ -95,6 +95,13 @@ int main(void) {
     int v = 0; socklen_t vl = sizeof v;
     SHOW("getopt_rcvbuf", rgetsockopt(cli, SOL_SOCKET, SO_RCVBUF, &v, &vl));
     printf("rcvbuf %d\n", v);
+    int one = 1;
+    SHOW("reuseaddr", rsetsockopt(srv, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one));
+    v = 0; vl = sizeof v;
+    SHOW("get_reuseaddr", rgetsockopt(srv, SOL_SOCKET, SO_REUSEADDR, &v, &vl));
+    printf("reuseaddr %d\n", v);
+    /* Not an option rsocket.c knows: ENOTSUP (after the UDP socket took it). */
+    SHOW("broadcast", rsetsockopt(srv, SOL_SOCKET, SO_BROADCAST, &one, sizeof one));
     SHOW("close_cli", rclose(cli));
     SHOW("close_srv", rclose(srv));
     SHOW("close_again", rclose(srv));
@@ -137,6 +144,10 @@ getfl_nonblock 1 0
 nonblock_empty -1 EAGAIN
 getopt_rcvbuf 0 -
 rcvbuf 1048576
+reuseaddr 0 -
+get_reuseaddr 0 -
+reuseaddr 1
+broadcast -1 ENOTSUP
 close_cli 0 -
 close_srv 0 -
 close_again -1 EBADF

@@ -60,6 +60,9 @@ struct Inner {
     ep: Option<Endpoint>,
     /// The peer `rconnect` named.
     conn: Option<SocketAddr>,
+    /// The on/off options rsocket.c records (`SO_REUSEADDR`, `SO_KEEPALIVE`,
+    /// `SO_OOBINLINE`, `IPV6_V6ONLY`), as `(level, name)`.
+    flags_on: Vec<(c_int, c_int)>,
 }
 
 /// Locks, even after a panic elsewhere.
@@ -82,6 +85,7 @@ impl DgramSocket {
                 in_use: false,
                 ep: None,
                 conn: None,
+                flags_on: Vec::new(),
             }),
         })
     }
@@ -489,9 +493,12 @@ impl DgramSocket {
         }
     }
 
-    /// `rsetsockopt`: socket-level options go to the UDP socket first (as rsocket.c), and
-    /// `SO_RCVBUF`/`SO_SNDBUF` size the rsocket's buffers (twice the value) until its QP
-    /// exists; `SOL_RDMA` sizes before first use.
+    /// `rsetsockopt`: options of other levels go to the UDP socket first (as rsocket.c,
+    /// whose error wins); then what rsocket.c knows: `SO_RCVBUF`/`SO_SNDBUF` size the
+    /// rsocket's buffers (twice the value) until its QP exists, `SO_REUSEADDR`,
+    /// `SO_KEEPALIVE`, `SO_OOBINLINE`, `IPV6_V6ONLY` are recorded, `SO_LINGER` accepted,
+    /// `SOL_RDMA` sizes taken before first use; anything else `ENOTSUP` (the UDP socket
+    /// has it set all the same, as with rsocket.c).
     ///
     /// # Safety
     /// `val` points to `len` readable bytes.
@@ -531,7 +538,16 @@ impl DgramSocket {
                 }
                 Ok(())
             }
-            (libc::SOL_SOCKET, _) | (libc::IPPROTO_IPV6, libc::IPV6_V6ONLY) => Ok(()),
+            (libc::SOL_SOCKET, libc::SO_REUSEADDR | libc::SO_KEEPALIVE | libc::SO_OOBINLINE)
+            | (libc::IPPROTO_IPV6, libc::IPV6_V6ONLY) => {
+                let on = value()? != 0;
+                g.flags_on.retain(|&f| f != (level, name));
+                if on {
+                    g.flags_on.push((level, name));
+                }
+                Ok(())
+            }
+            (libc::SOL_SOCKET, libc::SO_LINGER) => Ok(()),
             (SOL_RDMA, _) if g.in_use => Err(libc::EINVAL),
             (SOL_RDMA, RDMA_SQSIZE) => {
                 g.config.sq_size = value()?.min(RS_QP_MAX_SIZE);
@@ -578,6 +594,10 @@ impl DgramSocket {
             (libc::SOL_SOCKET, libc::SO_RCVBUF) => g.config.rbuf_size as c_int,
             (libc::SOL_SOCKET, libc::SO_SNDBUF) => g.config.sbuf_size as c_int,
             (libc::SOL_SOCKET, libc::SO_ERROR) => 0,
+            (libc::SOL_SOCKET, libc::SO_REUSEADDR | libc::SO_KEEPALIVE | libc::SO_OOBINLINE)
+            | (libc::IPPROTO_IPV6, libc::IPV6_V6ONLY) => {
+                c_int::from(g.flags_on.contains(&(level, name)))
+            }
             (SOL_RDMA, RDMA_SQSIZE) => sizes.map_or(g.config.sq_size, |s| s.sq_size) as c_int,
             (SOL_RDMA, RDMA_RQSIZE) => sizes.map_or(g.config.rq_size, |s| s.rq_size) as c_int,
             (SOL_RDMA, RDMA_INLINE) => 0,
