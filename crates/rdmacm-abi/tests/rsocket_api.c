@@ -125,6 +125,14 @@ static int local(void) {
     SHOW("so_error", rgetsockopt(rs, SOL_SOCKET, SO_ERROR, &err, &len));
     printf("so_error %s\n", en(err));
     SHOW("rconnect_connected", rconnect(rs, (struct sockaddr *)&sin, sizeof sin));
+    SHOW("keepidle", rsetsockopt(rs, IPPROTO_TCP, TCP_KEEPIDLE, &(int){7}, sizeof(int)));
+    SHOW("keepalive", rsetsockopt(rs, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one));
+    len = sizeof val;
+    SHOW("get_keepalive", rgetsockopt(rs, SOL_SOCKET, SO_KEEPALIVE, &val, &len));
+    printf("keepalive %d\n", val);
+    len = sizeof val;
+    SHOW("get_keepidle", rgetsockopt(rs, IPPROTO_TCP, TCP_KEEPIDLE, &val, &len));
+    printf("keepidle %d\n", val);
     SHOW("sqsize_after_connect", rsetsockopt(rs, SOL_RDMA, RDMA_SQSIZE, &val, sizeof val));
 
     /* Addresses: the two ends name each other. */

@@ -136,6 +136,12 @@ connected writable 1
 so_error 0 -
 so_error 0
 rconnect_connected 0 -
+keepidle 0 -
+keepalive 0 -
+get_keepalive 0 -
+keepalive 1
+get_keepidle 0 -
+keepidle 7
 sqsize_after_connect -1 EINVAL
 client name is server's peer 1
 client peer port is listener's 1
