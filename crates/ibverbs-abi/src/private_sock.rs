@@ -201,6 +201,9 @@ unsafe extern "C" fn recv(sock: SockHandle, buf: *mut u8, len: usize, flags: u32
         if len == 0 {
             return Ok(0);
         }
+        if buf.is_null() {
+            return Err(libc::EFAULT);
+        }
         // SAFETY: `buf` is writable for `len` bytes (caller, from the application's
         // rrecv), and only this call looks at it meanwhile.
         let buf = unsafe { std::slice::from_raw_parts_mut(buf, len) };
@@ -221,6 +224,9 @@ unsafe extern "C" fn send(sock: SockHandle, buf: *const u8, len: usize, block: u
         };
         if len == 0 {
             return Ok(0);
+        }
+        if buf.is_null() {
+            return Err(libc::EFAULT);
         }
         // SAFETY: readable for `len` bytes (caller).
         let buf = unsafe { std::slice::from_raw_parts(buf, len) };
@@ -390,6 +396,9 @@ unsafe extern "C" fn iowrite(
         };
         if len == 0 {
             return Ok(0);
+        }
+        if buf.is_null() {
+            return Err(libc::EFAULT);
         }
         // SAFETY: readable for `len` bytes (caller).
         let buf = unsafe { std::slice::from_raw_parts(buf, len) };

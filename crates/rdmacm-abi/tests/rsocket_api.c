@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/select.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -124,6 +125,14 @@ static int local(void) {
     SHOW("so_error", rgetsockopt(rs, SOL_SOCKET, SO_ERROR, &err, &len));
     printf("so_error %s\n", en(err));
     SHOW("rconnect_connected", rconnect(rs, (struct sockaddr *)&sin, sizeof sin));
+    SHOW("keepidle", rsetsockopt(rs, IPPROTO_TCP, TCP_KEEPIDLE, &(int){7}, sizeof(int)));
+    SHOW("keepalive", rsetsockopt(rs, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one));
+    len = sizeof val;
+    SHOW("get_keepalive", rgetsockopt(rs, SOL_SOCKET, SO_KEEPALIVE, &val, &len));
+    printf("keepalive %d\n", val);
+    len = sizeof val;
+    SHOW("get_keepidle", rgetsockopt(rs, IPPROTO_TCP, TCP_KEEPIDLE, &val, &len));
+    printf("keepidle %d\n", val);
     SHOW("sqsize_after_connect", rsetsockopt(rs, SOL_RDMA, RDMA_SQSIZE, &val, sizeof val));
 
     /* Addresses: the two ends name each other. */
@@ -135,6 +144,8 @@ static int local(void) {
     CHECK(rgetpeername(rs, (struct sockaddr *)&a, &la) == 0);
     printf("client peer port is listener's %d\n", ntohs(a.sin_port) == port);
 
+    char buf[16] = { 0 };
+
     /* rpoll mixing an rsocket and a pipe. */
     int p[2];
     CHECK(pipe(p) == 0);
@@ -145,10 +156,15 @@ static int local(void) {
     printf("pipe %d rsocket %d\n", fds[0].revents == POLLIN, fds[1].revents != 0);
     char c;
     CHECK(read(p[0], &c, 1) == 1);
+    SHOW("rsend_null", rsend(rs, NULL, 5, 0));
+    SHOW("rrecv_null", rrecv(srv, NULL, 5, MSG_DONTWAIT));
+    SHOW("riomap_null", riomap(rs, NULL, 4096, PROT_WRITE, 0, -1));
+    SHOW("riomap_bad_prot", riomap(rs, buf, sizeof buf, PROT_READ, 0, 0));
+    SHOW("riounmap_unknown", riounmap(rs, buf, sizeof buf));
+    SHOW("riowrite_unmapped", (long)riowrite(rs, "x", 1, 0, 0));
     SHOW("rsend_hello", rsend(rs, "hello", 5, 0));
     SHOW("rpoll_rsocket", rpoll(fds, 2, -1));
     printf("pipe %d rsocket %d\n", fds[0].revents != 0, fds[1].revents == POLLIN);
-    char buf[16] = { 0 };
     SHOW("rrecv_peek", rrecv(srv, buf, 3, MSG_PEEK));
     SHOW("rrecv", rrecv(srv, buf, sizeof buf, 0));
     printf("got %s\n", buf);

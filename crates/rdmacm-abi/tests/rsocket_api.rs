@@ -136,12 +136,24 @@ connected writable 1
 so_error 0 -
 so_error 0
 rconnect_connected 0 -
+keepidle 0 -
+keepalive 0 -
+get_keepalive 0 -
+keepalive 1
+get_keepidle 0 -
+keepidle 7
 sqsize_after_connect -1 EINVAL
 client name is server's peer 1
 client peer port is listener's 1
 rpoll_nothing 0 -
 rpoll_pipe 1 -
 pipe 1 rsocket 0
+rsend_null -1 EFAULT
+rrecv_null -1 EFAULT
+riomap_null -1 EINVAL
+riomap_bad_prot -1 EINVAL
+riounmap_unknown -1 EINVAL
+riowrite_unmapped 0 -
 rsend_hello 5 -
 rpoll_rsocket 1 -
 pipe 0 rsocket 1

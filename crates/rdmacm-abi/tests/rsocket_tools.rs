@@ -1,7 +1,8 @@
 //! Debian's rsocket programs (rdmacm-utils), unmodified, both ends as separate processes on
 //! the drop-in `librdmacm.so.1` + softverbs' `libibverbs.so.1`: `rstream` (its default run
 //! with `-T v` data verification, non-blocking; a verified blocking run), `riostream`
-//! (riomap/riowrite, verified) and `rcopy` (a 3 MiB random file, compared byte for byte).
+//! (riomap/riowrite, verified) and `rcopy` (a 3 MiB random file, compared byte for byte);
+//! rstream `-T v` again with 2 % of the datagrams lost.
 //!
 //! rstream's `-S all` (every size, 100 000 round trips for each small one) takes minutes on
 //! this software device, far beyond a CI test: `rstream_all_sizes_*` are `#[ignore]`d and
@@ -27,6 +28,17 @@ fn pair(server: Side, client: Side, servers_exit: bool) -> Case {
 
 /// `tool` as server and as client of 127.0.0.1, both with `args`; both must exit 0.
 fn both_ends(test: &str, tool: &str, args: &[&str]) -> Option<CaseOutcome> {
+    both_ends_with(test, tool, args, &[])
+}
+
+/// [`both_ends`] with environment variables for each side (`side_env[0]` the server's,
+/// `[1]` the client's).
+fn both_ends_with(
+    test: &str,
+    tool: &str,
+    args: &[&str],
+    side_env: &[[(&str, &str); 2]],
+) -> Option<CaseOutcome> {
     if !cm_run::have_tool(tool, "rdmacm-utils") {
         return None;
     }
@@ -35,11 +47,13 @@ fn both_ends(test: &str, tool: &str, args: &[&str]) -> Option<CaseOutcome> {
     let path = format!("/usr/bin/{tool}");
     let r = cm_run::run_case(&lib, |port| {
         let port = port.to_string();
-        pair(
-            Side::new(&path, &["-p", &port]).args(args),
-            Side::new(&path, &["-s", "127.0.0.1", "-p", &port]).args(args),
-            true,
-        )
+        let mut server = Side::new(&path, &["-p", &port]).args(args);
+        let mut client = Side::new(&path, &["-s", "127.0.0.1", "-p", &port]).args(args);
+        for [(sk, sv), (ck, cv)] in side_env {
+            server = server.env(sk, sv);
+            client = client.env(ck, cv);
+        }
+        pair(server, client, true)
     });
     r.assert_ok(test);
     Some(r)
@@ -97,6 +111,31 @@ fn rstream_blocking_verified() {
         return;
     };
     assert_rows(&r, &["custom"], "rstream -T b -T v");
+}
+
+/// 2 % of every datagram each side sends dropped (fixed seeds), with the paths' life time
+/// lowered to 10 (a retransmission timeout of ~134 ms instead of ~2.1 s; see rping.rs):
+/// connection setup, data and teardown recover and the data verifies.
+#[test]
+fn rstream_verified_with_2_percent_loss() {
+    let Some(r) = both_ends_with(
+        "rstream_loss",
+        "rstream",
+        &["-T", "v", "-S", "100000", "-C", "100"],
+        &[
+            [
+                ("SOFTVERBS_FAULTS", "loss=0.02,seed=31"),
+                ("SOFTVERBS_FAULTS", "loss=0.02,seed=13"),
+            ],
+            [
+                ("SOFTVERBS_CM_PACKET_LIFE_TIME", "10"),
+                ("SOFTVERBS_CM_PACKET_LIFE_TIME", "10"),
+            ],
+        ],
+    ) else {
+        return;
+    };
+    assert_rows(&r, &["custom"], "rstream -T v at 2 % loss");
 }
 
 #[test]

@@ -532,6 +532,9 @@ impl StreamSocket {
     /// `buf` is writable for `len` bytes.
     pub unsafe fn recv(&self, buf: *mut u8, len: usize, flags: c_int) -> Res<usize> {
         let (h, nonblocking) = self.connection()?;
+        if buf.is_null() && len > 0 {
+            return Err(libc::EFAULT);
+        }
         let ops = ops()?;
         let nonblocking = nonblocking || flags & libc::MSG_DONTWAIT != 0;
         let mut io = if nonblocking { 0 } else { IO_BLOCK };
@@ -561,6 +564,9 @@ impl StreamSocket {
     /// `buf` is readable for `len` bytes.
     pub unsafe fn send(&self, buf: *const u8, len: usize, flags: c_int) -> Res<usize> {
         let (h, nonblocking) = self.connection()?;
+        if buf.is_null() && len > 0 {
+            return Err(libc::EFAULT);
+        }
         let ops = ops()?;
         let nonblocking = nonblocking || flags & libc::MSG_DONTWAIT != 0;
         let mut sent = 0;
@@ -822,6 +828,10 @@ impl StreamSocket {
         if prot & !(libc::PROT_WRITE | libc::PROT_NONE) != 0 {
             return Err(libc::EINVAL);
         }
+        if buf.is_null() || len == 0 {
+            // ibv_reg_mr's answer for no memory.
+            return Err(libc::EINVAL);
+        }
         let mut out = 0i64;
         let writable = u8::from(prot & libc::PROT_WRITE != 0);
         // SAFETY: a table call; the buffer's contract is the caller's.
@@ -851,6 +861,9 @@ impl StreamSocket {
         flags: c_int,
     ) -> Res<usize> {
         let (h, nonblocking) = self.connection()?;
+        if buf.is_null() && len > 0 {
+            return Err(libc::EFAULT);
+        }
         let ops = ops()?;
         let nonblocking = nonblocking || flags & libc::MSG_DONTWAIT != 0;
         let buf = buf.cast::<u8>();
