@@ -23,6 +23,10 @@ const ECHO: &str = r#"
     errno = 0; long r_ = (long)(call); \
     printf("%s %ld %s\n", name, r_, r_ < 0 ? e(errno) : "-"); } while (0)
 
+#include <pthread.h>
+static int g_srv; static char g_got[16]; static ssize_t g_n;
+static void *reader(void *arg) { (void)arg; g_n = rrecv(g_srv, g_got, sizeof g_got, 0); return NULL; }
+
 static int fail(const char *what) { printf("FAIL %s: %s\n", what, strerror(errno)); exit(1); }
 
 static void fill(unsigned char *b, int n, int seed) {
@@ -107,6 +111,15 @@ int main(void) {
     printf("reuseaddr %d\n", v);
     /* Not an option rsocket.c knows: ENOTSUP (after the UDP socket took it). */
     SHOWN("broadcast", rsetsockopt(srv, SOL_SOCKET, SO_BROADCAST, &one, sizeof one));
+    /* A thread blocked in rrecv wakes for a datagram another thread sends. */
+    SHOWN("block_again", rfcntl(srv, F_SETFL, 0));
+    g_srv = srv;
+    pthread_t t;
+    pthread_create(&t, NULL, reader, NULL);
+    usleep(50000);
+    rsend(cli, "thread", 6, 0);
+    pthread_join(t, NULL);
+    printf("thread got %zd %.6s\n", g_n, g_got);
     SHOWN("close_cli", rclose(cli));
     SHOWN("close_srv", rclose(srv));
     SHOWN("close_again", rclose(srv));
@@ -152,6 +165,8 @@ reuseaddr 0 -
 get_reuseaddr 0 -
 reuseaddr 1
 broadcast -1 ENOTSUP
+block_again 0 -
+thread got 6 thread
 close_cli 0 -
 close_srv 0 -
 close_again -1 EBADF

@@ -34,6 +34,8 @@ use crate::errno::{errno, Errno};
 const RS_QP_MAX_SIZE: u32 = 0xFFFE;
 /// The largest queue softverbs' device takes (its `max_qp_wr`).
 const DEVICE_MAX_QP_WR: u32 = 16384;
+/// The longest a blocking call sleeps before it looks again (see `wait`).
+const WAIT_SLICE_MS: c_int = 100;
 /// UDP datagrams read per pass, so a flood cannot hold a caller forever.
 const UDP_BATCH: usize = 64;
 
@@ -273,8 +275,10 @@ impl DgramSocket {
             }
             let mut fds = self.wait_fds_locked(&g);
             drop(g);
+            // Bounded: another thread (an `rpoll` on the same rsocket) may take the channel
+            // event this one sleeps for; looking again every so often loses nothing then.
             // SAFETY: `fds` holds `fds.len()` entries.
-            let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as _, -1) };
+            let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as _, WAIT_SLICE_MS) };
             if r < 0 && errno() == libc::EINTR {
                 return Err(libc::EINTR);
             }
