@@ -124,6 +124,9 @@ static int local(void) {
     len = sizeof err;
     SHOW("so_error", rgetsockopt(rs, SOL_SOCKET, SO_ERROR, &err, &len));
     printf("so_error %s\n", en(err));
+    /* The descriptor's wake-up for the connect is reset once the connect is over. */
+    struct pollfd plain = { .fd = rs, .events = POLLIN };
+    printf("plain poll on the descriptor %d\n", poll(&plain, 1, 0));
     SHOW("rconnect_connected", rconnect(rs, (struct sockaddr *)&sin, sizeof sin));
     SHOW("keepidle", rsetsockopt(rs, IPPROTO_TCP, TCP_KEEPIDLE, &(int){7}, sizeof(int)));
     SHOW("keepalive", rsetsockopt(rs, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one));

@@ -135,6 +135,7 @@ accepted peer family 1 len 16
 connected writable 1
 so_error 0 -
 so_error 0
+plain poll on the descriptor 0
 rconnect_connected 0 -
 keepidle 0 -
 keepalive 0 -
@@ -241,13 +242,13 @@ fn rust_stream_client_against_a_c_rsocket_echo_server() {
         r.read_to_end(&mut back).expect("read until EOF");
         writer.join().expect("writer");
     });
-    assert_eq!(back.len(), TOTAL + 3);
-    assert!(back[..TOTAL] == data[..], "the echo differs");
-    assert_eq!(&back[TOTAL..], b"bye");
     drop(stream);
     peer.0.stdout = Some(lines.into_inner());
     let (ok, out, err) = peer.finish();
     assert!(ok, "C echo server failed:\n{out}\n{err}");
+    assert_eq!(back.len(), TOTAL + 3, "server: {out}{err}");
+    assert!(back[..TOTAL] == data[..], "the echo differs");
+    assert_eq!(&back[TOTAL..], b"bye");
     assert_eq!(out, format!("echoed {TOTAL}\n"));
 }
 

@@ -13,6 +13,7 @@
 
 use core::ffi::{c_int, c_void};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use libc::{sockaddr_storage, socklen_t};
@@ -89,6 +90,8 @@ struct State {
 /// One stream rsocket. Its descriptor is an eventfd it owns.
 pub struct StreamSocket {
     fd: OwnedFd,
+    /// Whether the descriptor was signalled and not reset since.
+    signalled: Arc<AtomicBool>,
     domain: c_int,
     state: Mutex<State>,
 }
@@ -175,6 +178,14 @@ unsafe fn int_val(val: *const c_void, len: socklen_t) -> Res<c_int> {
     Ok(unsafe { core::ptr::read_unaligned(val.cast::<c_int>()) })
 }
 
+/// Makes the eventfd `fd` readable and remembers it in `signalled`.
+fn signal_fd(fd: RawFd, signalled: &AtomicBool) {
+    signalled.store(true, Ordering::Release);
+    let one: u64 = 1;
+    // SAFETY: writes 8 bytes from a local to an eventfd the caller keeps open.
+    let _ = unsafe { libc::write(fd, (&raw const one).cast(), 8) };
+}
+
 impl StreamSocket {
     /// A new unconnected rsocket of `domain` (`rsocket`). `ENOSYS` (said once on stderr)
     /// when the loaded libibverbs.so.1 is not softverbs'.
@@ -192,6 +203,7 @@ impl StreamSocket {
         Ok(Arc::new(StreamSocket {
             // SAFETY: a fresh descriptor this socket owns from now on.
             fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            signalled: Arc::new(AtomicBool::new(false)),
             domain,
             state: Mutex::new(State {
                 phase,
@@ -231,6 +243,7 @@ impl StreamSocket {
     fn settled(&self) -> MutexGuard<'_, State> {
         let mut st = self.lock();
         let Phase::Connecting(pending) = &st.phase else {
+            self.drain_signal();
             return st;
         };
         let outcome = pending
@@ -251,6 +264,22 @@ impl StreamSocket {
             }
         }
         st
+    }
+
+    /// Wakes whoever sleeps on the descriptor (`rpoll` on a connecting socket): it stays
+    /// readable until the connect's outcome has been taken.
+    fn signal(&self) {
+        signal_fd(self.fd(), &self.signalled);
+    }
+
+    /// Resets the descriptor's wake-up once the connect is over (so a plain `poll` on the
+    /// descriptor does not see it readable for ever).
+    fn drain_signal(&self) {
+        if self.signalled.swap(false, Ordering::AcqRel) {
+            let mut count: u64 = 0;
+            // SAFETY: reads 8 bytes into a local from our own non-blocking eventfd.
+            let _ = unsafe { libc::read(self.fd(), (&raw mut count).cast(), 8) };
+        }
     }
 
     fn start_keepalive(&self, st: &mut State) {
@@ -429,6 +458,8 @@ impl StreamSocket {
             let r =
                 neg(unsafe { (ops.connect)((&raw const dst).cast(), len, &settings, &mut handle) });
             let mut st = self.lock();
+            // Pollers of the connecting socket look again.
+            self.signal();
             if matches!(st.phase, Phase::Closed) {
                 if r.is_ok() {
                     // SAFETY: the handle it just gave out.
@@ -453,6 +484,7 @@ impl StreamSocket {
             outcome: Mutex::new((None, false)),
         });
         let theirs = Arc::clone(&pending);
+        let signalled = Arc::clone(&self.signalled);
         let signal = self.fd();
         // The thread signals the descriptor; it must stay open until then, so the thread
         // holds a duplicate of it.
@@ -481,10 +513,10 @@ impl StreamSocket {
                     return;
                 }
                 outcome.0 = Some(r.map(|()| handle));
+                // Signalled before the outcome can be taken (under its lock), so the reset
+                // that follows the taking finds it.
+                signal_fd(dup.as_raw_fd(), &signalled);
                 drop(outcome);
-                let one: u64 = 1;
-                // SAFETY: writes 8 bytes from a local to our own eventfd.
-                let _ = unsafe { libc::write(dup.as_raw_fd(), (&raw const one).cast(), 8) };
             });
         if spawned.is_err() {
             return Err(libc::ENOMEM);
