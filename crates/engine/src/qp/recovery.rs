@@ -146,12 +146,24 @@ impl Recovery {
     }
 
     /// When the early timer fires next: a tail-loss probe after 2 SRTT (RFC 8985
-    /// 7.2's PTO, at least the floor), then the RTO, doubled per expiry.
+    /// 7.2's PTO, at least [`Recovery::min_pto`]), then the RTO, doubled per
+    /// expiry.
     fn timeout(&self) -> Option<Duration> {
         if self.backoff == 0 && self.rtt.sampled {
-            return Some(Duration::from_nanos(2 * self.rtt.srtt).max(self.min_rto));
+            return Some(Duration::from_nanos(2 * self.rtt.srtt).max(self.min_pto()));
         }
         self.rto()
+    }
+
+    /// The probe's floor: a quarter of the RTO's. A probe is one packet (the
+    /// newest again), so one sent too early costs a duplicate and nothing else,
+    /// while one sent late costs a whole exchange where one message is in flight
+    /// at a time (a ping-pong: every loss there is a tail loss). RFC 8985 floors
+    /// the PTO only by the timer's granularity; the floor here covers a host's
+    /// wake-up jitter. The RTO keeps the full floor: it goes back over
+    /// everything outstanding.
+    fn min_pto(&self) -> Duration {
+        self.min_rto / 4
     }
 
     /// The early timer's deadline, if armed.
@@ -364,23 +376,39 @@ mod tests {
         let mut r = Recovery::new(Duration::from_micros(100));
         r.on_sent(at(0), Psn::new(1), true, None);
         r.on_progress(at(10), Psn::new(2), 1, false, None);
-        // RTO floor 100 µs.
+        // SRTT 10 µs: the probe comes at its floor, a quarter of the RTO's 100 µs.
         let ibta = Some(at(1000));
         r.on_sent(at(20), Psn::new(2), true, ibta);
-        assert_eq!(r.deadline(), Some(at(120)));
-        assert_eq!(r.on_timeout(at(119), ibta), None);
-        assert_eq!(r.on_timeout(at(120), ibta), Some(EarlyAction::Probe));
-        r.on_sent(at(120), Psn::new(2), false, ibta);
-        assert_eq!(r.deadline(), Some(at(220)));
-        assert_eq!(r.on_timeout(at(220), ibta), Some(EarlyAction::Retransmit));
-        r.on_sent(at(220), Psn::new(2), false, ibta);
-        assert_eq!(r.deadline(), Some(at(420)));
-        assert_eq!(r.on_timeout(at(420), ibta), Some(EarlyAction::Retransmit));
-        assert_eq!(r.deadline(), Some(at(820)));
-        assert_eq!(r.on_timeout(at(820), ibta), Some(EarlyAction::Retransmit));
-        // 820 + 800 is past the IBTA timer: that one takes over.
-        r.on_sent(at(820), Psn::new(2), false, ibta);
+        assert_eq!(r.deadline(), Some(at(45)));
+        assert_eq!(r.on_timeout(at(44), ibta), None);
+        assert_eq!(r.on_timeout(at(45), ibta), Some(EarlyAction::Probe));
+        r.on_sent(at(45), Psn::new(2), false, ibta);
+        // Then the RTO (its floor, 100 µs), doubled per expiry.
+        assert_eq!(r.deadline(), Some(at(145)));
+        assert_eq!(r.on_timeout(at(145), ibta), Some(EarlyAction::Retransmit));
+        r.on_sent(at(145), Psn::new(2), false, ibta);
+        assert_eq!(r.deadline(), Some(at(345)));
+        assert_eq!(r.on_timeout(at(345), ibta), Some(EarlyAction::Retransmit));
+        assert_eq!(r.deadline(), Some(at(745)));
+        assert_eq!(r.on_timeout(at(745), ibta), Some(EarlyAction::Retransmit));
+        // 745 + 800 is past the IBTA timer: that one takes over.
+        r.on_sent(at(745), Psn::new(2), false, ibta);
         assert_eq!(r.deadline(), None);
+    }
+
+    #[test]
+    fn the_probe_comes_at_twice_the_srtt_above_its_floor() {
+        let mut r = Recovery::new(Duration::from_micros(200));
+        r.on_sent(at(0), Psn::new(1), true, None);
+        r.on_progress(at(40), Psn::new(2), 1, false, None);
+        // 2 SRTT = 80 µs: above the probe's 50 µs floor, below the RTO's 200.
+        r.on_sent(at(100), Psn::new(2), true, None);
+        assert_eq!(r.deadline(), Some(at(180)));
+        let mut r = Recovery::new(Duration::from_micros(200));
+        r.on_sent(at(0), Psn::new(1), true, None);
+        r.on_progress(at(10), Psn::new(2), 1, false, None);
+        r.on_sent(at(100), Psn::new(2), true, None);
+        assert_eq!(r.deadline(), Some(at(150)), "the floor");
     }
 
     #[test]
