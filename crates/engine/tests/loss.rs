@@ -186,6 +186,8 @@ struct Run {
     sim: softverbs_sim::Stats,
     /// The most request packets A had in flight at once.
     most_in_flight: u64,
+    /// The most B's responder held ahead of its expected PSN at once.
+    most_held: HeldAhead,
 }
 
 /// A moves `n` messages of [`SIZE`] bytes to B by `stream` (for READ: B's data
@@ -244,8 +246,14 @@ fn transfer_deep(
     let (scq_a, rcq_b) = (net.ends[0].send_cq, net.ends[1].recv_cq);
     let rkey = Rkey(b_mr.rkey);
     let mut most_in_flight = 0;
+    let mut most_held = HeldAhead::default();
     let outcome = net.sim.run_until(limits, |sim| {
         most_in_flight = most_in_flight.max(sim.node(node_a).e.packets_in_flight());
+        let held = sim.node(node_b).e.qp_held_ahead(qp_b).unwrap();
+        most_held.packets = most_held.packets.max(held.packets);
+        most_held.writes = most_held.writes.max(held.writes);
+        most_held.messages = most_held.messages.max(held.messages);
+        most_held.bytes = most_held.bytes.max(held.bytes);
         // Completions at A: in order, each once, successful.
         loop {
             let got = sim.node_mut(node_a).e.poll_cq(scq_a, &mut wcs).unwrap();
@@ -358,6 +366,7 @@ fn transfer_deep(
         b: net.sim.node(node_b).e.counters(),
         sim: net.sim.stats(),
         most_in_flight,
+        most_held,
     }
 }
 
@@ -431,6 +440,17 @@ fn bursty_and_thirty_percent_loss_complete() {
         assert!(bursty.sim.lost > 0);
         let r = transfer(seed, link(0.3), BOTH, stream, 16);
         assert!(r.sim.lost > 0);
+        // The responder's hold-ahead bookkeeping stays within its bound (see
+        // hostile.rs for a peer that tries to exceed it).
+        for held in [bursty.most_held, r.most_held] {
+            assert!(
+                held.packets <= HeldAhead::MAX_PACKETS && held.bytes <= HeldAhead::MAX_BYTES,
+                "{stream:?}: {held:?}"
+            );
+        }
+        if stream != Stream::Read {
+            assert!(r.most_held.packets > 0, "{stream:?}: {:?}", r.most_held);
+        }
         let r = transfer(seed, link(0.3), NEITHER, stream, 8);
         assert!(r.sim.lost > 0);
     }
