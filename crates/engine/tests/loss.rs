@@ -188,6 +188,8 @@ struct Run {
     most_in_flight: u64,
     /// The most B's responder held ahead of its expected PSN at once.
     most_held: HeldAhead,
+    /// A's smoothed round-trip time at the end.
+    srtt: Option<Duration>,
 }
 
 /// A moves `n` messages of [`SIZE`] bytes to B by `stream` (for READ: B's data
@@ -367,6 +369,7 @@ fn transfer_deep(
         sim: net.sim.stats(),
         most_in_flight,
         most_held,
+        srtt: net.sim.node(node_a).e.qp_srtt(qp_a),
     }
 }
 
@@ -978,4 +981,28 @@ fn ping_pong_at_5_percent_loss_within_twice_lossless() {
         worst = worst.max(ratio);
     }
     assert!(worst <= 2.0, "ping-pong at 5 %: {worst:.2}x lossless");
+}
+
+/// A READ stream at 20 % loss whose first READ loses responses, and then the
+/// READ asked again, before any round trip was measured: the first answer gives
+/// a first estimate, so the early timer covers the lost re-request. (Before, no
+/// estimate came until a timed request was acknowledged, which the lost
+/// re-request held up: two IBTA local ACK timeouts, 134 ms of a 150 ms run.)
+#[test]
+fn a_re_request_lost_before_the_first_rtt_sample_is_found_by_the_early_timer() {
+    let path = |loss| link(loss).with_delay(HOST_DELAY);
+    let lossless = transfer(1, path(0.0), BOTH, Stream::Read, 32);
+    let r = transfer(3, path(0.2), BOTH, Stream::Read, 32);
+    assert!(r.sim.lost > 0);
+    assert_eq!(r.a.ack_timeouts, 0, "{:?}", r.a);
+    assert!(
+        r.elapsed < 20 * lossless.elapsed,
+        "{:?} against {:?} lossless",
+        r.elapsed,
+        lossless.elapsed
+    );
+    // The estimate stays a round trip: 2 x 25 µs plus the first response's time
+    // on the link, not the time a READ's recovery takes.
+    let srtt = r.srtt.expect("measured");
+    assert!(srtt < Duration::from_micros(150), "{srtt:?}");
 }
