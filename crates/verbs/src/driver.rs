@@ -924,6 +924,11 @@ pub(crate) fn on_progress_thread() -> bool {
 
 fn progress_thread(d: Arc<Driver>) {
     PROGRESS_THREAD.with(|p| p.set(true));
+    // This thread's sleeps end on the transport's timers, the shortest of which (a
+    // tail-loss probe, from 50 µs) is as short as the default 50 µs slack that would
+    // postpone it: a probe sent late costs a whole exchange where one message is in
+    // flight (`engine/src/qp/recovery.rs`).
+    sys::set_timer_slack(std::time::Duration::from_micros(1));
     // The multicast group sockets, refreshed when `groups_gen` moves.
     let mut groups: Vec<(SocketAddr, Arc<UdpSocket>)> = Vec::new();
     let mut groups_seen = 0;
