@@ -998,8 +998,10 @@ pub(crate) fn on_progress_thread() -> bool {
 
 fn progress_thread(d: Arc<Driver>) {
     PROGRESS_THREAD.with(|p| p.set(true));
-    // Its waits end on time to the microsecond: the hand-off to pollers and the
-    // engine's timers are that short.
+    // This thread's sleeps end on the transport's timers, the shortest of which (a
+    // tail-loss probe, from 50 µs) is as short as the default 50 µs slack that would
+    // postpone it: a probe sent late costs a whole exchange where one message is in
+    // flight (`engine/src/qp/recovery.rs`). The hand-off to pollers is as short.
     sys::set_timer_slack(Duration::from_micros(1));
     // The multicast group sockets, refreshed when `groups_gen` moves.
     let mut groups: Vec<(SocketAddr, Arc<UdpSocket>)> = Vec::new();

@@ -688,17 +688,6 @@ pub fn set_multicast_if(sock: &UdpSocket, ip: std::net::Ipv4Addr) -> io::Result<
     Ok(())
 }
 
-/// Sets the calling thread's timer slack: how late the kernel may end its timed waits.
-pub fn set_timer_slack(slack: Duration) {
-    // SAFETY: PR_SET_TIMERSLACK takes a number and touches no memory of ours.
-    unsafe {
-        libc::prctl(
-            libc::PR_SET_TIMERSLACK,
-            slack.as_nanos().min(libc::c_ulong::MAX as u128) as libc::c_ulong,
-        )
-    };
-}
-
 /// Waits until one of `fds` is ready as asked or `timeout` passes (`None`: forever); the
 /// `revents` are filled in.
 pub fn poll(fds: &mut [libc::pollfd], timeout: Option<Duration>) -> io::Result<()> {
@@ -781,6 +770,14 @@ pub fn link_mtu(ip: std::net::IpAddr) -> Option<u32> {
         .trim()
         .parse()
         .ok()
+}
+
+/// Sets the calling thread's timer slack to `slack` (Linux rounds a sleeping thread's
+/// timeouts up by its slack, 50 µs by default); best effort.
+pub fn set_timer_slack(slack: Duration) {
+    let ns = slack.as_nanos().clamp(1, u128::from(u32::MAX)) as libc::c_ulong;
+    // SAFETY: PR_SET_TIMERSLACK takes a plain integer argument and touches no memory.
+    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, ns, 0, 0, 0) };
 }
 
 /// Runs `f` with every signal blocked on the calling thread (threads it spawns inherit the
