@@ -28,12 +28,14 @@ use std::net::SocketAddr;
 
 mod errors;
 mod multicast;
+mod placed;
 mod qps;
 mod receive;
 mod resources;
 mod schedule;
 
 pub use errors::{PostError, ResourceError};
+pub use placed::PlacedTarget;
 
 /// QPN layout: 14 bits of slot index and 10 bits of slot generation, so a QPN is
 /// not reused by the next QP in the same slot.

@@ -24,6 +24,10 @@ pub(crate) struct SendWqe {
     pub read_pkts_done: u32,
     /// Set when the transport is done with the WQE; it retires in order.
     pub done: Option<WcStatus>,
+    /// Same-host path: the bytes of this RDMA WRITE or READ were moved before it was
+    /// posted; its one packet carries the request's headers only (see
+    /// `engine/placed.rs`).
+    pub placed: bool,
 }
 
 impl SendWqe {
@@ -38,6 +42,7 @@ impl SendWqe {
         npsn: 0,
         read_pkts_done: 0,
         done: None,
+        placed: false,
     };
 
     pub fn last_psn(&self) -> Psn {

@@ -124,7 +124,7 @@ impl Requester {
         }
         let mut repr = PacketRepr::new(bth, &[]);
         let offset = k * mtu;
-        let payload_len = if is_read || wqe.op.is_atomic() {
+        let payload_len = if is_read || wqe.op.is_atomic() || wqe.placed {
             0
         } else {
             (wqe.length - offset.min(wqe.length)).min(mtu)
@@ -169,7 +169,12 @@ impl Requester {
                 // (IBA 9.7.5.1.3 lets the requester restart mid-message); a peer
                 // doing selective repeat is asked only for the run of responses
                 // missing up to the next one placed ahead (`qp/selective.rs`).
-                let rest = wqe.length - offset.min(wqe.length);
+                // A placed READ asks for nothing: its bytes were read already.
+                let rest = if wqe.placed {
+                    0
+                } else {
+                    wqe.length - offset.min(wqe.length)
+                };
                 let resent = psn.before(self.frontier);
                 let dma_len = if resent && ctx.board.peer == Peer::Selective {
                     // The run missing, and the response after it (held already):

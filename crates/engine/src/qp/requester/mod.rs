@@ -276,6 +276,9 @@ impl Requester {
         }
         let npsn = match wqe.op {
             SendOp::AtomicCmpSwap { .. } | SendOp::AtomicFetchAdd { .. } => 1,
+            // A placed WRITE is one header-only packet, a placed READ one empty
+            // response (`engine/placed.rs`).
+            _ if wqe.placed => 1,
             _ => packets_for(wqe.length, mtu),
         };
         // A READ's responses are all in flight at once: they must take less than
