@@ -63,6 +63,8 @@ pub struct Engine {
     inflight: u64,
     /// QPs with requests to send that wait for room under the device window.
     blocked: VecDeque<QpHandle>,
+    /// RC QPs that entered RTR since the driver last asked (`placed.rs`).
+    entered_rtr: VecDeque<QpHandle>,
 }
 
 impl Engine {
@@ -78,6 +80,7 @@ impl Engine {
             closed: ClosedQps::default(),
             inflight: 0,
             blocked: VecDeque::with_capacity(64),
+            entered_rtr: VecDeque::new(),
             shared: Shared {
                 mrs: MrTable::new(config.max_mr as usize),
                 cqs: Slab::new(config.max_cq as usize, 0),

@@ -82,6 +82,25 @@ impl Engine {
         Ok(())
     }
 
+    /// Lets the QP's responder accept placed WRITEs from its peer (the peer may place
+    /// into this QP's memory), without placing itself.
+    pub fn set_accepts_placed(&mut self, qp: QpHandle, on: bool) -> Result<(), ResourceError> {
+        let q = self.qps.get_mut(qp.0).ok_or(ResourceError::UnknownObject)?;
+        if q.init.qp_type != QpType::Rc {
+            return Err(ResourceError::Unsupported(
+                "the same-host path is for RC QPs",
+            ));
+        }
+        q.resp.accept_placed = on;
+        Ok(())
+    }
+
+    /// The next RC QP that entered RTR (its peer is known now), for the driver to
+    /// offer the same-host path to.
+    pub fn poll_entered_rtr(&mut self) -> Option<QpHandle> {
+        self.entered_rtr.pop_front()
+    }
+
     /// Whether the QP has the same-host path.
     pub fn same_host(&self, qp: QpHandle) -> bool {
         self.qps.get(qp.0).is_some_and(|q| q.same_host)

@@ -164,7 +164,11 @@ impl Engine {
         now: Instant,
     ) -> Result<(), ModifyQpError> {
         let q = self.qps.get_mut(qp.0).ok_or(ModifyQpError::UnknownQp)?;
+        let before = q.state();
         q.modify(&mut self.shared, attr, mask, now)?;
+        if q.state() == QpState::Rtr && before != QpState::Rtr && q.init.qp_type == QpType::Rc {
+            self.entered_rtr.push_back(qp);
+        }
         self.after_activity(qp);
         Ok(())
     }
