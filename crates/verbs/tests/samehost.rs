@@ -34,10 +34,11 @@ fn pattern(len: usize, seed: u32) -> Vec<u8> {
 }
 
 fn connect(qp: &Qp, addr: SocketAddr, qpn: u32) {
-    qp.to_init(InitAttr {
-        access: all_access(),
-    })
-    .unwrap();
+    connect_with(qp, addr, qpn, all_access());
+}
+
+fn connect_with(qp: &Qp, addr: SocketAddr, qpn: u32, access: AccessFlags) {
+    qp.to_init(InitAttr { access }).unwrap();
     qp.to_rtr(RtrAttr {
         remote: RemoteQp {
             addr,
@@ -89,7 +90,13 @@ fn target_process() {
     let mut it = peer.split_whitespace();
     let addr: SocketAddr = it.next().unwrap().parse().unwrap();
     let qpn: u32 = it.next().unwrap().parse().unwrap();
-    connect(&qp, addr, qpn);
+    // SAMEHOST_QP_READ_ONLY: the QP lets its peer READ, not WRITE.
+    let access = if std::env::var_os("SAMEHOST_QP_READ_ONLY").is_some() {
+        AccessFlags::REMOTE_READ
+    } else {
+        all_access()
+    };
+    connect_with(&qp, addr, qpn, access);
     for i in 0..16 {
         qp.post_recv(i, &[mr3.sge(0, 4096)]).unwrap();
     }
@@ -121,6 +128,11 @@ fn target_process() {
                 kept = Some(buf);
             }
             "check" => println!("@@ check {}", checksum(kept.as_ref().unwrap())),
+            "sum" => {
+                let mut now = vec![0u8; LEN];
+                mr1.as_ref().unwrap().read(0, &mut now);
+                println!("@@ sum {}", checksum(&now));
+            }
             "quit" => break,
             other => panic!("unknown command {other:?}"),
         }
@@ -385,20 +397,35 @@ fn write_send_write_imm_read_by_the_same_host_path() {
 
 #[test]
 fn refusals_complete_as_on_the_udp_path() {
-    // (target region, offset, length): no remote write; past the end; unknown key.
-    for case in 0..3 {
-        let mut t = Target::spawn(&[]);
+    // (target region, offset, length): no remote write; past the end; unknown key;
+    // the target QP does not enable remote writes (an invalid request there).
+    for case in 0..4 {
+        let env: &[(&str, &str)] = if case == 3 {
+            &[("SAMEHOST_QP_READ_ONLY", "1")]
+        } else {
+            &[]
+        };
+        let mut t = Target::spawn(env);
         let r = requester(&mut t, Config::default());
         wait_until("the same-host path", || r.qp.uses_same_host());
         let (target, len) = match case {
             0 => (t.mr2, 64),
             1 => ((t.mr1.0 + LEN as u64 - 100, t.mr1.1), 200),
-            _ => ((t.mr1.0, t.mr1.1 ^ 0x100), 64),
+            2 => ((t.mr1.0, t.mr1.1 ^ 0x100), 64),
+            _ => (t.mr1, 64),
         };
+        let before = t.ask("sum");
+        r.mr.write(0, &pattern(len as usize, 5));
         let sges = [r.mr.sge(0, len)];
         r.qp.post_send(&write_wr(9, &sges, target, None)).unwrap();
         let wc = one(&r.cq);
-        assert_eq!(wc.status, WcStatus::RemAccessErr, "case {case}");
+        let want = if case == 3 {
+            WcStatus::RemInvReqErr
+        } else {
+            WcStatus::RemAccessErr
+        };
+        assert_eq!(wc.status, want, "case {case}");
+        assert_eq!(t.ask("sum"), before, "case {case}: nothing written");
         assert_eq!(r.qp.query().qp_state, QpState::Err, "case {case}");
         assert_eq!(counter(&r.ctx, "same_host_refusals"), 1, "case {case}");
         assert_eq!(counter(&r.ctx, "same_host_writes"), 0, "case {case}");

@@ -17,7 +17,7 @@
 //! `same_host_*` in `softverbs stat`, with one `same_host_qp_<qpn>` line per QP that
 //! uses the path.
 
-pub mod hello;
+pub use softverbs_wire::samehost as hello;
 pub mod table;
 pub mod vm;
 
@@ -60,6 +60,10 @@ struct QpLink {
     peer: Arc<PeerTable>,
     /// The peer QP's PD id: regions of other PDs are refused.
     remote_pd: u64,
+    /// The peer QP's access flags when it accepted: operations it does not enable
+    /// are not placed (its responder refuses them, IBA 10.2.4.2 qp_access_flags; the
+    /// engine's check 3). A later change of the peer QP's access flags is not seen here.
+    remote_qp_access: AccessFlags,
     qpn: u32,
 }
 
@@ -193,6 +197,7 @@ impl SameHost {
             src_qpn: qpn,
             pid: std::process::id(),
             pd: init.pd.id(),
+            qp_access: attr.qp_access_flags.0,
             nonce_addr,
             nonce,
             table: t.path().to_string_lossy().into_owned(),
@@ -275,6 +280,7 @@ impl SameHost {
                 src_qpn: h.dest_qpn,
                 pid: std::process::id(),
                 pd: 0,
+                qp_access: 0,
                 nonce_addr: 0,
                 nonce: 0,
                 table: String::new(),
@@ -322,6 +328,7 @@ impl SameHost {
                             QpLink {
                                 peer,
                                 remote_pd: h.pd,
+                                remote_qp_access: AccessFlags(h.qp_access),
                                 qpn: h.dest_qpn.value(),
                             },
                         )
@@ -376,9 +383,20 @@ impl SameHost {
         if target.len == 0 {
             return None;
         }
+        let need = if target.write {
+            AccessFlags::REMOTE_WRITE
+        } else {
+            AccessFlags::REMOTE_READ
+        };
         let (peer, remote_pd) = {
             let qps = lock(&self.qps);
             let link = qps.get(&qp)?;
+            if !link.remote_qp_access.contains(need) {
+                // The peer QP does not enable it: UDP, and its responder refuses.
+                self.counters.refusals.fetch_add(1, Ordering::Relaxed);
+                self.counters.fallbacks.fetch_add(1, Ordering::Relaxed);
+                return None;
+            }
             (Arc::clone(&link.peer), link.remote_pd)
         };
         let mut bounce = lock(&self.place);
@@ -391,11 +409,6 @@ impl SameHost {
             self.counters.fallbacks.fetch_add(1, Ordering::Relaxed);
             return None;
         }
-        let need = if target.write {
-            AccessFlags::REMOTE_WRITE
-        } else {
-            AccessFlags::REMOTE_READ
-        };
         let moved = {
             let _access = table.begin_access();
             match peer

@@ -1,11 +1,12 @@
-//! The same-host handshake on the wire: a softverbs extension datagram sent on a
-//! QP's path, device to device, that RoCEv2 peers which are not softverbs never have
-//! to understand.
+//! The same-host handshake on the wire (issue 16; the driver's side is the `softverbs`
+//! crate's `samehost` module): a softverbs extension datagram sent on a QP's path,
+//! device to device, that RoCEv2 peers which are not softverbs never have to
+//! understand.
 //!
 //! It is a BTH with a manufacturer-specific opcode ([`OPCODE`]; IBA 9.2, table 38:
 //! opcodes 111xxxxx) to the peer's QPN, then a softverbs body (magic "SVSH",
 //! version, kind, the sender's QPN, pid, PD id, the address and value of its nonce
-//! word, the path of its memory-region table), then four zero bytes where an ICRC
+//! word, its QP's access flags, the path of its memory-region table), then four zero bytes where an ICRC
 //! would be. A softverbs device takes it off the wire before the engine sees it; any
 //! other RoCEv2 receiver drops it (unknown opcode, bad ICRC). A device sends one only
 //! for an RC QP whose peer could be on this host, once, when the QP reaches RTR.
@@ -20,16 +21,16 @@
 //!   peer's table and starts placing.
 //!
 //! So a device places into a peer only after the peer mapped its table and knows to
-//! wait for its accesses at deregistration (`table.rs`).
+//! wait for its accesses at deregistration (the driver's `samehost/table.rs`).
 
-use softverbs_wire::Qpn;
+use crate::Qpn;
 
 /// The BTH opcode of the handshake (manufacturer specific).
 pub const OPCODE: u8 = 0xF5;
 const MAGIC: &[u8; 4] = b"SVSH";
 const VERSION: u8 = 1;
 const BTH_LEN: usize = 12;
-const FIXED: usize = BTH_LEN + 4 + 1 + 1 + 2 + 4 + 4 + 8 + 8 + 8;
+const FIXED: usize = BTH_LEN + 4 + 1 + 1 + 2 + 4 + 4 + 8 + 8 + 8 + 4;
 /// Longest table path carried.
 pub const MAX_PATH: usize = 512;
 
@@ -75,6 +76,9 @@ pub struct Hello {
     pub pid: u32,
     /// The sender QP's PD id.
     pub pd: u64,
+    /// The sender QP's access flags (`qp_access_flags`: which remote operations it
+    /// lets its peer execute).
+    pub qp_access: u32,
     /// Where the sender's nonce word is in its address space, and its value.
     pub nonce_addr: u64,
     /// The nonce.
@@ -124,6 +128,7 @@ impl Hello {
         b.extend_from_slice(&self.pd.to_be_bytes());
         b.extend_from_slice(&self.nonce_addr.to_be_bytes());
         b.extend_from_slice(&self.nonce.to_be_bytes());
+        b.extend_from_slice(&self.qp_access.to_be_bytes());
         b.extend_from_slice(path);
         b.extend_from_slice(&[0; 4]);
         b
@@ -165,6 +170,7 @@ impl Hello {
             pd: be64(at + 12),
             nonce_addr: be64(at + 20),
             nonce: be64(at + 28),
+            qp_access: be32(at + 36),
             table,
         })
     }
@@ -183,6 +189,7 @@ mod tests {
             pd: 0x1_0000_0002,
             nonce_addr: 0x7fff_0000_1020,
             nonce: 0xdead_beef_0bad_f00d,
+            qp_access: 0x0e,
             table: "/run/user/1000/softverbs/127.83.0.1-4791.mrt".into(),
         }
     }
