@@ -465,6 +465,12 @@ impl Driver {
         self.finish(deferred);
     }
 
+    /// Runs `f` on the engine under the device lock, sending nothing.
+    pub(crate) fn read_engine(&self, f: &mut dyn FnMut(&mut Engine)) {
+        let mut st = self.lock();
+        f(&mut st.engine);
+    }
+
     /// A same-host handshake arrived (without the device lock).
     fn handle_hello(&self, src: SocketAddr, data: &[u8]) {
         let out = self
@@ -945,6 +951,15 @@ impl Driver {
             tracing::debug!(error = %e, "cannot publish counters");
         }
         None
+    }
+}
+
+impl crate::samehost::EngineAccess for Driver {
+    fn with(&self, f: &mut dyn FnMut(&mut Engine)) {
+        self.with_engine(f);
+    }
+    fn read(&self, f: &mut dyn FnMut(&mut Engine)) {
+        self.read_engine(f);
     }
 }
 

@@ -390,20 +390,16 @@ impl Qp {
     /// Posts a send WR and transmits what it produced right away. On a QP with the
     /// same-host path (`crate::samehost`), an RDMA WRITE's or READ's bytes move at once.
     pub fn post_send(&self, wr: &SendWr<'_>) -> Result<(), PostError> {
-        if let Some(r) = self.try_place(wr) {
-            return r;
+        if let Some(r) = self.post_same_host(std::slice::from_ref(wr)) {
+            return r.map_err(|(_, e)| e);
         }
         self.post_sends(|p| p.post_send(wr))?
     }
 
     /// Posts several send WRs; stops at the first that fails (index, error).
     pub fn post_send_list(&self, wrs: &[SendWr<'_>]) -> Result<(), (usize, PostError)> {
-        if self.places() {
-            // One at a time: each WRITE or READ may be placed.
-            for (i, wr) in wrs.iter().enumerate() {
-                self.post_send(wr).map_err(|e| (i, e))?;
-            }
-            return Ok(());
+        if let Some(r) = self.post_same_host(wrs) {
+            return r;
         }
         self.post_sends(|p| {
             for (i, wr) in wrs.iter().enumerate() {
@@ -429,13 +425,13 @@ impl Qp {
             .is_ok_and(|d| d.same_host.places(self.qp))
     }
 
-    /// Carries out `wr` by the same-host path if it can (`crate::samehost`).
-    fn try_place(&self, wr: &SendWr<'_>) -> Option<Result<(), PostError>> {
+    /// Posts `wrs` by the same-host path if the QP has it (`crate::samehost`).
+    fn post_same_host(&self, wrs: &[SendWr<'_>]) -> Option<Result<(), (usize, PostError)>> {
         let d = self.ctx.device.driver().ok()?;
         if !d.same_host.places(self.qp) {
             return None;
         }
-        d.same_host.try_place(self.qp, wr, &|f| d.with_engine(f))
+        d.same_host.post_list(self.qp, wrs, &**d)
     }
 
     /// Runs `f`, which posts work requests through the [`Poster`], under one device lock,

@@ -118,6 +118,44 @@ impl Engine {
             && (q.sq.head..q.sq.tail).all(|seq| q.sq.get(seq).placed)
     }
 
+    /// How many WRITEs and READs may be placed now: 0 unless
+    /// [`Engine::placement_ready`], else the send queue's free slots (a WR whose bytes
+    /// moved must find a slot, or a WRITE would land without being posted).
+    pub fn placement_room(&self, qp: QpHandle) -> usize {
+        if !self.placement_ready(qp) {
+            return 0;
+        }
+        self.qps.get(qp.0).map_or(0, |q| q.sq.free() as usize)
+    }
+
+    /// The local memory a WRITE sends from, as (address, length) pieces, when it
+    /// gathers from SGEs that resolve in the QP's PD; `false` otherwise (inline data:
+    /// see [`Engine::gather_for_placement`]; bad keys: the UDP path reports them).
+    pub fn placement_source(
+        &self,
+        qp: QpHandle,
+        wr: &SendWr<'_>,
+        out: &mut Vec<(u64, usize)>,
+    ) -> bool {
+        out.clear();
+        let (Some(q), Payload::Sges(list)) = (self.qps.get(qp.0), wr.payload) else {
+            return false;
+        };
+        if self
+            .shared
+            .check_sges(q.init.pd, list, crate::types::AccessFlags::EMPTY)
+            .is_err()
+        {
+            return false;
+        }
+        out.extend(
+            list.iter()
+                .filter(|s| s.length > 0)
+                .map(|s| (s.addr, s.length as usize)),
+        );
+        true
+    }
+
     /// Copies the bytes a WRITE sends (from its SGEs, which must resolve in the QP's
     /// PD, or its inline data) into `out`. `false` if they do not resolve: the WR then
     /// goes the UDP way and completes with the local error it deserves.

@@ -102,6 +102,11 @@ impl SendQueue {
         self.tail - self.reclaimed
     }
 
+    /// Free slots.
+    pub fn free(&self) -> u64 {
+        (self.slots.len() as u64).saturating_sub(self.len())
+    }
+
     /// A completion was polled: the slots below `upto` are free again.
     pub fn reclaim(&mut self, upto: u64) {
         // Never beyond what the transport retired (a stale completion of a QP

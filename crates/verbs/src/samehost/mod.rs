@@ -77,15 +77,35 @@ pub(crate) struct SameHost {
     qps: Mutex<HashMap<QpHandle, QpLink>>,
     /// Offers sent per QP (a few at most: see `handle_hello`).
     offers: Mutex<HashMap<QpHandle, u8>>,
-    /// Held around one placement: accesses of this device never overlap (the fence
-    /// relies on it), and the bounce buffer.
-    place: Mutex<Vec<u8>>,
+    /// Held while WRs are placed: accesses of this device never overlap (the fence
+    /// relies on it); the buffers placement uses.
+    place: Mutex<PlaceState>,
     ptrace_granted: AtomicBool,
     pub counters: SameHostCounters,
 }
 
 /// Runs a closure on the engine under the device lock, then sends what it made.
 pub(crate) type WithEngine<'a> = &'a dyn Fn(&mut dyn FnMut(&mut Engine));
+
+/// The engine of the device, under its lock.
+pub(crate) trait EngineAccess {
+    /// Runs `f` on the engine, then sends what it made and delivers its events.
+    fn with(&self, f: &mut dyn FnMut(&mut Engine));
+    /// Runs `f` on the engine for a look only (nothing to send).
+    fn read(&self, f: &mut dyn FnMut(&mut Engine));
+}
+
+/// The buffers of placement, reused.
+#[derive(Default)]
+struct PlaceState {
+    /// A WRITE's local pieces (address, length).
+    sources: Vec<(u64, usize)>,
+    /// A WRITE's inline bytes.
+    bounce: Vec<u8>,
+    /// READ data waiting to be scattered when its WR is posted, and how many are used.
+    reads: Vec<Vec<u8>>,
+    reads_used: usize,
+}
 
 /// A handshake datagram to send, and where.
 pub(crate) struct Outgoing {
@@ -136,7 +156,7 @@ impl SameHost {
             peers: Mutex::new(HashMap::new()),
             qps: Mutex::new(HashMap::new()),
             offers: Mutex::new(HashMap::new()),
-            place: Mutex::new(Vec::new()),
+            place: Mutex::new(PlaceState::default()),
             ptrace_granted: AtomicBool::new(false),
             counters: SameHostCounters::default(),
         }
@@ -369,95 +389,180 @@ impl SameHost {
         v
     }
 
-    /// Tries to carry out `wr` (an RDMA WRITE or READ on `qp`) by the same-host path.
-    /// `None`: it must be posted the usual way. `Some(result)`: it was posted, placed.
-    /// `with_engine` runs a closure under the device lock (and sends what it made).
-    pub fn try_place(
+    /// Posts `wrs` on a QP with the path, in order: each RDMA WRITE or READ whose bytes
+    /// can move now is placed, the others are posted the usual way. The placed ones are
+    /// posted together, under one device lock (one transmission), before any WR that
+    /// follows them. `None`: the QP has no path; post the usual way. On error, the
+    /// index of the first WR not posted (nothing of it or after it moved, unless another
+    /// thread filled the send queue meanwhile).
+    pub fn post_list(
         &self,
         qp: QpHandle,
-        wr: &SendWr<'_>,
-        with_engine: WithEngine<'_>,
-    ) -> Option<Result<(), softverbs_engine::PostError>> {
+        wrs: &[SendWr<'_>],
+        engine: &dyn EngineAccess,
+    ) -> Option<Result<(), (usize, softverbs_engine::PostError)>> {
         let table = self.table.as_ref()?;
+        let link = {
+            let qps = lock(&self.qps);
+            let l = qps.get(&qp)?;
+            (Arc::clone(&l.peer), l.remote_pd, l.remote_qp_access)
+        };
+        let mut st = lock(&self.place);
+        let st = &mut *st;
+        let mut pending: Vec<(usize, Option<usize>)> = Vec::new();
+        for (i, wr) in wrs.iter().enumerate() {
+            if let Some(read) = self.place_one(table, &link, qp, wr, st, pending.len(), engine) {
+                pending.push((i, read));
+                continue;
+            }
+            if let Err(e) = self.flush(qp, wrs, &mut pending, st, engine) {
+                return Some(Err(e));
+            }
+            let mut r = Ok(());
+            engine.with(&mut |e| r = e.post_send(qp, wr));
+            if let Err(e) = r {
+                return Some(Err((i, e)));
+            }
+        }
+        Some(self.flush(qp, wrs, &mut pending, st, engine))
+    }
+
+    /// Moves the bytes of `wr` if it is an RDMA WRITE or READ that can be placed now,
+    /// `pending` placed WRs not yet posted before it; `Some(read buffer index)` if it
+    /// was (`None` inside for a WRITE).
+    #[allow(clippy::too_many_arguments)]
+    fn place_one(
+        &self,
+        table: &OwnTable,
+        (peer, remote_pd, remote_qp_access): &(Arc<PeerTable>, u64, AccessFlags),
+        qp: QpHandle,
+        wr: &SendWr<'_>,
+        st: &mut PlaceState,
+        pending: usize,
+        engine: &dyn EngineAccess,
+    ) -> Option<Option<usize>> {
         let target = PlacedTarget::of(wr)?;
         if target.len == 0 {
             return None;
         }
+        let c = &self.counters;
+        let fallback = || {
+            c.fallbacks.fetch_add(1, Ordering::Relaxed);
+            None
+        };
         let need = if target.write {
             AccessFlags::REMOTE_WRITE
         } else {
             AccessFlags::REMOTE_READ
         };
-        let (peer, remote_pd) = {
-            let qps = lock(&self.qps);
-            let link = qps.get(&qp)?;
-            if !link.remote_qp_access.contains(need) {
-                // The peer QP does not enable it: UDP, and its responder refuses.
-                self.counters.refusals.fetch_add(1, Ordering::Relaxed);
-                self.counters.fallbacks.fetch_add(1, Ordering::Relaxed);
-                return None;
-            }
-            (Arc::clone(&link.peer), link.remote_pd)
-        };
-        let mut bounce = lock(&self.place);
-        let mut ready = false;
-        with_engine(&mut |e| {
-            ready = e.placement_ready(qp)
-                && (!target.write || e.gather_for_placement(qp, wr, &mut bounce));
-        });
-        if !ready {
-            self.counters.fallbacks.fetch_add(1, Ordering::Relaxed);
-            return None;
+        if !remote_qp_access.contains(need) {
+            // The peer QP does not enable it: UDP, where its responder refuses it.
+            c.refusals.fetch_add(1, Ordering::Relaxed);
+            return fallback();
         }
+        // The send queue must take it (bytes never move for a WR that is not posted),
+        // and nothing packet-borne may be outstanding before it (ordering).
+        let mut ok = false;
+        engine.read(&mut |e| {
+            ok = e.placement_room(qp) > pending
+                && (!target.write
+                    || e.placement_source(qp, wr, &mut st.sources)
+                    || e.gather_for_placement(qp, wr, &mut st.bounce));
+        });
+        if !ok {
+            return fallback();
+        }
+        let read_index = (!target.write).then(|| {
+            let k = st.reads_used;
+            if st.reads.len() <= k {
+                st.reads.push(Vec::new());
+            }
+            st.reads_used += 1;
+            k
+        });
         let moved = {
             let _access = table.begin_access();
             match peer
                 .lookup(target.rkey)
-                .and_then(|e| e.check(remote_pd, target.remote_addr, target.len, need))
+                .and_then(|e| e.check(*remote_pd, target.remote_addr, target.len, need))
             {
                 Err(_) => {
-                    self.counters.refusals.fetch_add(1, Ordering::Relaxed);
+                    c.refusals.fetch_add(1, Ordering::Relaxed);
                     false
                 }
+                Ok(()) if target.write && !st.sources.is_empty() => {
+                    vm::write_gather(peer.pid(), target.remote_addr, &st.sources).ok()
+                        == Some(target.len)
+                }
                 Ok(()) if target.write => {
-                    vm::write_to(peer.pid(), target.remote_addr, &bounce).ok() == Some(target.len)
+                    vm::write_to(peer.pid(), target.remote_addr, &st.bounce).ok()
+                        == Some(target.len)
                 }
                 Ok(()) => {
-                    bounce.clear();
-                    bounce.resize(target.len, 0);
-                    vm::read_from(peer.pid(), target.remote_addr, &mut bounce).ok()
-                        == Some(target.len)
+                    let buf = &mut st.reads[read_index.unwrap_or(0)];
+                    buf.resize(target.len, 0);
+                    vm::read_from(peer.pid(), target.remote_addr, buf).ok() == Some(target.len)
                 }
             }
         };
         if !moved {
-            self.counters.fallbacks.fetch_add(1, Ordering::Relaxed);
-            return None;
+            if read_index.is_some() {
+                st.reads_used -= 1;
+            }
+            return fallback();
         }
-        let mut result = None;
-        let read_data = (!target.write).then_some(&bounce[..]);
-        with_engine(&mut |e| {
-            // Another thread may have posted to the QP meanwhile: then the usual way.
-            if e.placement_ready(qp) {
-                result = Some(e.post_send_placed(qp, wr, read_data));
+        Some(read_index)
+    }
+
+    /// Posts the placed WRs waiting in `pending` (indices into `wrs`), in order, under
+    /// one device lock.
+    fn flush(
+        &self,
+        qp: QpHandle,
+        wrs: &[SendWr<'_>],
+        pending: &mut Vec<(usize, Option<usize>)>,
+        st: &mut PlaceState,
+        engine: &dyn EngineAccess,
+    ) -> Result<(), (usize, softverbs_engine::PostError)> {
+        if pending.is_empty() {
+            return Ok(());
+        }
+        let mut result = Ok(());
+        let c = &self.counters;
+        engine.with(&mut |e| {
+            for &(i, read) in pending.iter() {
+                let wr = &wrs[i];
+                let data = read.map(|k| &st.reads[k][..]);
+                // Another thread may have posted meanwhile: then the usual way (the
+                // bytes moved already; moving them again is harmless).
+                let placed = e.placement_ready(qp);
+                let r = if placed {
+                    e.post_send_placed(qp, wr, data)
+                } else {
+                    e.post_send(qp, wr)
+                };
+                if let Err(err) = r {
+                    result = Err((i, err));
+                    return;
+                }
+                let len = PlacedTarget::of(wr).map_or(0, |t| t.len as u64);
+                match (placed, read) {
+                    (false, _) => {
+                        c.fallbacks.fetch_add(1, Ordering::Relaxed);
+                    }
+                    (true, None) => {
+                        c.writes.fetch_add(1, Ordering::Relaxed);
+                        c.bytes_written.fetch_add(len, Ordering::Relaxed);
+                    }
+                    (true, Some(_)) => {
+                        c.reads.fetch_add(1, Ordering::Relaxed);
+                        c.bytes_read.fetch_add(len, Ordering::Relaxed);
+                    }
+                }
             }
         });
-        let c = &self.counters;
-        match result {
-            Some(Ok(())) if target.write => {
-                c.writes.fetch_add(1, Ordering::Relaxed);
-                c.bytes_written
-                    .fetch_add(target.len as u64, Ordering::Relaxed);
-            }
-            Some(Ok(())) => {
-                c.reads.fetch_add(1, Ordering::Relaxed);
-                c.bytes_read.fetch_add(target.len as u64, Ordering::Relaxed);
-            }
-            _ => {
-                c.fallbacks.fetch_add(1, Ordering::Relaxed);
-                return None;
-            }
-        }
+        pending.clear();
+        st.reads_used = 0;
         result
     }
 
