@@ -1125,6 +1125,25 @@ unsafe fn translate_send(
     }
 }
 
+/// Whether a send WR list holds an RDMA WRITE or READ (what the same-host path places).
+///
+/// # Safety
+/// `wr` is NULL or a valid `ibv_send_wr` list.
+unsafe fn has_rdma_write_or_read(mut wr: *const ibv_send_wr) -> bool {
+    while !wr.is_null() {
+        // SAFETY: a valid element of the list.
+        let w = unsafe { &*wr };
+        if matches!(
+            w.opcode,
+            IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM | IBV_WR_RDMA_READ
+        ) {
+            return true;
+        }
+        wr = w.next;
+    }
+    false
+}
+
 /// The `post_send` op: the whole list under one device lock, then one transmission of
 /// everything it produced; stops at the first WR refused (`*bad_wr`).
 unsafe extern "C" fn post_send(
@@ -1137,7 +1156,8 @@ unsafe extern "C" fn post_send(
         return libc::EINVAL;
     };
     let mut bad = wr;
-    if q.inner.uses_same_host() {
+    // SAFETY: `wr` is the caller's valid list (verbs contract).
+    if q.inner.uses_same_host() && unsafe { has_rdma_write_or_read(wr) } {
         // One WR at a time, so each RDMA WRITE or READ may take the same-host path
         // (`softverbs::samehost`).
         let mut cur = wr;

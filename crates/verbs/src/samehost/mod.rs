@@ -95,6 +95,17 @@ pub(crate) trait EngineAccess {
     fn read(&self, f: &mut dyn FnMut(&mut Engine));
 }
 
+/// A WR of a list waiting to be posted.
+#[derive(Debug, Clone, Copy)]
+enum Pending {
+    /// A WRITE whose bytes moved.
+    Write,
+    /// A READ whose bytes are in the read buffer of this index.
+    Read(usize),
+    /// The usual way (UDP).
+    Usual,
+}
+
 /// The buffers of placement, reused.
 #[derive(Default)]
 struct PlaceState {
@@ -390,9 +401,8 @@ impl SameHost {
     }
 
     /// Posts `wrs` on a QP with the path, in order: each RDMA WRITE or READ whose bytes
-    /// can move now is placed, the others are posted the usual way. The placed ones are
-    /// posted together, under one device lock (one transmission), before any WR that
-    /// follows them. `None`: the QP has no path; post the usual way. On error, the
+    /// can move now is placed, the others (and every WR after the first of them) are
+    /// posted the usual way; all together, under one device lock (one transmission). `None`: the QP has no path; post the usual way. On error, the
     /// index of the first WR not posted (nothing of it or after it moved, unless another
     /// thread filled the send queue meanwhile).
     pub fn post_list(
@@ -409,20 +419,20 @@ impl SameHost {
         };
         let mut st = lock(&self.place);
         let st = &mut *st;
-        let mut pending: Vec<(usize, Option<usize>)> = Vec::new();
+        let mut pending: Vec<(usize, Pending)> = Vec::with_capacity(wrs.len());
+        // Once a WR goes the usual way, the later ones of the list do too: their
+        // bytes must not land before it executes (ordering, `engine/placed.rs`).
+        let mut placing = true;
         for (i, wr) in wrs.iter().enumerate() {
-            if let Some(read) = self.place_one(table, &link, qp, wr, st, pending.len(), engine) {
-                pending.push((i, read));
-                continue;
+            if placing {
+                if let Some(read) = self.place_one(table, &link, qp, wr, st, pending.len(), engine)
+                {
+                    pending.push((i, read.map_or(Pending::Write, Pending::Read)));
+                    continue;
+                }
             }
-            if let Err(e) = self.flush(qp, wrs, &mut pending, st, engine) {
-                return Some(Err(e));
-            }
-            let mut r = Ok(());
-            engine.with(&mut |e| r = e.post_send(qp, wr));
-            if let Err(e) = r {
-                return Some(Err((i, e)));
-            }
+            placing = false;
+            pending.push((i, Pending::Usual));
         }
         Some(self.flush(qp, wrs, &mut pending, st, engine))
     }
@@ -514,13 +524,13 @@ impl SameHost {
         Some(read_index)
     }
 
-    /// Posts the placed WRs waiting in `pending` (indices into `wrs`), in order, under
-    /// one device lock.
+    /// Posts the WRs waiting in `pending` (indices into `wrs`), in order, under one
+    /// device lock (one transmission for the whole list).
     fn flush(
         &self,
         qp: QpHandle,
         wrs: &[SendWr<'_>],
-        pending: &mut Vec<(usize, Option<usize>)>,
+        pending: &mut Vec<(usize, Pending)>,
         st: &mut PlaceState,
         engine: &dyn EngineAccess,
     ) -> Result<(), (usize, softverbs_engine::PostError)> {
@@ -530,8 +540,19 @@ impl SameHost {
         let mut result = Ok(());
         let c = &self.counters;
         engine.with(&mut |e| {
-            for &(i, read) in pending.iter() {
+            for &(i, kind) in pending.iter() {
                 let wr = &wrs[i];
+                let read = match kind {
+                    Pending::Usual => {
+                        if let Err(err) = e.post_send(qp, wr) {
+                            result = Err((i, err));
+                            return;
+                        }
+                        continue;
+                    }
+                    Pending::Write => None,
+                    Pending::Read(k) => Some(k),
+                };
                 let data = read.map(|k| &st.reads[k][..]);
                 // Another thread may have posted meanwhile: then the usual way (the
                 // bytes moved already; moving them again is harmless).
