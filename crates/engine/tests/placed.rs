@@ -79,10 +79,13 @@ fn placed_read_lands_its_bytes_and_completes() {
             .post_send_placed(qp, &wr, Some(&data[..10])),
         Err(PostError::InvalidOpcode)
     );
+    let before = p.sim.stats().delivered;
     p.engine(End::A)
         .post_send_placed(qp, &wr, Some(&data))
         .unwrap();
     p.run_until_send_cqes(End::A, 1).unwrap();
+    // Carried out locally: nothing went on the wire.
+    assert_eq!(p.sim.stats().delivered, before);
     let s = p.poll_send(End::A);
     assert_eq!((s[0].status, s[0].byte_len), (WcStatus::Success, 9000));
     assert_eq!(p.bytes(End::A, 100, 9000), &data[..]);
@@ -192,4 +195,45 @@ fn placed_writes_survive_loss_in_order() {
         p.settle();
         assert_eq!(p.bytes(End::A, 0, 32_768), p.bytes(End::B, 0, 32_768));
     }
+}
+
+#[test]
+fn a_placed_read_completes_after_the_writes_before_it() {
+    let mut p = Pair::lossless();
+    same_host(&mut p);
+    let qp = p.a.qp;
+    p.fill(End::A, 0, 4096, 8);
+    let sge = p.sge(End::A, 0, 4096);
+    let (remote_addr, rkey) = (p.addr(End::B, 0), p.rkey(End::B));
+    let wr = SendWr::new(
+        1,
+        SendOp::RdmaWrite { remote_addr, rkey },
+        std::slice::from_ref(&sge),
+    );
+    place_write(&mut p, &wr, 0);
+    p.engine(End::A).post_send_placed(qp, &wr, None).unwrap();
+    let back = p.bytes(End::B, 0, 4096).to_vec();
+    let rsge = p.sge(End::A, 8192, 4096);
+    let rd = SendWr::new(
+        2,
+        SendOp::RdmaRead { remote_addr, rkey },
+        std::slice::from_ref(&rsge),
+    );
+    p.engine(End::A)
+        .post_send_placed(qp, &rd, Some(&back))
+        .unwrap();
+    // The READ is done, but completes only after the WRITE before it.
+    assert!(p.poll_send(End::A).is_empty());
+    p.run_until_send_cqes(End::A, 2).unwrap();
+    let s = p.poll_send(End::A);
+    let got: Vec<_> = s.iter().map(|w| (w.wr_id, w.status, w.opcode)).collect();
+    assert_eq!(
+        got,
+        vec![
+            (1, WcStatus::Success, WcOpcode::RdmaWrite),
+            (2, WcStatus::Success, WcOpcode::RdmaRead)
+        ]
+    );
+    assert_eq!(s[1].byte_len, 4096);
+    assert_eq!(p.bytes(End::A, 8192, 4096), p.bytes(End::A, 0, 4096));
 }

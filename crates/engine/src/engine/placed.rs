@@ -14,8 +14,9 @@
 //!   bounds) and writes nothing; so the ACK, the requester's completion, and for WRITE
 //!   with immediate the target's receive completion (its byte_len from the RETH) come
 //!   as on the UDP path, after the bytes landed;
-//! - a placed READ is a READ request of length 0, answered by one empty READ
-//!   response; its bytes were scattered into the local SGEs when it was posted.
+//! - a placed READ is carried out by the requester itself, like a local operation: its
+//!   bytes were scattered into the local SGEs when it was posted; it takes no PSN,
+//!   sends nothing, and completes in order, once every earlier WQE has.
 //!
 //! Ordering (IBA 9.5: a responder executes requests in the order they were sent): the driver
 //! moves bytes only while every WQE not yet retired on the QP is itself placed

@@ -715,19 +715,12 @@ fn place_read_response(
 ) -> Result<(), WcStatus> {
     let wqe = *ctx.sq.get(seq);
     let offset = k * ctx.mtu;
-    let want = if wqe.placed {
-        0 // its bytes were placed when it was posted (`engine/placed.rs`)
-    } else {
-        (wqe.length - offset.min(wqe.length)).min(ctx.mtu) as usize
-    };
+    let want = (wqe.length - offset.min(wqe.length)).min(ctx.mtu) as usize;
     let last = k + 1 == wqe.npsn;
     let payload = pkt.payload();
     if payload.len() != want || pkt.info().position.ends_message() != last {
         // Not what this READ asked for.
         return Err(WcStatus::BadRespErr);
-    }
-    if wqe.placed {
-        return Ok(());
     }
     ctx.shared
         .scatter(ctx.pd, ctx.sq.sges(seq), offset, payload)

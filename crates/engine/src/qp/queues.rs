@@ -45,6 +45,13 @@ impl SendWqe {
         placed: false,
     };
 
+    /// Whether the requester carries it out itself, with no packet: a local
+    /// operation (memory window bind, local invalidate) or a placed READ, whose bytes
+    /// are in place already (`engine/placed.rs`).
+    pub fn runs_locally(&self) -> bool {
+        self.op.is_local() || (self.placed && matches!(self.op, SendOp::RdmaRead { .. }))
+    }
+
     pub fn last_psn(&self) -> Psn {
         self.first_psn.add(self.npsn.saturating_sub(1))
     }

@@ -169,12 +169,7 @@ impl Requester {
                 // (IBA 9.7.5.1.3 lets the requester restart mid-message); a peer
                 // doing selective repeat is asked only for the run of responses
                 // missing up to the next one placed ahead (`qp/selective.rs`).
-                // A placed READ asks for nothing: its bytes were read already.
-                let rest = if wqe.placed {
-                    0
-                } else {
-                    wqe.length - offset.min(wqe.length)
-                };
+                let rest = wqe.length - offset.min(wqe.length);
                 let resent = psn.before(self.frontier);
                 let dma_len = if resent && ctx.board.peer == Peer::Selective {
                     // The run missing, and the response after it (held already):
