@@ -1488,3 +1488,120 @@ fn duplicate_reads_must_match_the_original() {
     assert_undisturbed(&mut p, End::B, "after duplicate READs");
     round_trip(&mut p, "after duplicate READs");
 }
+
+/// One packet of a flood ahead of the expected PSN: how far ahead, its opcode,
+/// its index in its message (what the offer in Resv7 carries), and for a WRITE
+/// its RETH's offset into the responder's buffer and length.
+struct Ahead {
+    ahead: u32,
+    op: Opcode,
+    index: u32,
+    offset: u64,
+    dma_len: u32,
+}
+
+/// Hands `packets` to B as from A, offering selective repeat on each; returns the
+/// most B held at once. Checks that B's bookkeeping was allocated once, at the
+/// first offer, and that only (selective) ACKs go back.
+fn flood_ahead(p: &mut Pair, packets: impl Iterator<Item = Ahead>) -> HeldAhead {
+    let qp_b = p.side(End::B).qp;
+    let dest = qpn(p, End::B);
+    let (rkey, va) = (p.rkey(End::B), p.addr(End::B, 0));
+    let epsn = p.opts.psn_a;
+    let before = p.engine(End::B).qp_held_ahead(qp_b).unwrap();
+    assert_eq!(before, HeldAhead::default(), "nothing before an offer");
+    let payload = vec![0x5au8; 1024];
+    let mut most = HeldAhead::default();
+    let mut allocated = None;
+    for (n, a) in packets.enumerate() {
+        let mut r = repr_op(a.op, dest, (epsn + a.ahead) & 0xff_ffff, &payload);
+        r.bth.resv7 = 1 + a.index.min(126) as u8;
+        if let Some(reth) = &mut r.reth {
+            reth.va = va + a.offset;
+            reth.rkey = rkey;
+            reth.dma_len = a.dma_len;
+        }
+        inject(p, End::B, &to_end(End::B, &r));
+        let now = p.engine(End::B).qp_held_ahead(qp_b).unwrap();
+        most.packets = most.packets.max(now.packets);
+        most.writes = most.writes.max(now.writes);
+        most.messages = most.messages.max(now.messages);
+        most.bytes = most.bytes.max(now.bytes);
+        assert_eq!(*allocated.get_or_insert(now.bytes), now.bytes, "packet {n}");
+        for out in drain(p, End::B) {
+            let pkt = RocePacket::new_checked(&out[..]).unwrap();
+            assert_eq!(pkt.info().kind, OpKind::Acknowledge, "packet {n}");
+        }
+    }
+    assert_eq!(p.qp_state(End::B), QpState::Rts);
+    assert_eq!(p.poll_recv(End::B), vec![]);
+    most
+}
+
+/// A requester that offers selective repeat and then floods the responder with
+/// packets ahead of the expected PSN — never the expected one, so nothing is
+/// committed: a new WRITE or message starting at nearly every PSN, PSNs past the
+/// window, then long WRITEs filling the whole window. The responder keeps no
+/// payload (what it places goes to registered memory, where it would go in
+/// order), and no more bookkeeping than `HeldAhead`'s bounds (256 packets, 64
+/// WRITEs, 64 messages: a few KiB per QP, whatever the MTU), all of it
+/// allocated once, when the first offer came.
+#[test]
+fn a_flood_ahead_of_the_expected_psn_holds_no_more_than_the_bound() {
+    const MTU: u32 = 1024;
+    // Many short messages: the tables of WRITEs and messages fill.
+    let mut p = Pair::lossless();
+    let mixed = (1..4000u32).map(|k| {
+        let (op, index) = match k % 4 {
+            0 => (Opcode::RcWriteFirst, 0),
+            1 => (Opcode::RcSendMiddle, 1 + k % 5),
+            2 => (Opcode::RcWriteLast, 1),
+            _ => (Opcode::RcSendFirst, 0),
+        };
+        Ahead {
+            // One packet in eight lies past the window.
+            ahead: if k % 8 == 0 { 256 + k } else { 1 + k % 255 },
+            op,
+            index,
+            offset: u64::from(k % 30 * MTU),
+            dma_len: 2 * MTU,
+        }
+    });
+    let most = flood_ahead(&mut p, mixed);
+    assert_eq!(
+        (most.writes, most.messages),
+        (HeldAhead::MAX_WRITES, HeldAhead::MAX_MESSAGES),
+        "{most:?}"
+    );
+    // Long WRITEs (100 packets each) over the whole window and past it, twice.
+    let opts = PairOpts {
+        buf_len: 1 << 20,
+        ..PairOpts::default()
+    };
+    let mut p = Pair::new(1, softverbs_sim::Faults::none(), opts);
+    let long = (0..2).flat_map(|_| {
+        (1..400u32).map(|ahead| {
+            let index = (ahead - 1) % 100;
+            Ahead {
+                ahead,
+                op: if index == 0 {
+                    Opcode::RcWriteFirst
+                } else {
+                    Opcode::RcWriteMiddle
+                },
+                index,
+                offset: u64::from((ahead - 1 - index) * MTU),
+                dma_len: 100 * MTU,
+            }
+        })
+    });
+    let filled = flood_ahead(&mut p, long);
+    assert!(filled.packets >= 250, "the window filled: {filled:?}");
+    for m in [most, filled] {
+        assert!(m.packets <= HeldAhead::MAX_PACKETS, "{m:?}");
+        assert!(m.writes <= HeldAhead::MAX_WRITES, "{m:?}");
+        assert!(m.messages <= HeldAhead::MAX_MESSAGES, "{m:?}");
+        assert!(m.bytes > 0 && m.bytes <= HeldAhead::MAX_BYTES, "{m:?}");
+    }
+    const { assert!(HeldAhead::MAX_BYTES <= 16 << 10) };
+}

@@ -772,6 +772,14 @@ pub fn link_mtu(ip: std::net::IpAddr) -> Option<u32> {
         .ok()
 }
 
+/// Sets the calling thread's timer slack to `slack` (Linux rounds a sleeping thread's
+/// timeouts up by its slack, 50 µs by default); best effort.
+pub fn set_timer_slack(slack: Duration) {
+    let ns = slack.as_nanos().clamp(1, u128::from(u32::MAX)) as libc::c_ulong;
+    // SAFETY: PR_SET_TIMERSLACK takes a plain integer argument and touches no memory.
+    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, ns, 0, 0, 0) };
+}
+
 /// Runs `f` with every signal blocked on the calling thread (threads it spawns inherit the
 /// mask), then restores the mask.
 pub fn with_signals_blocked<R>(f: impl FnOnce() -> R) -> R {

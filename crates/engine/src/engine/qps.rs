@@ -149,6 +149,12 @@ impl Engine {
         self.qps.get(qp.0).and_then(|q| q.comp.srtt())
     }
 
+    /// What the QP's responder holds for packets that arrived ahead of the
+    /// expected PSN (selective repeat; see [`crate::HeldAhead`]).
+    pub fn qp_held_ahead(&self, qp: QpHandle) -> Option<crate::HeldAhead> {
+        self.qps.get(qp.0).map(|q| q.resp.held_ahead())
+    }
+
     /// The QP's number.
     pub fn qp_num(&self, qp: QpHandle) -> Option<Qpn> {
         self.qps.get(qp.0).map(|q| q.qpn)

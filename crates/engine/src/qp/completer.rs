@@ -204,6 +204,7 @@ impl Completer {
             ctx.shared.counters.drop_out_of_sequence += 1;
             return v;
         }
+        self.recovery.on_answer(now, psn);
         let aeth = pkt
             .aeth()
             .and_then(|h| AethSyndrome::from_byte(h.syndrome()).ok());
@@ -511,6 +512,9 @@ impl Completer {
             ctx.shared.counters.drop_out_of_sequence += 1;
             return;
         }
+        if psn == wqe.first_psn {
+            self.recovery.on_read_response(now, psn);
+        }
         // (One left from long ago, outside what is outstanding, is replaced: PSNs
         // compare only within half their space.)
         if self
@@ -669,6 +673,7 @@ impl Completer {
             }
             // The IBTA local ACK timeout (IBA 9.7.6.1.3): only these count.
             ctx.shared.counters.ack_timeouts += 1;
+
             if self.retry_left == 0 {
                 let seq = wqe_with_psn(ctx, self.una).unwrap_or(ctx.sq.head);
                 v.fail = Some((seq, WcStatus::RetryExcErr));

@@ -209,6 +209,37 @@ const AHEAD_MESSAGES: usize = 64;
 /// Most WRITEs whose first packet may be kept ahead at once.
 const AHEAD_WRITES: usize = 64;
 
+/// What a responder keeps for the packets it placed ahead of the expected PSN
+/// (selective repeat), for one QP. No payload is ever kept: a packet held ahead
+/// was already placed in the registered memory it targets, so what a lossy or
+/// hostile requester can make the responder keep is this bookkeeping, allocated
+/// once when the requester first offers selective repeat and bounded by the
+/// `MAX_` constants whatever arrives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct HeldAhead {
+    /// Packets held ahead, to be committed in PSN order.
+    pub packets: u32,
+    /// WRITEs whose first packet (and RETH) was kept ahead.
+    pub writes: u32,
+    /// Messages some packet of which arrived ahead.
+    pub messages: u32,
+    /// Bytes allocated for all of it.
+    pub bytes: usize,
+}
+
+impl HeldAhead {
+    /// Most packets held ahead: the PSNs past the expected one a responder keeps.
+    pub const MAX_PACKETS: u32 = WINDOW;
+    /// Most WRITEs with a first packet kept ahead.
+    pub const MAX_WRITES: u32 = AHEAD_WRITES as u32;
+    /// Most messages tracked ahead.
+    pub const MAX_MESSAGES: u32 = AHEAD_MESSAGES as u32;
+    /// The bytes all of that takes.
+    pub const MAX_BYTES: usize = WINDOW as usize * core::mem::size_of::<Option<Held>>()
+        + AHEAD_WRITES * core::mem::size_of::<AheadWrite>()
+        + AHEAD_MESSAGES * core::mem::size_of::<AheadMessage>();
+}
+
 /// The responder's side: active once the requester offered; then the packets it
 /// holds ahead, in a ring indexed by PSN.
 #[derive(Debug, Default)]
@@ -332,6 +363,18 @@ impl Reorder {
     /// it is the message in progress now.
     pub fn drop_write(&mut self, first: Psn) {
         self.writes.retain(|w| w.first != first);
+    }
+
+    /// What is held now, and the memory it takes.
+    pub fn usage(&self) -> HeldAhead {
+        HeldAhead {
+            packets: self.count,
+            writes: self.writes.len() as u32,
+            messages: self.messages.len() as u32,
+            bytes: self.slots.capacity() * core::mem::size_of::<Option<Held>>()
+                + self.writes.capacity() * core::mem::size_of::<AheadWrite>()
+                + self.messages.capacity() * core::mem::size_of::<AheadMessage>(),
+        }
     }
 
     /// Forgets every packet held (the QP left RTS or reset its PSNs).

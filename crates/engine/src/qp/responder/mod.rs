@@ -156,6 +156,11 @@ impl Responder {
         }
     }
 
+    /// What selective repeat holds ahead of the expected PSN.
+    pub fn held_ahead(&self) -> crate::qp::selective::HeldAhead {
+        self.sr.usage()
+    }
+
     /// Sizes the duplicate cache and the answer queue once, so the data path does
     /// not allocate.
     pub fn reserve(&mut self, max_dest_rd_atomic: usize) {
