@@ -5,22 +5,28 @@
 #   bandwidth  softverbs rstream, -S 65536 bandwidth test (blocking), Gb/s
 #              softverbs perf write --size 65536 (RDMA WRITE, same device path), Gb/s
 #              iperf3, one TCP stream, Gb/s
+#              iperf3 through Debian's librspreload on the drop-in librdmacm (rsockets), Gb/s
 #   latency    softverbs rstream -S 64, one transfer each way per iteration (blocking
 #              and non-blocking/spinning), usec per one-way transfer
 #              sockperf ping-pong over TCP, 64 bytes, avg one-way latency in usec
 #
 # then the ratios the issue names (bandwidth >= 1.0x TCP and >= 0.8x perf write;
-# latency <= TCP's). The issue's own benchmark runs iperf3 *through librspreload* on the
-# drop-in librdmacm; that needs the C rsocket API (not done yet), so the rsocket side here
-# is softverbs' own rstream (the same wire protocol).
+# latency <= TCP's), for softverbs' own rstream and for iperf3 preloaded (the issue's own
+# benchmark: unmodified iperf3 over rsockets).
 #
 # Usage: bench/sockets.sh [SECONDS_PER_TCP_RUN]   (default 5). Talks only to 127.0.0.1;
 # every process it starts is bounded by `timeout`. Needs iperf3, sockperf, python3, cargo.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS="${1:-5}"
-cargo build --release -q -p softverbs-cli
+cargo build --release -q -p softverbs-cli -p softverbs-rdmacm-abi -p softverbs-ibverbs-abi \
+    -p softverbs-mlx5-stub -p softverbs-efa-stub
 SV=target/release/softverbs
+PRELOAD=/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so
+DROPIN=$(mktemp -d)
+trap 'rm -rf "$DROPIN"' EXIT
+ln -s "$PWD/target/release/libsoftverbs_rdmacm.so" "$DROPIN/librdmacm.so.1"
+ln -s "$PWD/target/release/libsoftverbs_ibverbs.so" "$DROPIN/libibverbs.so.1"
 port() { python3 -c 'import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 # rstream: run server and client with the same test args, print the client's result line.
@@ -51,6 +57,21 @@ tcp_bw=$(timeout $((SECS + 30)) iperf3 -c 127.0.0.1 -p "$p" -t "$SECS" -J \
     | python3 -c 'import json,sys; print(round(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]/1e9, 2))')
 wait "$isrv" || true
 
+# The same iperf3 run, both ends preloaded: every socket call an rsocket call.
+rs_iperf=nan
+if [[ -f $PRELOAD ]]; then
+    p=$(port)
+    LD_LIBRARY_PATH=$DROPIN LD_PRELOAD=$PRELOAD timeout $((SECS + 30)) \
+        iperf3 -s -1 -B 127.0.0.1 -p "$p" >/dev/null &
+    isrv=$!
+    sleep 0.5
+    rs_iperf=$(LD_LIBRARY_PATH=$DROPIN LD_PRELOAD=$PRELOAD timeout $((SECS + 30)) \
+        iperf3 -c 127.0.0.1 -p "$p" -t "$SECS" -J \
+        | python3 -c 'import json,sys; print(round(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]/1e9, 2))' \
+        || echo nan)
+    wait "$isrv" || true
+fi
+
 p=$(port)
 timeout $((SECS + 30)) sockperf sr --tcp -i 127.0.0.1 -p "$p" >/dev/null 2>&1 &
 ssrv=$!
@@ -60,13 +81,14 @@ tcp_lat=$(timeout $((SECS + 30)) sockperf pp --tcp -i 127.0.0.1 -p "$p" -m 64 -t
 kill "$ssrv" 2>/dev/null || true
 wait "$ssrv" 2>/dev/null || true
 
-python3 - "$rs_bw" "$pw" "$tcp_bw" "$rs_lat_b" "$rs_lat_n" "$tcp_lat" <<'PY'
+python3 - "$rs_bw" "$pw" "$tcp_bw" "$rs_lat_b" "$rs_lat_n" "$tcp_lat" "$rs_iperf" <<'PY'
 import sys
 def f(x):
     try: return float(x)
     except ValueError: return float("nan")
-rs_bw, pw, tcp_bw, lat_b, lat_n, tcp_lat = map(f, sys.argv[1:])
+rs_bw, pw, tcp_bw, lat_b, lat_n, tcp_lat, rs_iperf = map(f, sys.argv[1:])
 print(f"bandwidth (Gb/s): rstream 64 KiB {rs_bw:.2f}   perf write 64 KiB {pw:.2f}   TCP (iperf3) {tcp_bw:.2f}")
+print(f"                  iperf3 over rsockets (librspreload) {rs_iperf:.2f}   ratio to TCP {rs_iperf/tcp_bw:.2f}x (target >= 1.0)")
 print(f"latency (usec, one way, 64 B): rstream blocking {lat_b:.2f}   rstream spinning {lat_n:.2f}   TCP (sockperf) {tcp_lat:.2f}")
 print(f"ratios: rstream/TCP bandwidth {rs_bw/tcp_bw:.2f}x (target >= 1.0)   rstream/perf write {rs_bw/pw:.2f}x (target >= 0.8)")
 print(f"        rstream/TCP latency {min(lat_b, lat_n)/tcp_lat:.2f}x (target <= 1.0)")

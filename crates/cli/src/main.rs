@@ -103,7 +103,10 @@ SOFTVERBS_* environment variables as usual. Example: softverbs run -- ibv_devinf
 UCX uses a device only if /dev/infiniband/<dev_name> is a character device, so CMD runs in a \
 private mount namespace (a user namespace too when not root) whose /dev also holds \
 infiniband/softverbs0, a bind mount of /dev/null; nothing outside CMD and its children sees it. \
---dev-node off leaves /dev alone; see docs/scale-out.md."
+--dev-node off leaves /dev alone; see docs/scale-out.md.\n\n\
+--sockets also puts rdma-core's librspreload.so (Debian package librdmacm1; or the file named by \
+SOFTVERBS_RSPRELOAD) first in LD_PRELOAD, so an unmodified socket program (iperf3, nc, socat) \
+talks over rsockets: softverbs run --sockets -- iperf3 -s"
     )]
     Run(run::RunArgs),
 }

@@ -1,6 +1,8 @@
 //! `softverbs run -- CMD ARGS...`: runs an unmodified rdma-core program on the drop-in
 //! `libibverbs.so.1` (crate softverbs-ibverbs-abi) and `librdmacm.so.1` (crate
-//! softverbs-rdmacm-abi) built next to this binary.
+//! softverbs-rdmacm-abi) built next to this binary; with `--sockets`, also with
+//! rdma-core's `librspreload.so` preloaded, so an unmodified socket program's sockets become
+//! rsockets of that librdmacm.
 
 use std::error::Error;
 use std::ffi::OsString;
@@ -32,9 +34,51 @@ pub struct RunArgs {
     /// uses a device, in a private mount namespace (see docs/scale-out.md).
     #[arg(long, value_enum, default_value_t = DevNodeMode::Auto)]
     dev_node: DevNodeMode,
+    /// Also preload rdma-core's librspreload.so (Debian package librdmacm1), which turns the
+    /// program's TCP and UDP sockets into rsockets over softverbs.
+    #[arg(long)]
+    sockets: bool,
     /// The program to run, then its arguments (put `--` before them).
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
     cmd: Vec<OsString>,
+}
+
+/// Where distributions install rdma-core's socket preload library (package librdmacm1).
+const RSPRELOAD_DIRS: [&str; 4] = [
+    "/usr/lib/x86_64-linux-gnu/rsocket",
+    "/usr/lib/aarch64-linux-gnu/rsocket",
+    "/usr/lib64/rsocket",
+    "/usr/lib/rsocket",
+];
+
+/// Names a librspreload.so to use instead of searching [`RSPRELOAD_DIRS`].
+const RSPRELOAD_ENV: &str = "SOFTVERBS_RSPRELOAD";
+
+/// rdma-core's librspreload.so: `$SOFTVERBS_RSPRELOAD` when set (it must exist), else the
+/// first of the usual places that has it.
+fn rspreload() -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os(RSPRELOAD_ENV).filter(|v| !v.is_empty()) {
+        let p = PathBuf::from(p);
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(format!(
+                "{RSPRELOAD_ENV}={} is not a file: --sockets needs rdma-core's librspreload.so",
+                p.display()
+            ))
+        };
+    }
+    RSPRELOAD_DIRS
+        .iter()
+        .map(|d| Path::new(d).join("librspreload.so"))
+        .find(|p| p.is_file())
+        .ok_or_else(|| {
+            format!(
+                "--sockets needs rdma-core's librspreload.so, found in none of {}: install it \
+                 (Debian: apt-get install librdmacm1) or name it with {RSPRELOAD_ENV}",
+                RSPRELOAD_DIRS.join(", ")
+            )
+        })
 }
 
 /// Points `dir/name` at `target`, atomically, unless it already does.
@@ -82,6 +126,7 @@ fn dropin_dir() -> Result<PathBuf, Box<dyn Error + Send + Sync>> {
 
 /// Execs the program; returns only on failure.
 pub fn run(a: &RunArgs) -> Result<(), Box<dyn Error + Send + Sync>> {
+    let preload = if a.sockets { Some(rspreload()?) } else { None };
     let dropin = dropin_dir()?;
     match devnode::provide(a.dev_node) {
         Ok(_) => {}
@@ -97,9 +142,17 @@ pub fn run(a: &RunArgs) -> Result<(), Box<dyn Error + Send + Sync>> {
         path.push(":");
         path.push(old);
     }
-    let err = Command::new(&a.cmd[0])
-        .args(&a.cmd[1..])
-        .env("LD_LIBRARY_PATH", path)
-        .exec();
+    let mut cmd = Command::new(&a.cmd[0]);
+    cmd.args(&a.cmd[1..]).env("LD_LIBRARY_PATH", path);
+    if let Some(lib) = preload {
+        // First, so its socket calls win; what the caller preloads stays after it.
+        let mut list = OsString::from(lib.as_os_str());
+        if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
+            list.push(":");
+            list.push(old);
+        }
+        cmd.env("LD_PRELOAD", list);
+    }
+    let err = cmd.exec();
     Err(format!("cannot run {}: {err}", a.cmd[0].to_string_lossy()).into())
 }

@@ -588,6 +588,83 @@ fn run_puts_the_drop_in_libraries_first() {
     }
 }
 
+/// `softverbs run --sockets` preloads rdma-core's librspreload.so (first, before what the
+/// caller preloads) on top of what `run` does; a missing library is a clear error and runs
+/// nothing; without `--sockets` nothing is preloaded.
+#[test]
+fn run_sockets_preloads_librspreload() {
+    const SHOW: &str = "echo \"$LD_PRELOAD|$LD_LIBRARY_PATH\"";
+    let system = std::path::Path::new("/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so");
+    // A library named by SOFTVERBS_RSPRELOAD is used as given (any file will do here: the
+    // shell never opens a socket, so the preload is never asked to do anything).
+    let stand_in = std::env::temp_dir().join(format!("rspreload-{}.so", std::process::id()));
+    std::fs::copy("/bin/true", &stand_in).expect("make a stand-in library file");
+    let stand_in_str = stand_in.to_str().unwrap();
+    let out = run(
+        &["run", "--sockets", "--", "sh", "-c", SHOW],
+        &[("SOFTVERBS_RSPRELOAD", stand_in_str), ("LD_PRELOAD", "")],
+    );
+    assert!(out.status.success(), "{}", out.stderr);
+    let (preload, libpath) = out.stdout.trim().split_once('|').expect("two fields");
+    assert_eq!(preload, stand_in_str);
+    assert!(
+        libpath.split(':').next().unwrap().ends_with("dropin"),
+        "{libpath}"
+    );
+    // The caller's own preloads stay, after it.
+    let out = run(
+        &["run", "--sockets", "--", "sh", "-c", SHOW],
+        &[
+            ("SOFTVERBS_RSPRELOAD", stand_in_str),
+            ("LD_PRELOAD", "libfoo.so"),
+        ],
+    );
+    let _ = std::fs::remove_file(&stand_in);
+    assert!(
+        out.stdout
+            .starts_with(&format!("{stand_in_str}:libfoo.so|")),
+        "{}",
+        out.stdout
+    );
+    // Missing: an error naming what is wrong, and the program never runs.
+    let out = run(
+        &["run", "--sockets", "--", "sh", "-c", "echo ran"],
+        &[("SOFTVERBS_RSPRELOAD", "/nonexistent/librspreload.so")],
+    );
+    assert!(!out.status.success());
+    assert!(!out.stdout.contains("ran"), "{}", out.stdout);
+    assert!(
+        out.stderr.contains("/nonexistent/librspreload.so")
+            && out.stderr.contains("librspreload.so"),
+        "{}",
+        out.stderr
+    );
+    // Without --sockets, nothing is preloaded.
+    let out = run(&["run", "--", "sh", "-c", SHOW], &[("LD_PRELOAD", "")]);
+    assert!(out.stdout.starts_with('|'), "{}", out.stdout);
+    // Debian's own library is found where librdmacm1 installs it.
+    if system.is_file() {
+        let out = run(
+            &["run", "--sockets", "--", "sh", "-c", SHOW],
+            &[("LD_PRELOAD", "")],
+        );
+        assert!(out.status.success(), "{}", out.stderr);
+        assert!(
+            out.stdout.starts_with(&format!("{}|", system.display())),
+            "{}",
+            out.stdout
+        );
+    } else {
+        eprintln!(
+            "SKIPPED part: {} not installed (apt-get install librdmacm1)",
+            system.display()
+        );
+    }
+    // Argument handling: --sockets still needs a program.
+    let out = run(&["run", "--sockets"], &[]);
+    assert!(!out.status.success());
+}
+
 /// The JSON document of a local `softverbs perf send --bw --ud` run of `iters` 1024-byte
 /// messages, checked: it completes, and every message sent is counted as received or lost.
 fn perf_ud_bw(iters: u64, env: &[(&str, &str)]) -> serde_json::Value {

@@ -59,6 +59,7 @@ pub mod exports;
 pub mod marshall;
 pub mod mw;
 pub mod private_cm;
+pub mod private_sock;
 pub mod srq;
 pub mod strs;
 pub mod stubs;

@@ -36,7 +36,7 @@ static MANAGER: Mutex<Option<ConnectionManager>> = Mutex::new(None);
 
 /// The process's connection manager; a device opened before a `fork()` is the parent's,
 /// so the child opens its own.
-fn manager() -> Result<ConnectionManager, c_int> {
+pub(crate) fn manager() -> Result<ConnectionManager, c_int> {
     let mut m = MANAGER.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(cm) = m.as_ref().filter(|cm| !cm.context().inherited()) {
         return Ok(cm.clone());
@@ -96,7 +96,7 @@ fn on_id(
 ///
 /// # Safety
 /// `addr` is NULL or readable for `len` bytes.
-unsafe fn socket_addr(
+pub(crate) unsafe fn socket_addr(
     addr: *const libc::sockaddr,
     len: libc::socklen_t,
 ) -> Result<SocketAddr, c_int> {
@@ -131,7 +131,7 @@ unsafe fn socket_addr(
 }
 
 /// `addr` as a `sockaddr_storage` (all zero for none).
-fn storage(addr: Option<SocketAddr>) -> libc::sockaddr_storage {
+pub(crate) fn storage(addr: Option<SocketAddr>) -> libc::sockaddr_storage {
     // SAFETY: all-zero is a valid sockaddr_storage (family AF_UNSPEC).
     let mut s: libc::sockaddr_storage = unsafe { core::mem::zeroed() };
     match addr {
@@ -789,6 +789,7 @@ static OPS: CmOps = CmOps {
     join_multicast,
     leave_multicast,
     set_option,
+    stream: &crate::private_sock::STREAM_OPS,
 };
 
 /// `const struct softverbs_cm_ops *softverbs_private_cm(uint32_t abi_version)`: the

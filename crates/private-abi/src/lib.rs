@@ -48,7 +48,9 @@ pub const VERSION_NODE: &CStr = c"SOFTVERBS_PRIVATE_1";
 /// The table version this crate describes. Changed whenever a field of [`CmOps`], [`CmEvent`]
 /// or their parts changes meaning or place; fields appended at the end of [`CmOps`] keep it
 /// and are detected through [`CmOps::size`].
-pub const ABI_VERSION: u32 = 1;
+///
+/// Version 2 added [`CmOps::stream`] (stream rsockets).
+pub const ABI_VERSION: u32 = 2;
 
 /// `softverbs_private_cm`: the table for `abi_version`, or NULL when not implemented.
 pub type EntryFn = unsafe extern "C" fn(abi_version: u32) -> *const CmOps;
@@ -253,6 +255,125 @@ pub struct CmOps {
         optval: *const c_void,
         optlen: usize,
     ) -> c_int,
+    /// Stream rsockets on the process's device (version 2).
+    pub stream: &'static StreamOps,
+}
+
+/// A stream rsocket inside `libibverbs.so.1`: a listener or a connection (0: none).
+pub type SockHandle = u64;
+
+/// What a stream rsocket is set up with (`rsetsockopt` before it connects or listens);
+/// 0 in a field: rsocket.c's default.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StreamSettings {
+    /// Send and receive queue entries (`RDMA_SQSIZE`, `RDMA_RQSIZE`).
+    pub sq_size: u32,
+    pub rq_size: u32,
+    /// Bytes a write posts inline (`RDMA_INLINE`).
+    pub inline_size: u32,
+    /// iomap slots offered to the peer (`RDMA_IOMAPSIZE`).
+    pub iomap_size: u32,
+    /// Send and receive ring bytes (twice `SO_SNDBUF` / `SO_RCVBUF`).
+    pub sbuf_size: u32,
+    pub rbuf_size: u32,
+}
+
+/// `readiness` bits (as `poll`'s).
+pub const READY_IN: u32 = 1;
+/// A data write can start.
+pub const READY_OUT: u32 = 2;
+/// The connection ended in order.
+pub const READY_HUP: u32 = 4;
+/// The connection failed.
+pub const READY_ERR: u32 = 8;
+
+/// `recv` flag: block until something arrives (else `-EAGAIN`).
+pub const IO_BLOCK: u32 = 1;
+/// `recv` flag: leave the bytes to be read again (`MSG_PEEK`).
+pub const IO_PEEK: u32 = 2;
+
+/// Stream rsockets, on the `softverbs::sock` streams of `libibverbs.so.1`. Functions
+/// returning `c_int` return 0 or a negative errno; `isize` ones a count or a negative errno.
+#[repr(C)]
+pub struct StreamOps {
+    /// `size_of::<StreamOps>()` in the library that built the table.
+    pub size: u32,
+    /// Listens at `addr` (port 0: ephemeral).
+    pub listen: unsafe extern "C" fn(
+        addr: *const sockaddr,
+        len: socklen_t,
+        backlog: c_int,
+        out: *mut SockHandle,
+    ) -> c_int,
+    /// Accepts one connection request with `settings`; `-EAGAIN` at once when none waits
+    /// and `block` is 0. The peer's address goes to `*peer`.
+    pub accept: unsafe extern "C" fn(
+        listener: SockHandle,
+        settings: *const StreamSettings,
+        block: u8,
+        peer: *mut sockaddr_storage,
+        out: *mut SockHandle,
+    ) -> c_int,
+    /// Connects to `addr`, blocking until established, refused (`-ECONNREFUSED`) or timed
+    /// out (`-ETIMEDOUT`).
+    pub connect: unsafe extern "C" fn(
+        addr: *const sockaddr,
+        len: socklen_t,
+        settings: *const StreamSettings,
+        out: *mut SockHandle,
+    ) -> c_int,
+    /// Closes a listener or connection (a connection shuts down and lingers for its last
+    /// writes first).
+    pub close: unsafe extern "C" fn(sock: SockHandle) -> c_int,
+    /// Reads up to `len` bytes (`IO_*` flags); 0 at end of stream.
+    pub recv: unsafe extern "C" fn(sock: SockHandle, buf: *mut u8, len: usize, flags: u32) -> isize,
+    /// Writes what can go of `len` bytes now (waits for the first byte with `block`).
+    pub send:
+        unsafe extern "C" fn(sock: SockHandle, buf: *const u8, len: usize, block: u8) -> isize,
+    /// `SHUT_RD`, `SHUT_WR` or `SHUT_RDWR`; waits for the control message to go.
+    pub shutdown: unsafe extern "C" fn(sock: SockHandle, how: c_int) -> c_int,
+    /// What `sock` is ready for now (`READY_*` bits in `*ready`; a listener is `READY_IN`
+    /// while a connection request waits). With `arm` nonzero and
+    /// nothing in `want` ready, it also stores up to 2 fds in `wait_fds` (the count in
+    /// `*nfds`) that turn readable when that may change.
+    pub readiness: unsafe extern "C" fn(
+        sock: SockHandle,
+        want: u32,
+        arm: u8,
+        ready: *mut u32,
+        wait_fds: *mut c_int,
+        nfds: *mut u32,
+    ) -> c_int,
+    /// The local and peer addresses (a listener has no peer: family 0).
+    pub addrs: unsafe extern "C" fn(
+        sock: SockHandle,
+        local: *mut sockaddr_storage,
+        peer: *mut sockaddr_storage,
+    ) -> c_int,
+    /// Keep-alives every `seconds` (0: off).
+    pub set_keepalive: unsafe extern "C" fn(sock: SockHandle, seconds: u32) -> c_int,
+    /// `riomap`: registers `len` bytes at `buf` (remote-writable and published when
+    /// `writable`) at `offset` (-1: the address); the offset in `*out`.
+    pub iomap: unsafe extern "C" fn(
+        sock: SockHandle,
+        buf: *mut u8,
+        len: usize,
+        writable: u8,
+        offset: i64,
+        out: *mut i64,
+    ) -> c_int,
+    /// `riounmap`.
+    pub iounmap: unsafe extern "C" fn(sock: SockHandle, buf: *mut u8, len: usize) -> c_int,
+    /// `riowrite`: what can go now of `len` bytes into the peer's mapping at `offset`
+    /// (waits for the first byte with `block`); 0 when no mapping covers `offset`.
+    pub iowrite: unsafe extern "C" fn(
+        sock: SockHandle,
+        buf: *const u8,
+        len: usize,
+        offset: u64,
+        block: u8,
+    ) -> isize,
 }
 
 /// The number of bytes of [`CmOps`] a table must provide for this crate's version.

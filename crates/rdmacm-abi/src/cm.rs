@@ -632,6 +632,98 @@ mod tests {
             join_multicast: no_join,
             leave_multicast: no_addr,
             set_option: no_option,
+            stream: &NO_STREAMS,
+        };
+
+        unsafe extern "C" fn no_listen(
+            _: *const sockaddr,
+            _: u32,
+            _: i32,
+            _: *mut softverbs_private_abi::SockHandle,
+        ) -> i32 {
+            -libc::ENOSYS
+        }
+        unsafe extern "C" fn no_accept(
+            _: u64,
+            _: *const softverbs_private_abi::StreamSettings,
+            _: u8,
+            _: *mut libc::sockaddr_storage,
+            _: *mut u64,
+        ) -> i32 {
+            -libc::ENOSYS
+        }
+        unsafe extern "C" fn no_connect(
+            _: *const sockaddr,
+            _: u32,
+            _: *const softverbs_private_abi::StreamSettings,
+            _: *mut u64,
+        ) -> i32 {
+            -libc::ENOSYS
+        }
+        unsafe extern "C" fn no_handle(_: u64) -> i32 {
+            -libc::ENOSYS
+        }
+        unsafe extern "C" fn no_recv(_: u64, _: *mut u8, _: usize, _: u32) -> isize {
+            -(libc::ENOSYS as isize)
+        }
+        unsafe extern "C" fn no_send(_: u64, _: *const u8, _: usize, _: u8) -> isize {
+            -(libc::ENOSYS as isize)
+        }
+        unsafe extern "C" fn no_shutdown(_: u64, _: i32) -> i32 {
+            -libc::ENOSYS
+        }
+        unsafe extern "C" fn no_readiness(
+            _: u64,
+            _: u32,
+            _: u8,
+            _: *mut u32,
+            _: *mut i32,
+            _: *mut u32,
+        ) -> i32 {
+            -libc::ENOSYS
+        }
+        unsafe extern "C" fn no_addrs(
+            _: u64,
+            _: *mut libc::sockaddr_storage,
+            _: *mut libc::sockaddr_storage,
+        ) -> i32 {
+            -libc::ENOSYS
+        }
+        unsafe extern "C" fn no_keepalive(_: u64, _: u32) -> i32 {
+            -libc::ENOSYS
+        }
+        unsafe extern "C" fn no_iomap(
+            _: u64,
+            _: *mut u8,
+            _: usize,
+            _: u8,
+            _: i64,
+            _: *mut i64,
+        ) -> i32 {
+            -libc::ENOSYS
+        }
+        unsafe extern "C" fn no_iounmap(_: u64, _: *mut u8, _: usize) -> i32 {
+            -libc::ENOSYS
+        }
+        unsafe extern "C" fn no_iowrite(_: u64, _: *const u8, _: usize, _: u64, _: u8) -> isize {
+            -(libc::ENOSYS as isize)
+        }
+
+        static NO_STREAMS: softverbs_private_abi::StreamOps = softverbs_private_abi::StreamOps {
+            size: size_of::<softverbs_private_abi::StreamOps>() as u32,
+            listen: no_listen,
+            accept: no_accept,
+            connect: no_connect,
+            close: no_handle,
+            recv: no_recv,
+            send: no_send,
+            shutdown: no_shutdown,
+            readiness: no_readiness,
+            addrs: no_addrs,
+            set_keepalive: no_keepalive,
+            iomap: no_iomap,
+            iounmap: no_iounmap,
+            iowrite: no_iowrite,
         };
     }
 

@@ -15,8 +15,12 @@
 //!   private table of `softverbs-private-abi` (docs/c-programs.md, "How librdmacm reaches
 //!   the device").
 //!
-//! What needs the connection manager fails with `ENOSYS` until this library drives it
-//! (issue 12, phase B); the rsocket functions fail likewise until rsockets exist.
+//! Stream rsockets live in `libibverbs.so.1` too (`softverbs::sock`, through the private
+//! table's `stream` part); [`rsocket`] keeps their C-facing state per descriptor. Datagram
+//! rsockets are a UDP socket and a UD QP made through the public verbs
+//! (`rsocket/dgram.rs`). When the
+//! loaded `libibverbs.so.1` is not softverbs', what needs the connection manager (rsockets
+//! included) fails with `ENOSYS`.
 
 // Events stay boxed in every collection: C holds pointers into them (their private data).
 #![allow(clippy::vec_box)]

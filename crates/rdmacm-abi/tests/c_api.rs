@@ -27,7 +27,7 @@ fn run_program(name: &str, body: &str, ibverbs: bool) -> Option<common::Output> 
 }
 
 /// Channels: a real fd, poll, O_NONBLOCK, blocking interrupted by a signal; ids and their
-/// lifetimes; what needs the connection manager; the rsocket calls.
+/// lifetimes; what needs the connection manager; the rsocket calls without a connection.
 const CHANNELS_AND_IDS: &str = r#"
 static int readable(int fd) {
     struct pollfd p = { .fd = fd, .events = POLLIN };
@@ -119,7 +119,9 @@ int main(void) {
     printf("%s / %s / %s\n", rdma_event_str(RDMA_CM_EVENT_ESTABLISHED),
            rdma_event_str(RDMA_CM_EVENT_ADDR_ERROR), rdma_event_str(-1));
 
-    SHOW("rsocket", rsocket(AF_INET6, SOCK_STREAM, 0));
+    int rs = rsocket(AF_INET6, SOCK_STREAM, 0);
+    printf("rsocket %d fd %d\n", rs >= 0, rs >= 0 && fcntl(rs, F_GETFD) >= 0);
+    SHOW("rclose_rsocket", rclose(rs));
     SHOW("rsocket_unix", rsocket(AF_UNIX, SOCK_STREAM, 0));
     SHOW("rsocket_raw", rsocket(AF_INET, SOCK_RAW, 0));
     SHOW("rsend", rsend(3, "x", 1, 0));
@@ -182,7 +184,8 @@ destroy_udp 0 -
 destroy_sync 0 -
 closed 1
 RDMA_CM_EVENT_ESTABLISHED / RDMA_CM_EVENT_ADDR_ERROR / UNKNOWN EVENT
-rsocket -1 ENOSYS
+rsocket 1 fd 1
+rclose_rsocket 0 -
 rsocket_unix -1 ENOTSUP
 rsocket_raw -1 ENOTSUP
 rsend -1 EBADF

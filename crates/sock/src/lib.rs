@@ -10,11 +10,15 @@
 //! registered buffers, carries out the work requests the core describes and reports their
 //! completions back.
 //!
+//! Datagram rsockets (SOCK_DGRAM: UD QPs, with a UDP socket to find peers) are in
+//! [`dgram`].
+//!
 //! Facts follow the project's CM reference §5 (rsockets protocol) and rdma-core 44's
 //! rsocket.c; behaviour is read there, the code here is our own.
 #![warn(missing_docs)]
 
 mod conn_data;
+pub mod dgram;
 mod msg;
 mod sge;
 mod stream;

@@ -203,6 +203,8 @@ pub struct DeviceCounters {
     pub tx_datagrams: u64,
     /// Datagrams read from the kernel.
     pub rx_datagrams: u64,
+    /// Of those, datagrams the progress thread read (the others: threads polling a CQ).
+    pub rx_by_progress_thread: u64,
     /// Datagrams the kernel refused for good.
     pub tx_errors: u64,
     /// Datagrams fault injection dropped.
@@ -213,6 +215,8 @@ pub struct DeviceCounters {
     pub tx_syscalls: u64,
     /// Times a full socket buffer made sending wait.
     pub tx_backpressure: u64,
+    /// Times a thread woke the progress thread to move its timer earlier.
+    pub timer_wakeups: u64,
 }
 
 /// What a context is: the device it shares, and what it owns.
@@ -419,11 +423,13 @@ impl Context {
         DeviceCounters {
             tx_datagrams: get(&c.tx_datagrams),
             rx_datagrams: get(&c.rx_datagrams),
+            rx_by_progress_thread: get(&c.rx_by_progress),
             tx_errors: get(&c.tx_errors),
             injected_drops: get(&c.injected_drops),
             rx_truncated: get(&c.rx_truncated),
             tx_syscalls: get(&c.tx_syscalls),
             tx_backpressure: get(&c.tx_backpressure),
+            timer_wakeups: get(&c.timer_wakeups),
         }
     }
 

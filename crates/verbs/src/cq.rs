@@ -72,9 +72,16 @@ impl Cq {
     /// again, so a thread spinning on its CQ needs no other thread to run; when
     /// nothing arrived it yields the CPU (`sched_yield`) before returning 0.
     pub fn poll(&self, out: &mut [WorkCompletion]) -> usize {
+        self.poll_receiving(out, true)
+    }
+
+    /// [`Cq::poll`]; with `spinning` false the caller is not a thread that keeps polling
+    /// (it arms the CQ when this finds nothing), so the progress thread keeps watching
+    /// the socket (see `Driver::poller_handoff`).
+    pub(crate) fn poll_receiving(&self, out: &mut [WorkCompletion], spinning: bool) -> usize {
         match self.poll_ready(out) {
             0 => match self.inner.ctx.device.driver() {
-                Ok(d) if d.try_progress() => self.poll_ready(out),
+                Ok(d) if d.try_progress(spinning) => self.poll_ready(out),
                 _ => {
                     // Nothing arrived: give the CPU to whoever is runnable. A thread
                     // spinning on an idle CQ (perftest -R's server waits for its control
@@ -106,6 +113,11 @@ impl Cq {
             return Err(ResourceError::InvalidArgument(
                 "CQ has no completion channel",
             ));
+        }
+        // The caller will wait on the channel rather than poll: the progress thread
+        // receives again from now on.
+        if let Ok(d) = self.inner.ctx.device.driver() {
+            d.end_poller_handoff();
         }
         self.inner
             .ctx

@@ -26,6 +26,8 @@
 //! spinning on its CQ then handles its own datagrams at once instead of waiting for the
 //! progress thread to be scheduled. One receive buffer, behind its own lock, serves both,
 //! so datagrams are handed to the engine in the order the socket gave them.
+//! While such a poller is active the progress thread does not wait on the socket at all
+//! (see [`Driver::poller_handoff`]): no thread is woken per datagram.
 
 use crate::config::Config;
 use crate::events::{EventQueue, Source};
@@ -53,6 +55,8 @@ pub struct DriverCounters {
     pub tx_datagrams: AtomicU64,
     /// Datagrams read from the kernel.
     pub rx_datagrams: AtomicU64,
+    /// Of those, datagrams the progress thread read (the others: threads polling a CQ).
+    pub rx_by_progress: AtomicU64,
     /// Datagrams the kernel refused to send for good (unreachable, too large).
     pub tx_errors: AtomicU64,
     /// Datagrams dropped by fault injection.
@@ -63,6 +67,8 @@ pub struct DriverCounters {
     pub tx_syscalls: AtomicU64,
     /// Times the socket's send buffer was full (`EAGAIN`/`ENOBUFS`) and sending waited.
     pub tx_backpressure: AtomicU64,
+    /// Times a thread woke the progress thread to move its timer earlier.
+    pub timer_wakeups: AtomicU64,
 }
 
 /// A completion channel's queue of CQ events.
@@ -148,6 +154,13 @@ pub(crate) struct Driver {
     thread: Mutex<Option<JoinHandle<()>>>,
     pub counters: DriverCounters,
     busy_poll: Duration,
+    /// See [`Driver::poller_handoff`].
+    poll_handoff: Duration,
+    /// When (nanoseconds since `epoch`, plus one; 0: never) an application thread last
+    /// received on the socket from an empty CQ poll ([`Driver::try_progress`]).
+    app_polled_at: AtomicU64,
+    /// The progress thread sleeps without watching the socket (a hand-off to pollers).
+    socket_unwatched: AtomicBool,
     /// The port's active MTU: the configured one, capped to fit the link.
     pub active_mtu: Mtu,
     warned_tx_error: AtomicBool,
@@ -310,11 +323,15 @@ impl Driver {
             base_ip: crate::addressing::base_addr(config.addr),
             epoch: std::time::Instant::now(),
             wake: EventFd::new(true, false).map_err(io_err("eventfd"))?,
-            sleeping_until: AtomicU64::new(u64::MAX),
+            // Awake: it computes its first sleep itself.
+            sleeping_until: AtomicU64::new(0),
             stop: AtomicBool::new(false),
             thread: Mutex::new(None),
             counters: DriverCounters::default(),
             busy_poll: config.busy_poll,
+            poll_handoff: config.poll_handoff,
+            app_polled_at: AtomicU64::new(0),
+            socket_unwatched: AtomicBool::new(false),
             active_mtu,
             warned_tx_error: AtomicBool::new(false),
             published_at: AtomicU64::new(0),
@@ -422,6 +439,7 @@ impl Driver {
             queue.push(ev);
         }
         if d.wake {
+            self.counters.timer_wakeups.fetch_add(1, Ordering::Relaxed);
             self.wake.signal();
         }
         self.cm_finish(d.cm);
@@ -701,6 +719,12 @@ impl Driver {
         self.counters
             .rx_datagrams
             .fetch_add(got as u64, Ordering::Relaxed);
+        // Counted before the engine sees them (and answers: a peer may look at once).
+        if on_progress_thread() {
+            self.counters
+                .rx_by_progress
+                .fetch_add(got as u64, Ordering::Relaxed);
+        }
         {
             let mut pcap = lock(&self.pcap);
             if pcap.is_some() {
@@ -754,11 +778,55 @@ impl Driver {
     /// Receives on the calling thread unless another thread is receiving; returns
     /// whether anything arrived. Called by pollers that found their CQ empty. Must
     /// not be called with the engine lock held.
-    pub fn try_progress(&self) -> bool {
+    /// `spinning`: the caller keeps polling while it finds nothing (the progress thread
+    /// may leave the socket to it).
+    pub fn try_progress(&self, spinning: bool) -> bool {
+        if spinning && !self.poll_handoff.is_zero() {
+            self.app_polled_at
+                .store(self.now().as_nanos() + 1, Ordering::Release);
+        }
         match self.rx.try_lock() {
             Ok(mut rx) => self.receive(&mut rx) > 0,
             Err(_) => false,
         }
+    }
+
+    /// Ends the hand-off to pollers at once: a thread that arms a CQ is about to block on
+    /// its completion channel instead of polling, so the progress thread must watch the
+    /// socket again (it is woken if it sleeps without doing so). Call without the lock.
+    pub fn end_poller_handoff(&self) {
+        // SeqCst here and in the progress thread (flag up, then hand-off read): at least
+        // one of the two sees the other's write.
+        if self.app_polled_at.swap(0, Ordering::SeqCst) != 0
+            && self.socket_unwatched.load(Ordering::SeqCst)
+        {
+            self.wake.signal();
+        }
+    }
+
+    /// How much longer the progress thread leaves the socket to application threads, if
+    /// one of them polled a CQ less than `poll_handoff` ago.
+    ///
+    /// A thread spinning on its CQ receives what arrives itself ([`Driver::try_progress`]).
+    /// Were the progress thread to sleep on the socket too, every datagram would wake it:
+    /// a context switch per message, which on a host whose cores are all taken by
+    /// spinning pollers (both ends of a ping-pong on two cores) preempts a poller and
+    /// costs more than the rest of the message's path. So while a poller is active the
+    /// progress thread does not wait for the socket; it looks again once no poll has come
+    /// for `poll_handoff`, which bounds what an application that stops polling (to spin on
+    /// memory for a peer's RDMA WRITE, or to block on its completion channel) waits for
+    /// the datagram that arrived meanwhile.
+    fn poller_handoff(&self) -> Option<Duration> {
+        if self.poll_handoff.is_zero() {
+            return None;
+        }
+        let at = self.app_polled_at.load(Ordering::SeqCst);
+        if at == 0 {
+            return None;
+        }
+        let until = (at - 1).saturating_add(self.poll_handoff.as_nanos() as u64);
+        let now = self.now().as_nanos();
+        (until > now).then(|| Duration::from_nanos(until - now))
     }
 
     /// Reads what waits on the multicast group sockets and hands it to the
@@ -859,6 +927,10 @@ impl Driver {
         }
     }
 
+    /// How soon the progress thread looks again when another thread was reading the
+    /// socket.
+    const MIN_TICK: Duration = Duration::from_micros(20);
+
     /// The longest a closing device stays up for a peer's retransmissions.
     const MAX_LINGER: Duration = Duration::from_secs(1);
 
@@ -882,9 +954,11 @@ impl Driver {
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         lines.push(("udp_tx_datagrams", get(&dc.tx_datagrams)));
         lines.push(("udp_rx_datagrams", get(&dc.rx_datagrams)));
+        lines.push(("udp_rx_by_progress_thread", get(&dc.rx_by_progress)));
         lines.push(("udp_tx_errors", get(&dc.tx_errors)));
         lines.push(("udp_tx_syscalls", get(&dc.tx_syscalls)));
         lines.push(("udp_tx_backpressure", get(&dc.tx_backpressure)));
+        lines.push(("progress_timer_wakeups", get(&dc.timer_wakeups)));
         lines.push(("injected_drops", get(&dc.injected_drops)));
         lines.push(("rx_truncated", get(&dc.rx_truncated)));
         if let Err(e) = crate::published::publish(self.local, &lines) {
@@ -927,8 +1001,8 @@ fn progress_thread(d: Arc<Driver>) {
     // This thread's sleeps end on the transport's timers, the shortest of which (a
     // tail-loss probe, from 50 µs) is as short as the default 50 µs slack that would
     // postpone it: a probe sent late costs a whole exchange where one message is in
-    // flight (`engine/src/qp/recovery.rs`).
-    sys::set_timer_slack(std::time::Duration::from_micros(1));
+    // flight (`engine/src/qp/recovery.rs`). The hand-off to pollers is as short.
+    sys::set_timer_slack(Duration::from_micros(1));
     // The multicast group sockets, refreshed when `groups_gen` moves.
     let mut groups: Vec<(SocketAddr, Arc<UdpSocket>)> = Vec::new();
     let mut groups_seen = 0;
@@ -963,10 +1037,25 @@ fn progress_thread(d: Arc<Driver>) {
             let rx = mc_rx.get_or_insert_with(|| RecvBatch::new(MAX_DATAGRAM + 64));
             d.receive_groups(&groups, rx)
         };
-        // Receive whatever is there (a poller may be doing the same: then the
-        // lock waits for it, and the next read finds what it left).
-        let got = {
-            let mut rx = lock(&d.rx);
+        // Receive whatever is there, unless application threads are polling and
+        // receive themselves. Never wait for the receive buffers: a thread spinning
+        // on its CQ takes them again and again, and a waiting progress thread could
+        // starve there, its timers with it.
+        let handoff = d.poller_handoff();
+        // Another thread holds the receive buffers: it is reading the socket now.
+        let mut rx_busy = false;
+        let rx = match handoff {
+            Some(_) => None,
+            None => match d.rx.try_lock() {
+                Ok(rx) => Some(rx),
+                Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+                Err(std::sync::TryLockError::WouldBlock) => {
+                    rx_busy = true;
+                    None
+                }
+            },
+        };
+        let got = if let Some(mut rx) = rx {
             let mut got = d.receive(&mut rx);
             if got == 0 && !d.busy_poll.is_zero() {
                 let until = std::time::Instant::now() + d.busy_poll;
@@ -976,6 +1065,8 @@ fn progress_thread(d: Arc<Driver>) {
                 }
             }
             got
+        } else {
+            0
         };
         if got > 0 || mc_got > 0 {
             continue;
@@ -983,18 +1074,28 @@ fn progress_thread(d: Arc<Driver>) {
         // Nothing to read: run timers, then sleep until the next deadline, a
         // datagram or a wake-up. The sleep deadline is published under the lock,
         // so a poster that arms an earlier timer afterwards sees it and wakes us.
-        let (deferred, timer, counters) = {
+        let (deferred, timer, counters, handoff) = {
             let mut st = d.lock();
             let now = d.now();
+            let handoff = d.poller_handoff();
             Driver::fire_timers(&mut st, now);
             let deferred = d.pump(&mut st);
             let deadline = Driver::next_deadline(&st);
+            // The thread wakes by then anyway: at its next timer or when the pollers'
+            // hand-off ends. A poster arming a later timer need not wake it.
+            // While another thread reads the socket, what it has not read yet would
+            // end a wait on POLLIN at once: look again shortly instead.
+            let handoff = handoff.or(rx_busy.then_some(Driver::MIN_TICK));
+            let wake_at = [deadline, handoff.map(|h| now + h)]
+                .into_iter()
+                .flatten()
+                .min();
             d.sleeping_until.store(
-                deadline.map_or(u64::MAX, |t| t.as_nanos()),
+                wake_at.map_or(u64::MAX, |t| t.as_nanos()),
                 Ordering::Release,
             );
-            let timer = deadline.map(|t| t.saturating_duration_since(now));
-            (deferred, timer, st.engine.counters())
+            let timer = wake_at.map(|t| t.saturating_duration_since(now));
+            (deferred, timer, st.engine.counters(), handoff)
         };
         d.finish(deferred);
         d.flush_capture();
@@ -1008,8 +1109,17 @@ fn progress_thread(d: Arc<Driver>) {
         } else {
             0
         };
+        let input = if handoff.is_some() { 0 } else { libc::POLLIN };
+        d.socket_unwatched
+            .store(handoff.is_some(), Ordering::SeqCst);
+        // An arming thread may have ended the hand-off before the flag was up.
+        let input = if handoff.is_some() && !rx_busy && d.poller_handoff().is_none() {
+            libc::POLLIN
+        } else {
+            input
+        };
         for (fd, events) in [
-            (d.socket.as_raw_fd(), libc::POLLIN | out),
+            (d.socket.as_raw_fd(), input | out),
             (d.wake.raw(), libc::POLLIN),
         ]
         .into_iter()
@@ -1039,6 +1149,7 @@ fn progress_thread(d: Arc<Driver>) {
             d.flush_outbox(true);
         }
         d.wake.take();
+        d.socket_unwatched.store(false, Ordering::Release);
         d.sleeping_until.store(0, Ordering::Release);
     }
 }

@@ -643,3 +643,98 @@ fn memory_windows_grant_and_revoke_remote_access() {
     );
     drop((mw1, mw2));
 }
+
+/// Spins on `cq` until it yields one completion.
+fn spin_one(cq: &Cq) -> WorkCompletion {
+    let deadline = std::time::Instant::now() + WAIT;
+    let mut wc = [WorkCompletion::default()];
+    while std::time::Instant::now() < deadline {
+        if cq.poll(&mut wc) == 1 {
+            return wc[0];
+        }
+    }
+    panic!("no completion within {WAIT:?}");
+}
+
+#[test]
+fn a_thread_polling_its_cq_receives_alone_and_hands_back_when_it_stops() {
+    // While an application thread polls, the progress thread leaves the socket to it
+    // (no wake-up per datagram); a long hand-off makes that certain here.
+    const HANDOFF: Duration = Duration::from_millis(300);
+    let cfg = Config {
+        poll_handoff: HANDOFF,
+        ..Config::default()
+    };
+    let (a, b) = pair(cfg);
+    assert_eq!(a.cq.poll(&mut []), 0);
+    assert_eq!(b.cq.poll(&mut []), 0);
+    let before = (a.ctx.device_counters(), b.ctx.device_counters());
+    let sges = [a.mr.sge(0, 8)];
+    for i in 0..200u64 {
+        b.qp.post_recv(i, &[b.mr.sge(0, 64)]).unwrap();
+        a.qp.post_send(&SendWr::new(i, SendOp::Send, &sges))
+            .unwrap();
+        assert_eq!(spin_one(&b.cq).wr_id, i);
+        assert_eq!(spin_one(&a.cq).status, WcStatus::Success);
+    }
+    let after = (a.ctx.device_counters(), b.ctx.device_counters());
+    for (x, y) in [(before.0, after.0), (before.1, after.1)] {
+        assert!(y.rx_datagrams - x.rx_datagrams >= 200);
+        assert_eq!(
+            y.rx_by_progress_thread, x.rx_by_progress_thread,
+            "the progress thread received while a thread polled"
+        );
+    }
+    // B stops polling: once the hand-off ended its progress thread takes A's WRITE in.
+    // (Not before: A's early retransmissions would run out while nobody reads.)
+    std::thread::sleep(HANDOFF + HANDOFF / 2);
+    a.mr.write(0, b"handback");
+    let wr = SendWr::new(
+        1000,
+        SendOp::RdmaWrite {
+            remote_addr: b.mr.addr() + 4096,
+            rkey: Rkey(b.mr.rkey()),
+        },
+        &sges,
+    );
+    a.qp.post_send(&wr).unwrap();
+    assert_eq!(a.cq.wait_for(1, WAIT)[0].status, WcStatus::Success);
+    let mut got = [0u8; 8];
+    b.mr.read(4096, &mut got);
+    assert_eq!(&got, b"handback");
+    assert!(b.ctx.device_counters().rx_by_progress_thread > after.1.rx_by_progress_thread);
+}
+
+#[test]
+fn arming_a_cq_ends_the_hand_off_to_pollers() {
+    // A hand-off longer than the test: only arming the CQ can end it.
+    let cfg = Config {
+        poll_handoff: Duration::from_secs(3600),
+        ..Config::default()
+    };
+    let ctx = Device::with_config("test", cfg.clone()).open().unwrap();
+    let channel = ctx.create_comp_channel().unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(16, Some(&channel)).unwrap();
+    let qp = QpBuilder::new(&pd, &cq).build().unwrap();
+    let mr = pd.reg_mr(vec![0u8; 4096], all_access()).unwrap();
+    let a = End {
+        ctx,
+        pd,
+        cq,
+        qp,
+        mr,
+    };
+    let b = end(cfg);
+    connect(&a, &b, Mtu::Mtu4096);
+    a.qp.post_recv(7, &[a.mr.sge(0, 64)]).unwrap();
+    // A polls (the progress thread leaves the socket to it), then arms and waits.
+    assert_eq!(a.cq.poll(&mut []), 0);
+    a.cq.req_notify(false).unwrap();
+    let sges = [b.mr.sge(0, 8)];
+    b.qp.post_send(&SendWr::new(1, SendOp::Send, &sges))
+        .unwrap();
+    assert_eq!(channel.get_event_timeout(WAIT), Some(a.cq.handle()));
+    a.cq.ack_events(1);
+    assert_eq!(a.cq.wait_for(1, WAIT)[0].wr_id, 7);
+}

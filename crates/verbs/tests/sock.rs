@@ -208,3 +208,91 @@ fn refused_and_in_use() {
     let e = RdmaStream::connect_with(&ctx, closed, &opts).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::ConnectionRefused, "{e}");
 }
+
+/// riomap / riowrite (the calls behind the C API's): the reader publishes a region, the
+/// writer RDMA-WRITEs into it at offsets, then a stream message (ordered after the writes on
+/// the RC connection) says it is done; the region holds exactly what was written, with
+/// nothing outside the mapping touched. Also: `readiness` and per-call non-blocking reads.
+#[test]
+fn iomap_and_iowrite_land_in_the_published_region() {
+    let opts = StreamOptions {
+        config: StreamConfig {
+            iomap_size: 1,
+            ..StreamConfig::default()
+        },
+        ..StreamOptions::default()
+    };
+    let server_ctx = device(Config::default());
+    let client_ctx = device(Config::default());
+    let (listener, at) = listen(&server_ctx, opts.clone());
+    let accepting = std::thread::spawn(move || listener.accept().unwrap().0);
+    let client = RdmaStream::connect_with(&client_ctx, at, &opts).unwrap();
+    let server = accepting.join().unwrap();
+
+    // Nothing has arrived: a non-blocking read would block, and readiness says so.
+    let mut one = [0u8; 1];
+    assert_eq!(
+        server.recv_with(&mut one, true, false).unwrap_err().kind(),
+        ErrorKind::WouldBlock
+    );
+    let r = server.readiness(true).unwrap();
+    assert!(!r.readable && r.writable && !r.hangup && !r.error, "{r:?}");
+
+    const LEN: usize = 200_000;
+    // One spare byte each side of the mapping, which must stay untouched.
+    let mut region = vec![0xEEu8; LEN + 2].into_boxed_slice();
+    let base = region.as_mut_ptr();
+    // SAFETY: the box outlives the stream's use of it (the stream is dropped first below)
+    // and is not read through a reference until the writer is done.
+    let offset = unsafe { server.iomap_raw(base.add(1), LEN, true, Some(5000)) }.unwrap();
+    assert_eq!(offset, 5000);
+    // Only one slot is offered by the peer.
+    let mut other = [0u8; 16];
+    // SAFETY: as above, for `other`.
+    let full = unsafe { server.iomap_raw(other.as_mut_ptr(), other.len(), true, None) };
+    assert_eq!(full.unwrap_err().kind(), ErrorKind::OutOfMemory);
+
+    let data = pattern(LEN, 9);
+    // The publication travels on the connection: until it arrives nothing covers 5000.
+    let mut done = 0;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while done < LEN {
+        let n = client
+            .iowrite_with(&data[done..], 5000 + done as u64, false)
+            .unwrap();
+        if n == 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the iomap never arrived"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        done += n;
+    }
+    // Past the mapping's end there is nothing to write into.
+    assert_eq!(
+        client.iowrite_with(b"x", 5000 + LEN as u64, false).unwrap(),
+        0
+    );
+    (&client).write_all(b"done").unwrap();
+    let mut msg = [0u8; 4];
+    (&server).read_exact(&mut msg).unwrap();
+    assert_eq!(&msg, b"done");
+    assert!(server.readiness(false).unwrap().writable);
+    server.iounmap(base.wrapping_add(1), LEN).unwrap();
+    assert_eq!(
+        server
+            .iounmap(base.wrapping_add(1), LEN)
+            .unwrap_err()
+            .kind(),
+        ErrorKind::InvalidInput
+    );
+    drop(client);
+    drop(server);
+    assert_eq!(region[0], 0xEE);
+    assert_eq!(region[LEN + 1], 0xEE);
+    assert!(
+        region[1..=LEN] == data[..],
+        "the region differs from what was written"
+    );
+}

@@ -30,7 +30,7 @@ const SERVER_HEAD_START: Duration = Duration::from_millis(300);
 const ATTEMPTS: u32 = 5;
 
 /// What a client prints when it reached the server before it listened.
-const NOT_LISTENING_YET: [&str; 7] = [
+const NOT_LISTENING_YET: [&str; 10] = [
     "RDMA_CM_EVENT_REJECTED, error 8",
     "RDMA_CM_EVENT_REJECTED, error: 8",
     "RDMA_CM_EVENT_REJECTED; error: 8",
@@ -38,6 +38,11 @@ const NOT_LISTENING_YET: [&str; 7] = [
     "RDMA_CM_EVENT_UNREACHABLE, error: 1",
     "RDMA_CM_EVENT_UNREACHABLE; error: 1",
     "rdma_connect: Connection refused",
+    // rstream, riostream, rcopy (rsockets).
+    "rconnect: Connection refused",
+    "rconnect failed\n: Connection refused",
+    // Socket programs under librspreload (which falls back to TCP when rconnect fails).
+    "connect: Connection refused",
 ];
 
 /// A directory with `librdmacm.so.1`, `libibverbs.so.1`, `libmlx5.so.1` and `libefa.so.1`

@@ -67,8 +67,18 @@ impl RdmaListener {
 
     /// [`Self::accept`] with other options for this stream (ring sizes, inline size).
     pub fn accept_with(&self, opts: &StreamOptions) -> io::Result<(RdmaStream, SocketAddr)> {
+        self.accept_mode(opts, self.nonblocking.load(Ordering::Relaxed))
+    }
+
+    /// [`Self::accept_with`] that returns `WouldBlock` at once, whatever the listener's
+    /// mode, when `nonblocking` and no request waits.
+    pub fn accept_mode(
+        &self,
+        opts: &StreamOptions,
+        nonblocking: bool,
+    ) -> io::Result<(RdmaStream, SocketAddr)> {
         loop {
-            let wait = if self.nonblocking.load(Ordering::Relaxed) {
+            let wait = if nonblocking {
                 Duration::ZERO
             } else {
                 Duration::from_secs(3600)
@@ -113,6 +123,12 @@ impl RdmaListener {
                 .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
             return Ok((res.into_stream(id, qp, &peer, opts.linger), addr));
         }
+    }
+
+    /// The fd that turns readable when a connection request arrives (the listening id's
+    /// event channel).
+    pub fn wait_fd(&self) -> std::os::fd::RawFd {
+        self.listener.id().channel().fd()
     }
 
     /// An iterator over accepted streams.

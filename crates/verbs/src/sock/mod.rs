@@ -30,4 +30,4 @@ mod tokio;
 pub use self::tokio::{AsyncRdmaListener, AsyncRdmaStream};
 pub use listener::RdmaListener;
 pub use softverbs_sock::Config as StreamConfig;
-pub use stream::{RdmaStream, StreamOptions};
+pub use stream::{RdmaStream, Readiness, StreamOptions};

@@ -4,14 +4,14 @@ use crate::cm::rc::expect;
 use crate::cm::{CmError, CmEventKind, CmId, ConnParam, EventChannel, EventStatus, PortSpace};
 use crate::context::Context;
 use crate::cq::{CompletionChannel, Cq};
-use crate::pd::{Mr, Pd};
+use crate::pd::{Mr, Pd, RawMr};
 use crate::qp::Qp;
 use softverbs_engine::{
     AccessFlags, Payload, QpCap, Rkey, SendFlags, SendOp, SendWr, WcStatus, WorkCompletion,
 };
 use softverbs_sock::{
-    Config, ConnData, CtrlWrite, DataWrite, LocalRegions, Msg, SendChunks, SendStage, StreamCore,
-    TARGET_AREA_HEAD,
+    Config, ConnData, CtrlWrite, DataWrite, IomapEntry, LocalRegions, Msg, RsSge, SendChunks,
+    SendStage, StreamCore, TARGET_AREA_HEAD,
 };
 use std::io;
 use std::net::SocketAddr;
@@ -64,6 +64,8 @@ pub struct RdmaStream {
     rbuf: Mr<Vec<u8>>,
     target: Mr<Vec<u8>>,
     sbuf: Mr<Vec<u8>>,
+    // Regions published with `iomap_raw` (riomap), before the PD they are registered in.
+    iomaps: Mutex<Vec<IomapRegion>>,
     core: Mutex<StreamCore>,
     nonblocking: AtomicBool,
     // Completions and connection events handled so far (async waiters use it to tell
@@ -220,6 +222,7 @@ impl Resources {
             rbuf: self.rbuf,
             target: self.target,
             sbuf: self.sbuf,
+            iomaps: Mutex::new(Vec::new()),
             core: Mutex::new(self.core),
             nonblocking: AtomicBool::new(false),
             handled: AtomicU64::new(0),
@@ -334,10 +337,21 @@ impl RdmaStream {
     }
 
     /// Handles every completion waiting, then posts what the core wants sent.
+    ///
+    /// A stream arms its CQ whenever it finds nothing ready (its waits end on the
+    /// completion channel): it is not a thread that keeps polling, so the progress
+    /// thread keeps watching the socket (`Cq::poll_receiving`).
     fn progress(&self, core: &mut StreamCore) -> io::Result<()> {
+        self.poll_cq(core);
+        self.drain_cm_events(core);
+        self.post_pending(core)
+    }
+
+    /// Handles every completion in the CQ.
+    fn poll_cq(&self, core: &mut StreamCore) {
         let mut wcs = [WorkCompletion::default(); 32];
         loop {
-            let n = self.cq.poll(&mut wcs);
+            let n = self.cq.poll_receiving(&mut wcs, false);
             self.handled.fetch_add(n as u64, Ordering::Relaxed);
             for wc in &wcs[..n] {
                 self.complete(core, wc);
@@ -346,8 +360,6 @@ impl RdmaStream {
                 break;
             }
         }
-        self.drain_cm_events(core);
-        self.post_pending(core)
     }
 
     fn complete(&self, core: &mut StreamCore, wc: &WorkCompletion) {
@@ -383,6 +395,11 @@ impl RdmaStream {
         while let Some(ev) = self.id.channel().try_get_event() {
             self.handled.fetch_add(1, Ordering::Relaxed);
             if ev.kind() == CmEventKind::Disconnected {
+                // The peer's last messages completed before its DREQ could arrive, but
+                // perhaps after this call's first look at the CQ: take them now, or the
+                // stream would end before its last bytes (seen as a short echo, ~1 run
+                // in 10, in rdmacm-abi's tests/rsocket_api.rs).
+                self.poll_cq(core);
                 core.handle_disconnected();
                 // Answer the peer's DREQ (nothing to do when we sent one).
                 let _ = self.id.disconnect();
@@ -526,6 +543,17 @@ impl RdmaStream {
         limit: Option<Duration>,
         force_block: bool,
     ) -> io::Result<MutexGuard<'_, StreamCore>> {
+        let nonblocking = self.nonblocking.load(Ordering::Relaxed) && !force_block;
+        self.wait_until(ready, limit, nonblocking)
+    }
+
+    /// [`Self::wait`] with the mode given: `WouldBlock` at once when `nonblocking`.
+    fn wait_until(
+        &self,
+        ready: impl Fn(&StreamCore) -> bool,
+        limit: Option<Duration>,
+        nonblocking: bool,
+    ) -> io::Result<MutexGuard<'_, StreamCore>> {
         let start = Instant::now();
         loop {
             let mut core = self.lock();
@@ -533,7 +561,7 @@ impl RdmaStream {
             if ready(&core) {
                 return Ok(core);
             }
-            if self.nonblocking.load(Ordering::Relaxed) && !force_block {
+            if nonblocking {
                 return Err(io::ErrorKind::WouldBlock.into());
             }
             if limit.is_some_and(|l| start.elapsed() >= l) {
@@ -614,6 +642,174 @@ impl RdmaStream {
                 break;
             };
             self.post_data(core, &w, &buf[done..])?;
+            done += w.len as usize;
+        }
+        Ok(done)
+    }
+}
+
+/// What a stream is ready for (`rpoll`'s view of an rsocket).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Readiness {
+    /// A read would not block: data, or end of stream (`POLLIN`).
+    pub readable: bool,
+    /// A data write can start now (`POLLOUT`).
+    pub writable: bool,
+    /// The connection ended in order (`POLLHUP`).
+    pub hangup: bool,
+    /// The connection failed (`POLLERR`).
+    pub error: bool,
+}
+
+/// A local region published to the peer for riowrite (`riomap`).
+struct IomapRegion {
+    mr: RawMr,
+    // The peer's iomap slot it was published in (`None`: a local-only mapping).
+    slot: Option<u32>,
+}
+
+/// The C rsocket calls' view of a stream: per-call blocking, peeking, readiness for
+/// `rpoll`, and riomap/riowrite.
+impl RdmaStream {
+    /// `read` that blocks unless `nonblocking` (`MSG_DONTWAIT` or `O_NONBLOCK`); 0 at end
+    /// of stream. With `peek` the bytes stay to be read again (at most one message's).
+    pub fn recv_with(&self, buf: &mut [u8], nonblocking: bool, peek: bool) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let mut core = self.wait_until(|c| c.read_ready(), None, nonblocking)?;
+        if !peek {
+            return self.read_locked(&mut core, buf);
+        }
+        match core.recv_chunk() {
+            Some(chunk) => {
+                let n = (chunk.len as usize).min(buf.len());
+                self.rbuf.read(chunk.offset as usize, &mut buf[..n]);
+                Ok(n)
+            }
+            None => self.read_locked(&mut core, buf),
+        }
+    }
+
+    /// `write` that blocks (until at least one byte is taken) unless `nonblocking`.
+    pub fn send_with(&self, buf: &[u8], nonblocking: bool) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let mut core = self.wait_until(|c| c.write_ready(), None, nonblocking)?;
+        self.write_locked(&mut core, buf)
+    }
+
+    /// What the stream is ready for now, after handling what arrived. With `arm`, when it
+    /// is ready for nothing in `want_read`/`want_write`, the completion channel is armed
+    /// first so one of [`Self::wait_fds`] turns readable when that may change.
+    pub fn readiness(&self, arm: bool) -> io::Result<Readiness> {
+        let mut core = self.lock();
+        self.progress(&mut core)?;
+        if arm {
+            self.take_channel_events();
+            self.cq.req_notify(false).map_err(io::Error::other)?;
+            self.progress(&mut core)?;
+        }
+        let ended = !core.is_connected();
+        Ok(Readiness {
+            readable: core.read_ready(),
+            writable: core.can_send(),
+            hangup: ended && core.error().is_none(),
+            error: ended && core.error().is_some(),
+        })
+    }
+
+    /// The fds to sleep on for a change of [`Self::readiness`] (after an armed check): the
+    /// completion channel and the connection's event channel.
+    pub fn wait_fds(&self) -> [std::os::fd::RawFd; 2] {
+        [self.channel.fd(), self.id.channel().fd()]
+    }
+
+    /// Publishes `len` bytes at `addr` to the peer for riowrite (`riomap`) at `offset`
+    /// (`None`: the address is the offset); with `writable` false the region is only
+    /// registered locally. Returns the offset. `OutOfMemory` when every iomap slot the peer
+    /// offers is taken.
+    ///
+    /// # Safety
+    /// `addr..addr + len` stays valid for reads and writes until [`Self::iounmap`] or
+    /// the stream's drop, and is not accessed through Rust references meanwhile (the peer
+    /// writes it at any time).
+    pub unsafe fn iomap_raw(
+        &self,
+        addr: *mut u8,
+        len: usize,
+        writable: bool,
+        offset: Option<u64>,
+    ) -> io::Result<u64> {
+        let mut access = AccessFlags::LOCAL_WRITE;
+        if writable {
+            access |= AccessFlags::REMOTE_WRITE;
+        }
+        let length = u32::try_from(len)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "region over 4 GiB"))?;
+        let offset = offset.unwrap_or(addr as u64);
+        let mut maps = self.iomaps.lock().unwrap_or_else(|p| p.into_inner());
+        let mut core = self.lock();
+        let slot = if writable {
+            let taken: Vec<u32> = maps.iter().filter_map(|m| m.slot).collect();
+            let free = (0..core.peer_iomap_slots()).find(|i| !taken.contains(i));
+            Some(free.ok_or(io::ErrorKind::OutOfMemory)?)
+        } else {
+            None
+        };
+        // SAFETY: forwarded from this function's contract.
+        let mr = unsafe { self._pd.reg_mr_raw(addr, len, access) }.map_err(io::Error::other)?;
+        if let Some(index) = slot {
+            let entry = IomapEntry {
+                offset,
+                sge: RsSge {
+                    addr: addr as u64,
+                    key: mr.rkey(),
+                    length,
+                },
+            };
+            core.queue_iomap(index, entry);
+            self.post_pending(&mut core)?;
+        }
+        maps.push(IomapRegion { mr, slot });
+        Ok(offset)
+    }
+
+    /// Unregisters the region `riomap` published at `addr` with `len` (`riounmap`; the peer
+    /// is not told). `InvalidInput` when there is none.
+    pub fn iounmap(&self, addr: *const u8, len: usize) -> io::Result<()> {
+        let mut maps = self.iomaps.lock().unwrap_or_else(|p| p.into_inner());
+        let at = maps
+            .iter()
+            .position(|m| m.mr.addr() == addr as u64 && m.mr.len() == len)
+            .ok_or(io::ErrorKind::InvalidInput)?;
+        maps.remove(at);
+        Ok(())
+    }
+
+    /// Writes `buf` into the peer's region mapped at `offset` (`riowrite`): a plain RDMA
+    /// WRITE, no notification. Returns the bytes taken (0 when no published region covers
+    /// `offset`); blocks until at least one can go unless `nonblocking`.
+    pub fn iowrite_with(&self, buf: &[u8], offset: u64, nonblocking: bool) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let mut core = self.wait_until(|c| c.write_ready(), None, nonblocking)?;
+        if !core.is_writable() {
+            return Err(match core.error() {
+                Some(e) => reset(e),
+                None => io::Error::new(io::ErrorKind::BrokenPipe, "the stream is shut down"),
+            });
+        }
+        let mut chunks = SendChunks::default();
+        let mut done = 0;
+        while done < buf.len() {
+            let want = chunks.next(buf.len() - done);
+            let Some(w) = core.start_riowrite(offset + done as u64, want) else {
+                break;
+            };
+            self.post_data(&mut core, &w, &buf[done..])?;
             done += w.len as usize;
         }
         Ok(done)
