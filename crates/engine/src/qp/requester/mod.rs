@@ -365,9 +365,15 @@ impl Requester {
         match self.mode {
             Mode::RnrWait { .. } => {}
             Mode::Retransmit { until: u } => {
-                if u.before(until) {
-                    self.mode = Mode::Retransmit { until };
+                let end = if u.before(until) { until } else { u };
+                // A walk or go-back whose cursor is already past `from` (it may
+                // have sent its last packet and still be in this mode) goes back
+                // to `from`: extending it alone would never resend that packet.
+                if from.before(self.cursor_psn(sq)) {
+                    self.seek(sq, from);
+                    self.since_ack_req = 0;
                 }
+                self.mode = Mode::Retransmit { until: end };
             }
             Mode::Normal => {
                 self.seek(sq, from);
