@@ -26,11 +26,14 @@ pub fn counters(ctx: &Context) -> Vec<(&'static str, u64)> {
     v
 }
 
-/// The counters as a JSON object.
+/// The counters as a JSON object, the same-host path's (`same_host_*`) included.
 pub fn counters_json(ctx: &Context) -> Json {
-    counters(ctx)
+    let j = counters(ctx)
         .into_iter()
-        .fold(Json::obj(), |j, (k, v)| j.with(k, v))
+        .fold(Json::obj(), |j, (k, v)| j.with(k, v));
+    ctx.same_host_counters()
+        .into_iter()
+        .fold(j, |j, (k, v)| j.with(&k, v))
 }
 
 fn published_json(p: &PublishedCounters) -> Json {

@@ -9,6 +9,15 @@ macro_rules! handle {
         #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
         pub struct $name(pub(crate) RawHandle);
 
+        impl $name {
+            /// A number naming this object for as long as it lives (its slot and the
+            /// slot's generation): what a peer is told, e.g. a PD in the same-host
+            /// memory-region table.
+            pub fn id(&self) -> u64 {
+                (u64::from(self.0.generation) << 32) | u64::from(self.0.index)
+            }
+        }
+
         impl fmt::Debug for $name {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 write!(f, concat!(stringify!($name), "({}/{})"), self.0.index, self.0.generation)

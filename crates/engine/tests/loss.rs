@@ -1006,3 +1006,49 @@ fn a_re_request_lost_before_the_first_rtt_sample_is_found_by_the_early_timer() {
     let srtt = r.srtt.expect("measured");
     assert!(srtt < Duration::from_micros(150), "{srtt:?}");
 }
+
+/// A READ stream at 5 % loss each way, 25 µs each way (the host delay of
+/// [`ping_pong`]'s runs), 16 READs outstanding: with selective repeat a READ that
+/// lost responses is asked again alone, from its first missing response, so the
+/// READs after it are not answered twice (before, every later outstanding READ was
+/// asked again too: 1.9x to 3.3x the responses needed over these seeds, now under
+/// 1.3x). It is no slower than go-back-N on the same losses. (In virtual time it
+/// takes 2.2x to 3.2x the lossless time over these seeds, as before: the 2x target
+/// of issue 15 is not met at this delay.)
+#[test]
+fn a_read_that_lost_responses_is_asked_again_alone() {
+    let far = |loss: f64| Faults {
+        delay: Duration::from_micros(25),
+        ..link(loss)
+    };
+    let n = 64;
+    let needed = (n * SIZE / 4096) as u64;
+    for seed in 1..=6 {
+        let lossless = transfer(seed, far(0.0), BOTH, Stream::Read, n);
+        let lossy = transfer(seed, far(0.05), BOTH, Stream::Read, n);
+        let plain = transfer(seed, far(0.05), NEITHER, Stream::Read, n);
+        let ratio = lossy.elapsed.as_secs_f64() / lossless.elapsed.as_secs_f64();
+        eprintln!(
+            "seed {seed}: {ratio:.2}x lossless (go-back-N {:.2}x), {} responses for {needed}, \
+             lost {}",
+            plain.elapsed.as_secs_f64() / lossless.elapsed.as_secs_f64(),
+            lossy.a.rx_packets,
+            lossy.sim.lost
+        );
+        assert!(lossy.sim.lost > 0);
+        assert!(
+            lossy.a.rx_packets * 2 <= needed * 3,
+            "seed {seed}: {} responses for {needed}\n{:?}",
+            lossy.a.rx_packets,
+            lossy.a
+        );
+        assert!(
+            lossy.elapsed <= plain.elapsed,
+            "seed {seed}: selective {:?}, go-back-N {:?}\n{:?}",
+            lossy.elapsed,
+            plain.elapsed,
+            lossy.a
+        );
+        assert_eq!(lossy.a.ack_timeouts, 0, "seed {seed}: {:?}", lossy.a);
+    }
+}

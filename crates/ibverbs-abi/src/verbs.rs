@@ -1020,6 +1020,19 @@ pub(crate) unsafe fn sges(
 /// # Safety
 /// `w` is a valid `ibv_send_wr` whose SGEs (and inline data) are readable.
 unsafe fn post_one(q: &SoftQp, poster: &mut softverbs::Poster<'_>, w: &ibv_send_wr) -> c_int {
+    // SAFETY: forwarded.
+    unsafe { translate_send(q, w, &mut |wr| poster.post_send(wr)) }
+}
+
+/// Translates one send WR and hands it to `post`.
+///
+/// # Safety
+/// `w` is a valid `ibv_send_wr` whose SGEs (and inline data) are readable.
+unsafe fn translate_send(
+    q: &SoftQp,
+    w: &ibv_send_wr,
+    post: &mut dyn FnMut(&SendWr<'_>) -> Result<(), PostError>,
+) -> c_int {
     // num_sge first: nothing of `sg_list` is read past what the QP can take.
     let mut buf = [Sge::default(); MAX_SGE];
     // SAFETY: per the contract.
@@ -1106,10 +1119,29 @@ unsafe fn post_one(q: &SoftQp, poster: &mut softverbs::Poster<'_>, w: &ibv_send_
         payload,
         flags: SendFlags(w.send_flags & 0x7),
     };
-    match poster.post_send(&wr) {
+    match post(&wr) {
         Ok(()) => 0,
         Err(e) => post_errno(e),
     }
+}
+
+/// Whether a send WR list holds an RDMA WRITE or READ (what the same-host path places).
+///
+/// # Safety
+/// `wr` is NULL or a valid `ibv_send_wr` list.
+unsafe fn has_rdma_write_or_read(mut wr: *const ibv_send_wr) -> bool {
+    while !wr.is_null() {
+        // SAFETY: a valid element of the list.
+        let w = unsafe { &*wr };
+        if matches!(
+            w.opcode,
+            IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM | IBV_WR_RDMA_READ
+        ) {
+            return true;
+        }
+        wr = w.next;
+    }
+    false
 }
 
 /// The `post_send` op: the whole list under one device lock, then one transmission of
@@ -1124,6 +1156,27 @@ unsafe extern "C" fn post_send(
         return libc::EINVAL;
     };
     let mut bad = wr;
+    // SAFETY: `wr` is the caller's valid list (verbs contract).
+    if q.inner.uses_same_host() && unsafe { has_rdma_write_or_read(wr) } {
+        // One WR at a time, so each RDMA WRITE or READ may take the same-host path
+        // (`softverbs::samehost`).
+        let mut cur = wr;
+        while !cur.is_null() {
+            // SAFETY: `cur` is a valid WR of the caller's list.
+            let w = unsafe { &*cur };
+            // SAFETY: its SGEs and inline data are readable (verbs contract).
+            let rc = unsafe { translate_send(q, w, &mut |wr| q.inner.post_send(wr)) };
+            if rc != 0 {
+                if !bad_wr.is_null() {
+                    // SAFETY: `bad_wr` is writable per the verbs contract.
+                    unsafe { bad_wr.write(cur) };
+                }
+                return rc;
+            }
+            cur = w.next;
+        }
+        return 0;
+    }
     let posted = q.inner.post_sends(|poster| {
         let mut cur = wr;
         while !cur.is_null() {

@@ -11,6 +11,7 @@
 //! | `SOFTVERBS_ICRC` | receive-side ICRC: `enforce`, `count` or `skip` | `enforce` |
 //! | `SOFTVERBS_GSO` | UDP GSO/GRO batching; `0` turns it off (injected faults act on GSO segments) | `1` |
 //! | `SOFTVERBS_SELECTIVE_REPEAT` | selective repeat with softverbs peers that offer it too; `0`: plain IBA go-back-N with every peer | `1` |
+//! | `SOFTVERBS_SAME_HOST` | the same-host path for RDMA WRITE/READ with softverbs peers on this host (`crate::samehost`): `auto` (when the peer shares our PID namespace and we may read its memory), `0` never, `1` as auto but warns when a QP cannot have it | `auto` |
 //! | `SOFTVERBS_MAX_MR_BYTES` | most bytes registered at once on the device (beyond: ENOMEM) | the machine's physical memory |
 //! | `SOFTVERBS_SOCKET_BUFFER` | the UDP socket's send and receive buffer sizes in bytes | `8388608` |
 //!
@@ -73,6 +74,20 @@ pub struct Config {
     /// response timeouts. Default 18, Linux's for RoCE (a local ACK timeout of about
     /// 2.1 s); lower suits a link whose round trips take microseconds.
     pub cm_packet_life_time: u8,
+    /// The same-host path (`crate::samehost`).
+    pub same_host: SameHostMode,
+}
+
+/// Whether RC QPs whose peer is a softverbs process on this host move RDMA WRITE and
+/// READ bytes straight between the two processes (`SOFTVERBS_SAME_HOST`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SameHostMode {
+    /// Never: every QP uses UDP.
+    Off,
+    /// Where the peer offers it and the kernel allows it.
+    Auto,
+    /// As `Auto`, and a QP that cannot have it is reported with a warning.
+    On,
 }
 
 /// The machine's physical memory in bytes (a registration cap no real program passes).
@@ -106,6 +121,7 @@ impl Default for Config {
             socket_buffer: 8 << 20,
             selective_repeat: true,
             cm_packet_life_time: 18,
+            same_host: SameHostMode::Auto,
         }
     }
 }
@@ -204,6 +220,14 @@ impl Config {
                 _ => return Err(err("SOFTVERBS_SELECTIVE_REPEAT", &v, "must be 0 or 1")),
             };
         }
+        if let Some(v) = get("SOFTVERBS_SAME_HOST") {
+            c.same_host = match v.trim() {
+                "auto" | "" => SameHostMode::Auto,
+                "1" | "on" | "yes" => SameHostMode::On,
+                "0" | "off" | "no" => SameHostMode::Off,
+                _ => return Err(err("SOFTVERBS_SAME_HOST", &v, "must be 0, 1 or auto")),
+            };
+        }
         if let Some(v) = get("SOFTVERBS_MAX_MR_BYTES") {
             c.max_mr_bytes = v
                 .trim()
@@ -293,8 +317,12 @@ mod tests {
             ("SOFTVERBS_SOCKET_BUFFER", "65536"),
             ("SOFTVERBS_SELECTIVE_REPEAT", "0"),
             ("SOFTVERBS_CM_PACKET_LIFE_TIME", "10"),
+            ("SOFTVERBS_SAME_HOST", "0"),
         ])
         .unwrap();
+        assert_eq!(c.same_host, SameHostMode::Off);
+        assert_eq!(Config::default().same_host, SameHostMode::Auto);
+        assert!(cfg(&[("SOFTVERBS_SAME_HOST", "maybe")]).is_err());
         assert!(!c.selective_repeat);
         assert!(Config::default().selective_repeat);
         assert_eq!(c.cm_packet_life_time, 10);

@@ -398,6 +398,13 @@ impl Context {
         CompletionChannel::new(self)
     }
 
+    /// The same-host path's counters (`softverbs::samehost`), as `softverbs stat`
+    /// shows them: `same_host_qps`, bytes moved each way, fallbacks, refusals, failed
+    /// probes, and a `same_host_qp_<qpn>` line per QP on the path.
+    pub fn same_host_counters(&self) -> Vec<(String, u64)> {
+        self.info().same_host.stat_lines()
+    }
+
     /// The engine's counters (zero on an inherited device).
     pub fn counters(&self) -> Counters {
         self.inner

@@ -102,6 +102,8 @@ pub(crate) struct Deferred {
     wake: bool,
     /// The connection manager's share.
     pub(crate) cm: crate::cm::driver::CmDeferred,
+    /// Same-host handshakes to send (`crate::samehost`).
+    hellos: Vec<crate::samehost::Outgoing>,
 }
 
 /// Why sending stopped with datagrams left.
@@ -172,6 +174,8 @@ pub(crate) struct Driver {
     pub max_mr_bytes: u64,
     /// The engine's configuration (its limits), readable without the lock.
     engine_config: EngineConfig,
+    /// The same-host path (`crate::samehost`).
+    pub(crate) same_host: crate::samehost::SameHost,
 }
 
 /// Why a device could not be opened.
@@ -339,6 +343,10 @@ impl Driver {
             mr_bytes: AtomicU64::new(0),
             max_mr_bytes: config.max_mr_bytes,
             engine_config: ecfg,
+            same_host: crate::samehost::SameHost::new(
+                config.same_host,
+                &format!("{}-{}", local.ip(), local.port()),
+            ),
         });
         let for_thread = Arc::clone(&driver);
         // The progress thread takes no signals: a signal sent to the process (an alarm that
@@ -385,6 +393,9 @@ impl Driver {
         self.dispatch(st, now, &mut d);
         self.cm_pump(st, now, &mut d);
         self.transmit(st, now);
+        while let Some(qp) = st.engine.poll_entered_rtr() {
+            d.hellos.extend(self.same_host.offer_for(&st.engine, qp));
+        }
         if let Some(deadline) = Self::next_deadline(st) {
             d.wake = deadline.as_nanos() < self.sleeping_until.load(Ordering::Acquire);
         }
@@ -443,6 +454,47 @@ impl Driver {
             self.wake.signal();
         }
         self.cm_finish(d.cm);
+        if !d.hellos.is_empty() {
+            self.same_host.grant_ptrace();
+            self.send_hellos(d.hellos);
+        }
+    }
+
+    /// Sends same-host handshake datagrams (without the device lock).
+    fn send_hellos(&self, hellos: Vec<crate::samehost::Outgoing>) {
+        for h in hellos {
+            if h.offer && !crate::samehost::peer_may_be_softverbs(h.to) {
+                continue;
+            }
+            note_syscall();
+            if let Err(e) = self.socket.send_to(&h.datagram, h.to) {
+                tracing::debug!(error = %e, to = %h.to, "cannot send a same-host handshake");
+            }
+        }
+    }
+
+    /// Runs `f` on the engine under the device lock, then sends what it made.
+    pub(crate) fn with_engine(&self, f: &mut dyn FnMut(&mut Engine)) {
+        let deferred = {
+            let mut st = self.lock();
+            f(&mut st.engine);
+            self.pump(&mut st)
+        };
+        self.finish(deferred);
+    }
+
+    /// Runs `f` on the engine under the device lock, sending nothing.
+    pub(crate) fn read_engine(&self, f: &mut dyn FnMut(&mut Engine)) {
+        let mut st = self.lock();
+        f(&mut st.engine);
+    }
+
+    /// A same-host handshake arrived (without the device lock).
+    fn handle_hello(&self, src: SocketAddr, data: &[u8]) {
+        let out = self
+            .same_host
+            .handle_hello(src, data, &|f| self.with_engine(f));
+        self.send_hellos(out);
     }
 
     fn transmit(&self, st: &mut State, now: Instant) {
@@ -733,13 +785,16 @@ impl Driver {
                 });
             }
         }
+        let mut hellos: Vec<(SocketAddr, Vec<u8>)> = Vec::new();
         let deferred = {
             let mut st = self.lock();
             let now = self.now();
             st.last_rx = now;
             let state = &mut *st;
             self.for_each_datagram(rx, got, |src, k, data| {
-                if crate::cm::driver::is_qp1(data) {
+                if crate::samehost::hello::is_hello(data) {
+                    hellos.push((src, data.to_vec()));
+                } else if crate::cm::driver::is_qp1(data) {
                     let t = crate::cm::driver::cm_now(now);
                     state.cm.cm.handle_datagram(t, src, self.local, data);
                 } else {
@@ -750,6 +805,9 @@ impl Driver {
             self.pump(&mut st)
         };
         self.finish(deferred);
+        for (src, data) in hellos {
+            self.handle_hello(src, &data);
+        }
         got
     }
 
@@ -961,10 +1019,21 @@ impl Driver {
         lines.push(("progress_timer_wakeups", get(&dc.timer_wakeups)));
         lines.push(("injected_drops", get(&dc.injected_drops)));
         lines.push(("rx_truncated", get(&dc.rx_truncated)));
+        let same_host = self.same_host.stat_lines();
+        lines.extend(same_host.iter().map(|(k, v)| (k.as_str(), *v)));
         if let Err(e) = crate::published::publish(self.local, &lines) {
             tracing::debug!(error = %e, "cannot publish counters");
         }
         None
+    }
+}
+
+impl crate::samehost::EngineAccess for Driver {
+    fn with(&self, f: &mut dyn FnMut(&mut Engine)) {
+        self.with_engine(f);
+    }
+    fn read(&self, f: &mut dyn FnMut(&mut Engine)) {
+        self.read_engine(f);
     }
 }
 

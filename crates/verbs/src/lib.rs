@@ -32,13 +32,14 @@ mod mw;
 mod pd;
 pub mod published;
 mod qp;
+pub mod samehost;
 pub mod sock;
 mod srq;
 #[cfg(feature = "tokio")]
 mod stream;
 mod sys;
 
-pub use config::{Config, ConfigError, FaultConfig};
+pub use config::{Config, ConfigError, FaultConfig, SameHostMode};
 pub use context::{Context, Device, DeviceAttr, DeviceCounters, LinkLayer, PortAttr, PortState};
 pub use cq::{CompletionChannel, Cq};
 pub use driver::syscalls_under_device_lock;

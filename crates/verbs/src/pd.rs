@@ -66,7 +66,13 @@ impl PdInner {
             .ctx
             .read(|st| unsafe { st.engine.reg_mr(self.pd, ptr, len, access) });
         match r {
-            Ok(Ok(info)) => Ok(info),
+            Ok(Ok(info)) => {
+                if let Ok(d) = self.ctx.device.driver() {
+                    d.same_host
+                        .publish(info.rkey, info.addr, info.length, access, self.pd.id());
+                }
+                Ok(info)
+            }
             Ok(Err(e)) => {
                 self.refund(len);
                 Err(e.into())
@@ -80,6 +86,11 @@ impl PdInner {
 
     /// Deregisters a region made by [`PdInner::register`].
     fn deregister(&self, info: &MrInfo) {
+        // Peers on this host stop touching the region before the engine forgets it
+        // (the fence: `crate::samehost::table`).
+        if let Ok(d) = self.ctx.device.driver() {
+            d.same_host.withdraw(info.rkey);
+        }
         if let Ok(Ok(())) = self.ctx.read(|st| st.engine.dereg_mr(info.handle)) {
             self.refund(info.length);
         }

@@ -191,6 +191,9 @@ impl std::fmt::Debug for Qp {
 impl Drop for Qp {
     fn drop(&mut self) {
         let ctx = &self.ctx;
+        if let Ok(d) = ctx.device.driver() {
+            d.same_host.forget_qp(self.qp);
+        }
         let groups = ctx.with(|st| {
             ctx.disown(st, Source::Qp(self.qp));
             st.engine
@@ -384,13 +387,20 @@ impl Qp {
             .unwrap_or_default()
     }
 
-    /// Posts a send WR and transmits what it produced right away.
+    /// Posts a send WR and transmits what it produced right away. On a QP with the
+    /// same-host path (`crate::samehost`), an RDMA WRITE's or READ's bytes move at once.
     pub fn post_send(&self, wr: &SendWr<'_>) -> Result<(), PostError> {
+        if let Some(r) = self.post_same_host(std::slice::from_ref(wr)) {
+            return r.map_err(|(_, e)| e);
+        }
         self.post_sends(|p| p.post_send(wr))?
     }
 
     /// Posts several send WRs; stops at the first that fails (index, error).
     pub fn post_send_list(&self, wrs: &[SendWr<'_>]) -> Result<(), (usize, PostError)> {
+        if let Some(r) = self.post_same_host(wrs) {
+            return r;
+        }
         self.post_sends(|p| {
             for (i, wr) in wrs.iter().enumerate() {
                 p.post_send(wr).map_err(|e| (i, e))?;
@@ -398,6 +408,30 @@ impl Qp {
             Ok(())
         })
         .map_err(|e| (0usize, PostError::from(e)))?
+    }
+
+    /// Whether this QP moves its RDMA WRITEs and READs by the same-host path
+    /// (`crate::samehost`): its peer is a softverbs process on this host that accepted
+    /// it. The handshake runs when the QP enters RTR, so this turns true shortly after.
+    pub fn uses_same_host(&self) -> bool {
+        self.places()
+    }
+
+    /// Whether this QP has the same-host path now.
+    fn places(&self) -> bool {
+        self.ctx
+            .device
+            .driver()
+            .is_ok_and(|d| d.same_host.places(self.qp))
+    }
+
+    /// Posts `wrs` by the same-host path if the QP has it (`crate::samehost`).
+    fn post_same_host(&self, wrs: &[SendWr<'_>]) -> Option<Result<(), (usize, PostError)>> {
+        let d = self.ctx.device.driver().ok()?;
+        if !d.same_host.places(self.qp) {
+            return None;
+        }
+        d.same_host.post_list(self.qp, wrs, &**d)
     }
 
     /// Runs `f`, which posts work requests through the [`Poster`], under one device lock,

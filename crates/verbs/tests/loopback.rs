@@ -19,7 +19,13 @@ fn all_access() -> AccessFlags {
         | AccessFlags::REMOTE_ATOMIC
 }
 
+/// These tests are about the UDP path: the same-host path (which two devices of one
+/// process would negotiate) is off; it has its own tests (`tests/samehost.rs`).
 fn end(config: Config) -> End {
+    let config = Config {
+        same_host: SameHostMode::Off,
+        ..config
+    };
     let ctx = Device::with_config("test", config).open().unwrap();
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(256, None).unwrap();

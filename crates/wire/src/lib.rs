@@ -20,6 +20,7 @@ pub mod ip;
 pub mod opcode;
 pub mod packet;
 pub mod pcap;
+pub mod samehost;
 #[doc(hidden)]
 pub mod testing;
 pub mod types;

@@ -220,6 +220,22 @@ impl Report {
                 get("retransmitted_packets"),
                 get("ack_timeouts")
             );
+            let same_host = side.ctx.same_host_counters();
+            let sh = |name: &str| {
+                same_host
+                    .iter()
+                    .find(|(k, _)| k == name)
+                    .map_or(0, |(_, v)| *v)
+            };
+            if sh("same_host_qps") > 0 {
+                println!(
+                    " same-host path: {} QP(s), {} bytes written, {} read, {} WRs by UDP",
+                    sh("same_host_qps"),
+                    sh("same_host_bytes_written"),
+                    sh("same_host_bytes_read"),
+                    sh("same_host_fallbacks")
+                );
+            }
         }
         if let Some(path) = &self.plot {
             std::fs::write(path, self.svg())

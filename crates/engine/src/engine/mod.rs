@@ -28,12 +28,14 @@ use std::net::SocketAddr;
 
 mod errors;
 mod multicast;
+mod placed;
 mod qps;
 mod receive;
 mod resources;
 mod schedule;
 
 pub use errors::{PostError, ResourceError};
+pub use placed::PlacedTarget;
 
 /// QPN layout: 14 bits of slot index and 10 bits of slot generation, so a QPN is
 /// not reused by the next QP in the same slot.
@@ -61,6 +63,8 @@ pub struct Engine {
     inflight: u64,
     /// QPs with requests to send that wait for room under the device window.
     blocked: VecDeque<QpHandle>,
+    /// RC QPs that entered RTR since the driver last asked (`placed.rs`).
+    entered_rtr: VecDeque<QpHandle>,
 }
 
 impl Engine {
@@ -76,6 +80,7 @@ impl Engine {
             closed: ClosedQps::default(),
             inflight: 0,
             blocked: VecDeque::with_capacity(64),
+            entered_rtr: VecDeque::new(),
             shared: Shared {
                 mrs: MrTable::new(config.max_mr as usize),
                 cqs: Slab::new(config.max_cq as usize, 0),

@@ -170,7 +170,11 @@ impl Engine {
         now: Instant,
     ) -> Result<(), ModifyQpError> {
         let q = self.qps.get_mut(qp.0).ok_or(ModifyQpError::UnknownQp)?;
+        let before = q.state();
         q.modify(&mut self.shared, attr, mask, now)?;
+        if q.state() == QpState::Rtr && before != QpState::Rtr && q.init.qp_type == QpType::Rc {
+            self.entered_rtr.push_back(qp);
+        }
         self.after_activity(qp);
         Ok(())
     }
@@ -194,6 +198,16 @@ impl Engine {
     }
 
     pub(super) fn post_send_wr(&mut self, qp: QpHandle, wr: &SendWr<'_>) -> Result<(), PostError> {
+        self.post_send_inner(qp, wr, false)
+    }
+
+    /// Posts `wr`; `placed`: its bytes were moved already (`placed.rs`).
+    pub(super) fn post_send_inner(
+        &mut self,
+        qp: QpHandle,
+        wr: &SendWr<'_>,
+        placed: bool,
+    ) -> Result<(), PostError> {
         let q = self.qps.get_mut(qp.0).ok_or(PostError::UnknownQp)?;
         let state = q.state();
         if !can_post_send(state) {
@@ -219,6 +233,7 @@ impl Engine {
             wr.flags.without(SendFlags::INLINE),
             wr.payload,
         )?;
+        q.sq.get_mut(seq).placed = placed;
         if matches!(state, QpState::Err | QpState::Sqe) {
             // Posting to a QP in error (or a UC send queue in error) completes at
             // once with a flush error.

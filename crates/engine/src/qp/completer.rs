@@ -47,6 +47,10 @@ pub(crate) struct Completer {
     /// The newest READ response PSN seen: a response missing before it was lost
     /// (the responder sends them in order), held or not.
     newest_response: Option<Psn>,
+    /// Selective repeat: the PSNs `[.0, .1)` of the READ last asked again (only
+    /// that READ, see [`Completer::ask_read_again`]); its responses come after
+    /// those of the READs after it, which are then no evidence of a loss in it.
+    read_asked: Option<(Psn, Psn)>,
 }
 
 /// What the completer works with besides its own state, lent for one call.
@@ -100,6 +104,7 @@ impl Completer {
         self.recovery = Recovery::new(self.recovery.min_rto());
         self.rewound_to = None;
         self.newest_response = None;
+        self.read_asked = None;
         self.sr = Scoreboard::default();
         self.sr.clear(psn);
     }
@@ -179,6 +184,60 @@ impl Completer {
         self.newest_response = None;
         self.recovery.on_resend(now);
         v.rewind = Some(psn);
+    }
+
+    /// Asks READ `seq` again from its response `from` on. With a peer doing
+    /// selective repeat only that READ is asked again (a walk over its PSNs, the
+    /// request naming just the run still missing, IBA 9.7.5.1.3 lets a requester
+    /// restart a READ mid-message): the READs after it were answered, or their
+    /// responses are on their way, and a gap in one of them is asked for when una
+    /// reaches it. Going back over them all, as go-back-N does, would make the
+    /// responder send all their responses twice. With any other peer, go-back-N.
+    fn ask_read_again(
+        &mut self,
+        ctx: &CompleteCtx<'_>,
+        v: &mut Verdict,
+        now: Instant,
+        seq: u64,
+        from: Psn,
+    ) {
+        let w = ctx.sq.get(seq);
+        if self.sr.peer != Peer::Selective || !matches!(w.op, SendOp::RdmaRead { .. }) {
+            self.rewind(v, now, from);
+            return;
+        }
+        self.rewound_to = Some(from);
+        // As for a go-back: only a response after the one asked for can show
+        // that what it asked for was lost again.
+        self.newest_response = None;
+        self.recovery.on_resend(now);
+        let end = w.first_psn.add(w.npsn);
+        self.read_asked = Some((from, end));
+        v.selective = Some((from, end));
+    }
+
+    /// Selective repeat: whether a READ after READ `seq` got responses while
+    /// `seq`'s response `next` is missing and was not asked for again since. The
+    /// responder answers in order, so `next` was lost (or its request was).
+    fn later_read_answered(&self, ctx: &CompleteCtx<'_>, seq: u64, next: Psn) -> bool {
+        let asked = self
+            .read_asked
+            .is_some_and(|(from, end)| !next.before(from) && next.before(end));
+        self.sr.peer == Peer::Selective
+            && !asked
+            && (seq + 1..ctx.started).any(|s| {
+                let l = ctx.sq.get(s);
+                matches!(l.op, SendOp::RdmaRead { .. })
+                    && (l.done.is_some()
+                        || l.read_pkts_done > 0
+                        || (0..l.npsn.min(selective::WINDOW))
+                            .any(|k| self.sr.has(l.first_psn.add(k))))
+            })
+    }
+
+    /// Whether this verdict asks for something again already.
+    fn asking_again(v: &Verdict) -> bool {
+        v.rewind.is_some() || v.selective.is_some()
     }
 
     /// The requester moved its cursor forward to una under a progress verdict:
@@ -318,7 +377,7 @@ impl Completer {
                         let missing = wqe.first_psn.add(wqe.read_pkts_done);
                         una = missing;
                         if self.rewound_to != Some(missing) {
-                            self.rewind(v, now, missing);
+                            self.ask_read_again(ctx, v, now, seq, missing);
                         }
                         break;
                     }
@@ -530,7 +589,7 @@ impl Completer {
             if self.una == expected && expected.before(psn) {
                 // A response was lost: ask again from the missing one, once.
                 if self.rewound_to != Some(expected) {
-                    self.rewind(v, now, expected);
+                    self.ask_read_again(ctx, v, now, seq, expected);
                 }
             }
             // With selective repeat on, a response ahead of the one expected is
@@ -546,8 +605,8 @@ impl Completer {
                 // A copy of a response held: the run asked again before it was lost
                 // again (see `requester/build.rs`): ask once more.
                 ctx.shared.counters.drop_out_of_sequence += 1;
-                if self.una == expected && v.rewind.is_none() {
-                    self.rewind(v, now, expected);
+                if self.una == expected && !Self::asking_again(v) {
+                    self.ask_read_again(ctx, v, now, seq, expected);
                 }
                 return;
             }
@@ -607,11 +666,16 @@ impl Completer {
                 let seen_beyond = self
                     .newest_response
                     .is_some_and(|n| next.before(n) && outstanding(self.una, ctx.next_psn, n));
-                if (held_beyond || seen_beyond)
+                // Or, with selective repeat, a later READ's responses came: the
+                // responder answers in order, so this READ's missing tail was lost
+                // (unless it was asked again since, then its responses follow
+                // theirs).
+                let later_seen = self.later_read_answered(ctx, seq, next);
+                if (held_beyond || seen_beyond || later_seen)
                     && self.rewound_to != Some(next)
-                    && v.rewind.is_none()
+                    && !Self::asking_again(v)
                 {
-                    self.rewind(v, now, next);
+                    self.ask_read_again(ctx, v, now, seq, next);
                 }
                 return;
             }
@@ -633,10 +697,10 @@ impl Completer {
                 let held_beyond = (nw.read_pkts_done
                     ..nw.npsn.min(nw.read_pkts_done + selective::WINDOW))
                     .any(|k| self.sr.has(nw.first_psn.add(k)));
-                if held_beyond {
+                if held_beyond || self.later_read_answered(ctx, n, at) {
                     self.ack_through(ctx, v, now, nw.first_psn.sub(1));
-                    if self.una == at && self.rewound_to != Some(at) && v.rewind.is_none() {
-                        self.rewind(v, now, at);
+                    if self.una == at && self.rewound_to != Some(at) && !Self::asking_again(v) {
+                        self.ask_read_again(ctx, v, now, n, at);
                     }
                 }
                 return;

@@ -70,6 +70,8 @@ pub(crate) struct Qp {
     pub device_blocked: bool,
     /// Communication Established was reported since the QP last entered RTR.
     pub comm_established: bool,
+    /// The driver negotiated the same-host path with the peer (`engine/placed.rs`).
+    pub same_host: bool,
 }
 
 impl Qp {
@@ -107,6 +109,7 @@ impl Qp {
             inflight: 0,
             device_blocked: false,
             comm_established: false,
+            same_host: false,
         }
     }
 

@@ -126,6 +126,7 @@ impl Qp {
 
         if mask.contains(M::RQ_PSN) {
             self.resp = Responder::new(self.attr.rq_psn);
+            self.resp.accept_placed = self.same_host;
         }
         if mask.contains(M::MAX_DEST_RD_ATOMIC) {
             self.resp.reserve(usize::from(self.attr.max_dest_rd_atomic));
@@ -222,5 +223,6 @@ impl Qp {
         self.comp = Completer::new(self.comp.min_rto());
         self.comp.reset(Psn::new(0));
         self.resp = Responder::new(0);
+        self.same_host = false;
     }
 }

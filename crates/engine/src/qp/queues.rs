@@ -24,6 +24,10 @@ pub(crate) struct SendWqe {
     pub read_pkts_done: u32,
     /// Set when the transport is done with the WQE; it retires in order.
     pub done: Option<WcStatus>,
+    /// Same-host path: the bytes of this RDMA WRITE or READ were moved before it was
+    /// posted; its one packet carries the request's headers only (see
+    /// `engine/placed.rs`).
+    pub placed: bool,
 }
 
 impl SendWqe {
@@ -38,7 +42,15 @@ impl SendWqe {
         npsn: 0,
         read_pkts_done: 0,
         done: None,
+        placed: false,
     };
+
+    /// Whether the requester carries it out itself, with no packet: a local
+    /// operation (memory window bind, local invalidate) or a placed READ, whose bytes
+    /// are in place already (`engine/placed.rs`).
+    pub fn runs_locally(&self) -> bool {
+        self.op.is_local() || (self.placed && matches!(self.op, SendOp::RdmaRead { .. }))
+    }
 
     pub fn last_psn(&self) -> Psn {
         self.first_psn.add(self.npsn.saturating_sub(1))
@@ -95,6 +107,11 @@ impl SendQueue {
     /// Slots taken: WQEs posted whose completion has not been polled.
     pub fn len(&self) -> u64 {
         self.tail - self.reclaimed
+    }
+
+    /// Free slots.
+    pub fn free(&self) -> u64 {
+        (self.slots.len() as u64).saturating_sub(self.len())
     }
 
     /// A completion was polled: the slots below `upto` are free again.

@@ -124,7 +124,7 @@ impl Requester {
         }
         let mut repr = PacketRepr::new(bth, &[]);
         let offset = k * mtu;
-        let payload_len = if is_read || wqe.op.is_atomic() {
+        let payload_len = if is_read || wqe.op.is_atomic() || wqe.placed {
             0
         } else {
             (wqe.length - offset.min(wqe.length)).min(mtu)

@@ -244,7 +244,7 @@ impl Requester {
     /// Whether the cursor is on a local operation (the send queue holds one there).
     #[inline]
     pub fn on_local_op(&self, sq: &SendQueue) -> bool {
-        self.cursor < sq.tail && sq.get(self.cursor).op.is_local()
+        self.cursor < sq.tail && sq.get(self.cursor).runs_locally()
     }
 
     /// Validates a WQE the first time the cursor reaches it and assigns its PSNs.
@@ -276,6 +276,8 @@ impl Requester {
         }
         let npsn = match wqe.op {
             SendOp::AtomicCmpSwap { .. } | SendOp::AtomicFetchAdd { .. } => 1,
+            // A placed WRITE is one header-only packet (`engine/placed.rs`).
+            _ if wqe.placed => 1,
             _ => packets_for(wqe.length, mtu),
         };
         // A READ's responses are all in flight at once: they must take less than
@@ -308,13 +310,13 @@ impl Requester {
         self.started = seq + 1;
     }
 
-    /// Carries out the local operations (memory window bind, local invalidate) at
-    /// the send cursor: each takes effect when the cursor first reaches it, gets no
+    /// Carries out the local operations (memory window bind, local invalidate, placed
+    /// READs) at the send cursor: each takes effect when the cursor first reaches it, gets no
     /// PSN (`npsn` 0) and is done at once; it retires in order. The cursor steps over
     /// ones already done (after a go-back-N rewind).
     pub fn run_local_ops(&mut self, ctx: &mut SendCtx<'_>) -> Sent {
         let mut ran = false;
-        while self.cursor < ctx.sq.tail && ctx.sq.get(self.cursor).op.is_local() {
+        while self.cursor < ctx.sq.tail && ctx.sq.get(self.cursor).runs_locally() {
             let seq = self.cursor;
             if seq < self.started {
                 self.cursor += 1;
@@ -363,9 +365,15 @@ impl Requester {
         match self.mode {
             Mode::RnrWait { .. } => {}
             Mode::Retransmit { until: u } => {
-                if u.before(until) {
-                    self.mode = Mode::Retransmit { until };
+                let end = if u.before(until) { until } else { u };
+                // A walk or go-back whose cursor is already past `from` (it may
+                // have sent its last packet and still be in this mode) goes back
+                // to `from`: extending it alone would never resend that packet.
+                if from.before(self.cursor_psn(sq)) {
+                    self.seek(sq, from);
+                    self.since_ack_req = 0;
                 }
+                self.mode = Mode::Retransmit { until: end };
             }
             Mode::Normal => {
                 self.seek(sq, from);
@@ -411,7 +419,7 @@ impl Requester {
                     w.read_pkts_done > 0
                         || (0..w.npsn.min(WINDOW)).any(|k| board.has(w.first_psn.add(k)))
                 } else {
-                    !w.op.is_local() && !w.op.is_atomic() && board.holds(una, psn)
+                    !w.runs_locally() && !w.op.is_atomic() && board.holds(una, psn)
                 };
             if !held {
                 return skipped;

@@ -219,6 +219,11 @@ impl Responder {
                     _ => return Err(Refusal::MissingHeader),
                 };
                 let total = received.saturating_add(len);
+                // Same-host path: a header-only WRITE Only whose bytes the requester
+                // placed (`engine/placed.rs`); its RETH range is still checked whole.
+                if self.accept_placed && pos == Position::Only && len == 0 {
+                    return Ok(());
+                }
                 let fits = if pos.ends_message() {
                     total == dma_len
                 } else {

@@ -75,6 +75,10 @@ impl<'a> Request<'a> {
 pub(crate) struct Responder {
     /// PSN expected next.
     pub epsn: Psn,
+    /// Same-host path negotiated with the peer: an RDMA WRITE Only without payload
+    /// whose RETH names a longer range was placed by the requester already (see
+    /// `engine/placed.rs`); it is checked, not copied.
+    pub accept_placed: bool,
     /// Message sequence number: messages completed (24 bits).
     pub msn: u32,
     msg: Option<InMessage>,
@@ -137,6 +141,7 @@ impl Responder {
     pub fn new(epsn: u32) -> Self {
         Responder {
             epsn: Psn::new(epsn),
+            accept_placed: false,
             msn: 0,
             msg: None,
             msg_first: Psn::new(epsn),

@@ -1,0 +1,212 @@
+//! The same-host path's share of the engine: RDMA WRITEs and READs whose bytes the
+//! driver moved itself, straight between the two processes' registered memory, before
+//! posting them.
+//!
+//! When the driver has negotiated the same-host path with the peer of an RC QP
+//! ([`Engine::set_same_host`]), it may move an RDMA WRITE's or READ's bytes with
+//! `process_vm_writev`/`process_vm_readv` after checking the peer's published memory
+//! region table, and then post the work request *placed*
+//! ([`Engine::post_send_placed`]). A placed WQE still takes its place in PSN order:
+//!
+//! - a placed WRITE is one RDMA WRITE Only packet (with immediate, if it has one) whose
+//!   RETH names the whole range but which carries no payload. The peer's responder,
+//!   told of the path too, runs its usual checks on the RETH's range (key, PD, access,
+//!   bounds) and writes nothing; so the ACK, the requester's completion, and for WRITE
+//!   with immediate the target's receive completion (its byte_len from the RETH) come
+//!   as on the UDP path, after the bytes landed;
+//! - a placed READ is carried out by the requester itself, like a local operation: its
+//!   bytes were scattered into the local SGEs when it was posted; it takes no PSN,
+//!   sends nothing, and completes in order, once every earlier WQE has.
+//!
+//! Ordering (IBA 9.5: a responder executes requests in the order they were sent): the driver
+//! moves bytes only while every WQE not yet retired on the QP is itself placed
+//! ([`Engine::placement_ready`]), so no earlier SEND, atomic or packet-borne WRITE can
+//! still be executed after the bytes of a later WRITE landed; and every packet posted
+//! later (a SEND, an atomic, a WRITE with immediate's completion) leaves after them.
+//! Anything else goes the UDP way.
+
+use super::{Engine, PostError, ResourceError};
+use crate::types::{QpHandle, QpState, QpType};
+use crate::wr::{Payload, SendOp, SendWr};
+
+/// Where a WRITE or READ the driver may place goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PlacedTarget {
+    /// The peer's virtual address.
+    pub remote_addr: u64,
+    /// The peer's R_Key.
+    pub rkey: u32,
+    /// Bytes to move.
+    pub len: usize,
+    /// A WRITE (`true`) or a READ.
+    pub write: bool,
+}
+
+impl PlacedTarget {
+    /// The target of `wr`, if it is an RDMA WRITE (with or without immediate) or READ.
+    pub fn of(wr: &SendWr<'_>) -> Option<PlacedTarget> {
+        let (remote_addr, rkey, write) = match wr.op {
+            SendOp::RdmaWrite { remote_addr, rkey }
+            | SendOp::RdmaWriteWithImm {
+                remote_addr, rkey, ..
+            } => (remote_addr, rkey, true),
+            SendOp::RdmaRead { remote_addr, rkey } => (remote_addr, rkey, false),
+            _ => return None,
+        };
+        let len = match wr.payload {
+            Payload::Sges(list) => list.iter().map(|s| s.length as usize).sum(),
+            Payload::Inline(d) => d.len(),
+            Payload::InlineParts(parts) => parts.iter().map(|p| p.len()).sum(),
+        };
+        Some(PlacedTarget {
+            remote_addr,
+            rkey: rkey.0,
+            len,
+            write,
+        })
+    }
+}
+
+impl Engine {
+    /// Turns the same-host path of an RC QP on or off (the driver negotiated it with
+    /// the peer): its responder accepts header-only placed WRITEs, and
+    /// [`Engine::post_send_placed`] accepts work. Cleared when the QP goes to RESET.
+    pub fn set_same_host(&mut self, qp: QpHandle, on: bool) -> Result<(), ResourceError> {
+        let q = self.qps.get_mut(qp.0).ok_or(ResourceError::UnknownObject)?;
+        if q.init.qp_type != QpType::Rc {
+            return Err(ResourceError::Unsupported(
+                "the same-host path is for RC QPs",
+            ));
+        }
+        q.same_host = on;
+        q.resp.accept_placed = on;
+        Ok(())
+    }
+
+    /// Lets the QP's responder accept placed WRITEs from its peer (the peer may place
+    /// into this QP's memory), without placing itself.
+    pub fn set_accepts_placed(&mut self, qp: QpHandle, on: bool) -> Result<(), ResourceError> {
+        let q = self.qps.get_mut(qp.0).ok_or(ResourceError::UnknownObject)?;
+        if q.init.qp_type != QpType::Rc {
+            return Err(ResourceError::Unsupported(
+                "the same-host path is for RC QPs",
+            ));
+        }
+        q.resp.accept_placed = on;
+        Ok(())
+    }
+
+    /// The next RC QP that entered RTR (its peer is known now), for the driver to
+    /// offer the same-host path to.
+    pub fn poll_entered_rtr(&mut self) -> Option<QpHandle> {
+        self.entered_rtr.pop_front()
+    }
+
+    /// Whether the QP has the same-host path.
+    pub fn same_host(&self, qp: QpHandle) -> bool {
+        self.qps.get(qp.0).is_some_and(|q| q.same_host)
+    }
+
+    /// Whether a WRITE or READ posted now may be placed: the QP has the same-host path,
+    /// is in RTS, and every WQE not yet retired is placed itself (see the module
+    /// comment for why).
+    pub fn placement_ready(&self, qp: QpHandle) -> bool {
+        let Some(q) = self.qps.get(qp.0) else {
+            return false;
+        };
+        q.same_host
+            && q.state() == QpState::Rts
+            && (q.sq.head..q.sq.tail).all(|seq| q.sq.get(seq).placed)
+    }
+
+    /// How many WRITEs and READs may be placed now: 0 unless
+    /// [`Engine::placement_ready`], else the send queue's free slots (a WR whose bytes
+    /// moved must find a slot, or a WRITE would land without being posted).
+    pub fn placement_room(&self, qp: QpHandle) -> usize {
+        if !self.placement_ready(qp) {
+            return 0;
+        }
+        self.qps.get(qp.0).map_or(0, |q| q.sq.free() as usize)
+    }
+
+    /// The local memory a WRITE sends from, as (address, length) pieces, when it
+    /// gathers from SGEs that resolve in the QP's PD; `false` otherwise (inline data:
+    /// see [`Engine::gather_for_placement`]; bad keys: the UDP path reports them).
+    pub fn placement_source(
+        &self,
+        qp: QpHandle,
+        wr: &SendWr<'_>,
+        out: &mut Vec<(u64, usize)>,
+    ) -> bool {
+        out.clear();
+        let (Some(q), Payload::Sges(list)) = (self.qps.get(qp.0), wr.payload) else {
+            return false;
+        };
+        if self
+            .shared
+            .check_sges(q.init.pd, list, crate::types::AccessFlags::EMPTY)
+            .is_err()
+        {
+            return false;
+        }
+        out.extend(
+            list.iter()
+                .filter(|s| s.length > 0)
+                .map(|s| (s.addr, s.length as usize)),
+        );
+        true
+    }
+
+    /// Copies the bytes a WRITE sends (from its SGEs, which must resolve in the QP's
+    /// PD, or its inline data) into `out`. `false` if they do not resolve: the WR then
+    /// goes the UDP way and completes with the local error it deserves.
+    pub fn gather_for_placement(&self, qp: QpHandle, wr: &SendWr<'_>, out: &mut Vec<u8>) -> bool {
+        let Some(q) = self.qps.get(qp.0) else {
+            return false;
+        };
+        out.clear();
+        match wr.payload {
+            Payload::Sges(list) => {
+                let len: usize = list.iter().map(|s| s.length as usize).sum();
+                out.resize(len, 0);
+                self.shared.gather(q.init.pd, list, 0, out).is_ok()
+            }
+            Payload::Inline(d) => {
+                out.extend_from_slice(d);
+                true
+            }
+            Payload::InlineParts(parts) => {
+                for p in parts {
+                    out.extend_from_slice(p);
+                }
+                true
+            }
+        }
+    }
+
+    /// Posts an RDMA WRITE or READ whose bytes the driver moved already (a READ's
+    /// bytes are `read_data`, scattered into its SGEs now, which need LOCAL_WRITE).
+    /// Only while [`Engine::placement_ready`]; `InvalidOpcode` otherwise, or for any
+    /// other operation, or when a READ's data does not fit its SGEs.
+    pub fn post_send_placed(
+        &mut self,
+        qp: QpHandle,
+        wr: &SendWr<'_>,
+        read_data: Option<&[u8]>,
+    ) -> Result<(), PostError> {
+        if !self.placement_ready(qp) {
+            return Err(PostError::InvalidOpcode);
+        }
+        let target = PlacedTarget::of(wr).ok_or(PostError::InvalidOpcode)?;
+        if !target.write {
+            let (Some(data), Payload::Sges(sges)) = (read_data, wr.payload) else {
+                return Err(PostError::InvalidOpcode);
+            };
+            let q = self.qps.get(qp.0).ok_or(PostError::UnknownQp)?;
+            if data.len() != target.len || self.shared.scatter(q.init.pd, sges, 0, data).is_err() {
+                return Err(PostError::InvalidOpcode);
+            }
+        }
+        self.post_send_inner(qp, wr, true)
+    }
+}

@@ -1,0 +1,239 @@
+//! The same-host path's engine share (`engine/placed.rs`): WRITEs and READs whose
+//! bytes the driver moved before posting them. Here the test plays the driver: it
+//! copies the bytes between the two engines' buffers itself, then posts placed.
+
+mod common;
+use common::*;
+use softverbs_engine::*;
+
+fn same_host(p: &mut Pair) {
+    for end in [End::A, End::B] {
+        let qp = p.side(end).qp;
+        p.engine(end).set_same_host(qp, true).unwrap();
+    }
+}
+
+/// What the driver does for a WRITE: gather A's bytes, put them at B.
+fn place_write(p: &mut Pair, wr: &SendWr<'_>, b_offset: usize) {
+    let qp = p.a.qp;
+    let mut bytes = Vec::new();
+    assert!(p.engine(End::A).gather_for_placement(qp, wr, &mut bytes));
+    p.b.buf[b_offset..b_offset + bytes.len()].copy_from_slice(&bytes);
+}
+
+#[test]
+fn placed_write_with_imm_is_one_packet_and_completes_at_the_target_with_its_length() {
+    let mut p = Pair::lossless();
+    same_host(&mut p);
+    let qp = p.a.qp;
+    assert!(p.engine(End::A).placement_ready(qp));
+    p.fill(End::A, 0, 40_000, 3);
+    p.post_recv(End::B, 7, &[]).unwrap();
+    let sge = p.sge(End::A, 0, 40_000);
+    let (remote_addr, rkey) = (p.addr(End::B, 1000), p.rkey(End::B));
+    let wr = SendWr::new(
+        1,
+        SendOp::RdmaWriteWithImm {
+            remote_addr,
+            rkey,
+            imm: 0x1234_5678,
+        },
+        std::slice::from_ref(&sge),
+    );
+    place_write(&mut p, &wr, 1000);
+    let before = p.sim.stats().delivered;
+    p.engine(End::A).post_send_placed(qp, &wr, None).unwrap();
+    p.run_until_cqes(End::B, 0, 1).unwrap();
+    p.run_until_send_cqes(End::A, 1).unwrap();
+    // One request and one ACK, not 40 packets of 1 KiB.
+    assert_eq!(p.sim.stats().delivered - before, 2);
+    let r = p.poll_recv(End::B);
+    assert_eq!(r[0].status, WcStatus::Success);
+    assert_eq!(r[0].opcode, WcOpcode::RecvRdmaWithImm);
+    assert_eq!(r[0].byte_len, 40_000);
+    assert_eq!(p.poll_send(End::A)[0].status, WcStatus::Success);
+    assert_eq!(p.bytes(End::A, 0, 40_000), p.bytes(End::B, 1000, 40_000));
+}
+
+#[test]
+fn placed_read_lands_its_bytes_and_completes() {
+    let mut p = Pair::lossless();
+    same_host(&mut p);
+    p.fill(End::B, 0, 9000, 5);
+    let data = p.bytes(End::B, 0, 9000).to_vec();
+    let sge = p.sge(End::A, 100, 9000);
+    let (remote_addr, rkey) = (p.addr(End::B, 0), p.rkey(End::B));
+    let wr = SendWr::new(
+        2,
+        SendOp::RdmaRead { remote_addr, rkey },
+        std::slice::from_ref(&sge),
+    );
+    let qp = p.a.qp;
+    // A READ's data must be given, and fit.
+    assert_eq!(
+        p.engine(End::A).post_send_placed(qp, &wr, None),
+        Err(PostError::InvalidOpcode)
+    );
+    assert_eq!(
+        p.engine(End::A)
+            .post_send_placed(qp, &wr, Some(&data[..10])),
+        Err(PostError::InvalidOpcode)
+    );
+    let before = p.sim.stats().delivered;
+    p.engine(End::A)
+        .post_send_placed(qp, &wr, Some(&data))
+        .unwrap();
+    p.run_until_send_cqes(End::A, 1).unwrap();
+    // Carried out locally: nothing went on the wire.
+    assert_eq!(p.sim.stats().delivered, before);
+    let s = p.poll_send(End::A);
+    assert_eq!((s[0].status, s[0].byte_len), (WcStatus::Success, 9000));
+    assert_eq!(p.bytes(End::A, 100, 9000), &data[..]);
+}
+
+#[test]
+fn placement_waits_for_earlier_packet_borne_requests() {
+    let mut p = Pair::lossless();
+    same_host(&mut p);
+    let qp = p.a.qp;
+    p.post_recv(End::B, 1, &[p.sge(End::B, 0, 64)]).unwrap();
+    let sge = p.sge(End::A, 0, 64);
+    p.post_send(End::A, &SendWr::new(1, SendOp::Send, &[sge]))
+        .unwrap();
+    // The SEND is not acknowledged yet: a WRITE must not overtake it.
+    assert!(!p.engine(End::A).placement_ready(qp));
+    let wr = SendWr::new(
+        2,
+        SendOp::RdmaWrite {
+            remote_addr: p.addr(End::B, 100),
+            rkey: p.rkey(End::B),
+        },
+        std::slice::from_ref(&sge),
+    );
+    assert_eq!(
+        p.engine(End::A).post_send_placed(qp, &wr, None),
+        Err(PostError::InvalidOpcode)
+    );
+    p.run_until_send_cqes(End::A, 1).unwrap();
+    assert!(p.engine(End::A).placement_ready(qp));
+    // Placed WRs do not hold later placements back.
+    place_write(&mut p, &wr, 100);
+    p.engine(End::A).post_send_placed(qp, &wr, None).unwrap();
+    assert!(p.engine(End::A).placement_ready(qp));
+    // Only RC QPs with the path take placed work.
+    p.engine(End::A).set_same_host(qp, false).unwrap();
+    assert!(!p.engine(End::A).placement_ready(qp));
+}
+
+#[test]
+fn responder_still_checks_a_placed_writes_range() {
+    // A placed WRITE naming memory the target may not write is refused there too
+    // (the driver checks the published table first; this is the second check).
+    let mut p = Pair::lossless();
+    same_host(&mut p);
+    let qp = p.a.qp;
+    let sge = p.sge(End::A, 0, 4096);
+    let wr = SendWr::new(
+        3,
+        SendOp::RdmaWrite {
+            remote_addr: p.addr(End::B, p.opts.buf_len - 100),
+            rkey: p.rkey(End::B),
+        },
+        std::slice::from_ref(&sge),
+    );
+    p.engine(End::A).post_send_placed(qp, &wr, None).unwrap();
+    p.run_until_send_cqes(End::A, 1).unwrap();
+    assert_eq!(p.poll_send(End::A)[0].status, WcStatus::RemAccessErr);
+    assert_eq!(p.qp_state(End::A), QpState::Err);
+}
+
+#[test]
+fn a_header_only_write_to_a_qp_without_the_path_is_a_length_error() {
+    // Only the peer that negotiated the path may send them.
+    let mut p = Pair::lossless();
+    let qp = p.a.qp;
+    p.engine(End::A).set_same_host(qp, true).unwrap(); // B did not agree
+    let sge = p.sge(End::A, 0, 4096);
+    let wr = SendWr::new(
+        4,
+        SendOp::RdmaWrite {
+            remote_addr: p.addr(End::B, 0),
+            rkey: p.rkey(End::B),
+        },
+        std::slice::from_ref(&sge),
+    );
+    p.engine(End::A).post_send_placed(qp, &wr, None).unwrap();
+    p.run_until_send_cqes(End::A, 1).unwrap();
+    assert_eq!(p.poll_send(End::A)[0].status, WcStatus::RemInvReqErr);
+}
+
+#[test]
+fn placed_writes_survive_loss_in_order() {
+    for seed in 1..=4 {
+        let mut p = Pair::new(seed, softverbs_sim::Faults::lossy(0.2), PairOpts::default());
+        same_host(&mut p);
+        let qp = p.a.qp;
+        p.fill(End::A, 0, 32_768, seed as u8);
+        for i in 0..8u64 {
+            let sge = p.sge(End::A, i as usize * 4096, 4096);
+            let wr = SendWr::new(
+                i,
+                SendOp::RdmaWrite {
+                    remote_addr: p.addr(End::B, i as usize * 4096),
+                    rkey: p.rkey(End::B),
+                },
+                std::slice::from_ref(&sge),
+            );
+            place_write(&mut p, &wr, i as usize * 4096);
+            p.engine(End::A).post_send_placed(qp, &wr, None).unwrap();
+        }
+        p.run_until_send_cqes(End::A, 8).unwrap();
+        let s = p.poll_send(End::A);
+        let got: Vec<_> = s.iter().map(|w| (w.wr_id, w.status)).collect();
+        let want: Vec<_> = (0..8).map(|i| (i, WcStatus::Success)).collect();
+        assert_eq!(got, want, "seed {seed}");
+        p.settle();
+        assert_eq!(p.bytes(End::A, 0, 32_768), p.bytes(End::B, 0, 32_768));
+    }
+}
+
+#[test]
+fn a_placed_read_completes_after_the_writes_before_it() {
+    let mut p = Pair::lossless();
+    same_host(&mut p);
+    let qp = p.a.qp;
+    p.fill(End::A, 0, 4096, 8);
+    let sge = p.sge(End::A, 0, 4096);
+    let (remote_addr, rkey) = (p.addr(End::B, 0), p.rkey(End::B));
+    let wr = SendWr::new(
+        1,
+        SendOp::RdmaWrite { remote_addr, rkey },
+        std::slice::from_ref(&sge),
+    );
+    place_write(&mut p, &wr, 0);
+    p.engine(End::A).post_send_placed(qp, &wr, None).unwrap();
+    let back = p.bytes(End::B, 0, 4096).to_vec();
+    let rsge = p.sge(End::A, 8192, 4096);
+    let rd = SendWr::new(
+        2,
+        SendOp::RdmaRead { remote_addr, rkey },
+        std::slice::from_ref(&rsge),
+    );
+    p.engine(End::A)
+        .post_send_placed(qp, &rd, Some(&back))
+        .unwrap();
+    // The READ is done, but completes only after the WRITE before it.
+    assert!(p.poll_send(End::A).is_empty());
+    p.run_until_send_cqes(End::A, 2).unwrap();
+    let s = p.poll_send(End::A);
+    let got: Vec<_> = s.iter().map(|w| (w.wr_id, w.status, w.opcode)).collect();
+    assert_eq!(
+        got,
+        vec![
+            (1, WcStatus::Success, WcOpcode::RdmaWrite),
+            (2, WcStatus::Success, WcOpcode::RdmaRead)
+        ]
+    );
+    assert_eq!(s[1].byte_len, 4096);
+    assert_eq!(p.bytes(End::A, 8192, 4096), p.bytes(End::A, 0, 4096));
+}

@@ -1,0 +1,626 @@
+//! The same-host path: RDMA WRITE and READ between two softverbs processes on one
+//! host move straight between their registered memory with `process_vm_writev` /
+//! `process_vm_readv`, with no copy through UDP and no work by the target's CPU beyond
+//! one header-only packet per operation.
+//!
+//! - `table`: each device publishes its memory regions in a shared file that peers
+//!   map read-only; deregistration fences peers' accesses (why it is sound: there).
+//! - `hello`: the handshake on a QP's path, when an RC QP enters RTR: pid, table, and
+//!   a probe (`process_vm_readv` of a nonce) that proves the peer shares our PID
+//!   namespace and the kernel lets us read it (the peer may be in another network
+//!   namespace of this kernel: only the probe decides).
+//! - here: what the driver keeps (its table, the peers' tables, which QPs place into
+//!   which peer) and the post path: check the peer's entry, move the bytes, post the
+//!   WR *placed* (the engine's `engine/placed.rs`: PSN order, completions, ordering).
+//!
+//! `SOFTVERBS_SAME_HOST=0` turns it off, `1` warns when a QP cannot have it. Counters:
+//! `same_host_*` in `softverbs stat`, with one `same_host_qp_<qpn>` line per QP that
+//! uses the path.
+
+pub use softverbs_wire::samehost as hello;
+pub mod table;
+pub mod vm;
+
+use crate::config::SameHostMode;
+use hello::{Hello, Kind};
+use softverbs_engine::{AccessFlags, Engine, PlacedTarget, QpHandle, QpState, SendWr};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use table::{Entry, OwnTable, PeerTable};
+
+/// Counters of the path.
+#[derive(Debug, Default)]
+pub struct SameHostCounters {
+    /// QPs that took the path.
+    pub qps: AtomicU64,
+    /// RDMA WRITEs placed.
+    pub writes: AtomicU64,
+    /// Bytes they moved.
+    pub bytes_written: AtomicU64,
+    /// RDMA READs placed.
+    pub reads: AtomicU64,
+    /// Bytes they moved.
+    pub bytes_read: AtomicU64,
+    /// WRITEs and READs on a same-host QP that went by UDP: an earlier request was
+    /// still unacknowledged (ordering), or the bytes could not be moved.
+    pub fallbacks: AtomicU64,
+    /// Of those: the peer's table refused the key, PD, access or range (the UDP
+    /// path's responder then gives the status IBA defines).
+    pub refusals: AtomicU64,
+    /// Handshakes that failed their probe or table check.
+    pub probe_failures: AtomicU64,
+    /// Deregistrations that waited for a peer's access under way.
+    pub dereg_waits: AtomicU64,
+}
+
+/// A QP that places into its peer.
+struct QpLink {
+    peer: Arc<PeerTable>,
+    /// The peer QP's PD id: regions of other PDs are refused.
+    remote_pd: u64,
+    /// The peer QP's access flags when it accepted: operations it does not enable
+    /// are not placed (its responder refuses them, IBA 10.2.4.2 qp_access_flags; the
+    /// engine's check 3). A later change of the peer QP's access flags is not seen here.
+    remote_qp_access: AccessFlags,
+    qpn: u32,
+}
+
+/// What the driver keeps for the path.
+pub(crate) struct SameHost {
+    pub mode: SameHostMode,
+    table: Option<OwnTable>,
+    /// Peers' tables, by path: every process that may access our memory (it was
+    /// accepted by, or accepted, one of our QPs) is here, for the fence.
+    peers: Mutex<HashMap<String, Arc<PeerTable>>>,
+    qps: Mutex<HashMap<QpHandle, QpLink>>,
+    /// Offers sent per QP (a few at most: see `handle_hello`).
+    offers: Mutex<HashMap<QpHandle, u8>>,
+    /// Held while WRs are placed: accesses of this device never overlap (the fence
+    /// relies on it); the buffers placement uses.
+    place: Mutex<PlaceState>,
+    ptrace_granted: AtomicBool,
+    pub counters: SameHostCounters,
+}
+
+/// Runs a closure on the engine under the device lock, then sends what it made.
+pub(crate) type WithEngine<'a> = &'a dyn Fn(&mut dyn FnMut(&mut Engine));
+
+/// The engine of the device, under its lock.
+pub(crate) trait EngineAccess {
+    /// Runs `f` on the engine, then sends what it made and delivers its events.
+    fn with(&self, f: &mut dyn FnMut(&mut Engine));
+    /// Runs `f` on the engine for a look only (nothing to send).
+    fn read(&self, f: &mut dyn FnMut(&mut Engine));
+}
+
+/// A WR of a list waiting to be posted.
+#[derive(Debug, Clone, Copy)]
+enum Pending {
+    /// A WRITE whose bytes moved.
+    Write,
+    /// A READ whose bytes are in the read buffer of this index.
+    Read(usize),
+    /// The usual way (UDP).
+    Usual,
+}
+
+/// The buffers of placement, reused.
+#[derive(Default)]
+struct PlaceState {
+    /// A WRITE's local pieces (address, length).
+    sources: Vec<(u64, usize)>,
+    /// A WRITE's inline bytes.
+    bounce: Vec<u8>,
+    /// READ data waiting to be scattered when its WR is posted, and how many are used.
+    reads: Vec<Vec<u8>>,
+    reads_used: usize,
+}
+
+/// A handshake datagram to send, and where.
+pub(crate) struct Outgoing {
+    pub to: SocketAddr,
+    pub datagram: Vec<u8>,
+    /// An offer: sent only if a softverbs device at `to` published a table on this
+    /// host ([`peer_may_be_softverbs`]).
+    pub offer: bool,
+}
+
+/// Whether this process runs under valgrind (its preload libraries are in
+/// `LD_PRELOAD`).
+fn under_valgrind() -> bool {
+    std::env::var_os("LD_PRELOAD").is_some_and(|p| p.to_string_lossy().contains("/vgpreload_"))
+}
+
+/// The file a device at `addr` publishes its memory-region table in.
+fn table_path(addr: SocketAddr) -> std::path::PathBuf {
+    crate::published::stats_dir().join(format!("{}-{}.mrt", addr.ip(), addr.port()))
+}
+
+/// Whether the peer at `addr` may be a softverbs device of this host: it published a
+/// table file. So RoCEv2 peers that are not softverbs (or not on this host) never get
+/// an offer. (A device in another network namespace of this kernel sharing our
+/// runtime directory qualifies; whether it really is on this host, the probe decides.)
+pub(crate) fn peer_may_be_softverbs(addr: SocketAddr) -> bool {
+    table_path(addr).exists()
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl SameHost {
+    /// The path for a device whose files go by `stem` (`address-port`).
+    pub fn new(mode: SameHostMode, stem: &str) -> SameHost {
+        let table = match mode {
+            SameHostMode::Off => None,
+            // Under valgrind, bytes a peer's process_vm_writev puts into our memory
+            // look uninitialised to memcheck (it sees only our own writes, as with a
+            // NIC's DMA): stay on UDP, where this process writes them itself.
+            _ if under_valgrind() => {
+                tracing::debug!("running under valgrind: the same-host path is off");
+                None
+            }
+            _ => {
+                let path = crate::published::stats_dir().join(format!("{stem}.mrt"));
+                match OwnTable::create(&path) {
+                    Ok(t) => Some(t),
+                    Err(e) => {
+                        tracing::warn!(error = %e, path = %path.display(),
+                            "cannot create the same-host memory-region table; RDMA WRITE and READ use UDP");
+                        None
+                    }
+                }
+            }
+        };
+        SameHost {
+            mode,
+            table,
+            peers: Mutex::new(HashMap::new()),
+            qps: Mutex::new(HashMap::new()),
+            offers: Mutex::new(HashMap::new()),
+            place: Mutex::new(PlaceState::default()),
+            ptrace_granted: AtomicBool::new(false),
+            counters: SameHostCounters::default(),
+        }
+    }
+
+    fn enabled(&self) -> bool {
+        self.table.is_some()
+    }
+
+    /// Publishes a memory region for peers.
+    pub fn publish(&self, rkey: u32, base: u64, len: usize, access: AccessFlags, pd: u64) {
+        if let Some(t) = &self.table {
+            t.publish(&Entry {
+                rkey,
+                base,
+                len: len as u64,
+                access,
+                pd,
+                generation: 0,
+            });
+        }
+    }
+
+    /// Withdraws a region and waits until no peer can still be moving bytes with it
+    /// (`table.rs`). Call before the engine forgets the region, without the device lock.
+    pub fn withdraw(&self, rkey: u32) {
+        let Some(t) = &self.table else { return };
+        t.withdraw(rkey);
+        let peers: Vec<Arc<PeerTable>> = lock(&self.peers).values().cloned().collect();
+        let waited = t.wait_for_peers(peers.iter().map(|p| &**p));
+        self.counters
+            .dereg_waits
+            .fetch_add(waited as u64, Ordering::Relaxed);
+    }
+
+    /// The offer for a QP that entered RTR (call under the device lock; send after).
+    pub fn offer_for(&self, engine: &Engine, qp: QpHandle) -> Option<Outgoing> {
+        self.hello_for(engine, qp, Kind::Offer)
+    }
+
+    fn hello_for(&self, engine: &Engine, qp: QpHandle, kind: Kind) -> Option<Outgoing> {
+        let t = self.table.as_ref()?;
+        let (attr, init) = engine.query_qp(qp)?;
+        let to = attr.av?;
+        let qpn = engine.qp_num(qp)?;
+        if kind == Kind::Offer {
+            let mut offers = lock(&self.offers);
+            let n = offers.entry(qp).or_insert(0);
+            if *n >= 3 {
+                return None;
+            }
+            *n += 1;
+        }
+        let (nonce_addr, nonce) = t.nonce();
+        let h = Hello {
+            kind,
+            dest_qpn: softverbs_engine::Qpn::new(attr.dest_qp_num),
+            src_qpn: qpn,
+            pid: std::process::id(),
+            pd: init.pd.id(),
+            qp_access: attr.qp_access_flags.0,
+            nonce_addr,
+            nonce,
+            table: t.path().to_string_lossy().into_owned(),
+        };
+        Some(Outgoing {
+            to,
+            datagram: h.emit(),
+            offer: kind == Kind::Offer,
+        })
+    }
+
+    /// Before an offer or an answer leaves: a peer must be able to read our memory.
+    pub fn grant_ptrace(&self) {
+        if !self.ptrace_granted.swap(true, Ordering::Relaxed) && vm::grant_ptrace_if_needed() {
+            tracing::debug!("Yama ptrace_scope 1: PR_SET_PTRACER_ANY for same-host peers");
+        }
+    }
+
+    /// Checks a peer's handshake: the probe reads its nonce, its table file holds the
+    /// same one and names its pid. Without the device lock (system calls).
+    fn verify(&self, h: &Hello) -> Option<Arc<PeerTable>> {
+        if let Some(p) = lock(&self.peers).get(&h.table) {
+            if p.pid() == h.pid && p.nonce() == h.nonce {
+                return Some(Arc::clone(p));
+            }
+        }
+        let fail = |why: &dyn std::fmt::Display| {
+            self.counters.probe_failures.fetch_add(1, Ordering::Relaxed);
+            let msg = "same-host path refused; this QP uses UDP";
+            if self.mode == SameHostMode::On {
+                tracing::warn!(pid = h.pid, %why, "{msg}");
+            } else {
+                tracing::debug!(pid = h.pid, %why, "{msg}");
+            }
+            None
+        };
+        match vm::probe(h.pid, h.nonce_addr) {
+            Ok(v) if v == h.nonce => {}
+            Ok(_) => return fail(&"the probe read another value (another PID namespace?)"),
+            Err(e) => return fail(&format_args!("process_vm_readv probe: {e}")),
+        }
+        let table = match PeerTable::open(std::path::Path::new(&h.table), h.pid) {
+            Ok(t) if t.nonce() == h.nonce => Arc::new(t),
+            Ok(_) => return fail(&"the table's nonce differs"),
+            Err(e) => return fail(&e),
+        };
+        lock(&self.peers).insert(h.table.clone(), Arc::clone(&table));
+        Some(table)
+    }
+
+    /// Handles a handshake datagram from `src`: returns what to send back. Takes the
+    /// device lock through `with_engine` for the engine's part only.
+    pub fn handle_hello(
+        &self,
+        src: SocketAddr,
+        data: &[u8],
+        with_engine: WithEngine<'_>,
+    ) -> Vec<Outgoing> {
+        let mut out = Vec::new();
+        let Ok(h) = Hello::parse(data) else {
+            return out;
+        };
+        // Our QP the datagram is for, if it is connected to the sender's.
+        let mut ours = None;
+        with_engine(&mut |e| {
+            ours = e.qp_by_qpn(h.dest_qpn).filter(|&qp| {
+                e.query_qp(qp).is_some_and(|(a, i)| {
+                    i.qp_type == softverbs_engine::QpType::Rc
+                        && a.av == Some(src)
+                        && a.dest_qp_num == h.src_qpn.value()
+                        && matches!(a.qp_state, QpState::Rtr | QpState::Rts)
+                })
+            });
+        });
+        let decline = || Outgoing {
+            to: src,
+            datagram: Hello {
+                kind: Kind::Decline,
+                dest_qpn: h.src_qpn,
+                src_qpn: h.dest_qpn,
+                pid: std::process::id(),
+                pd: 0,
+                qp_access: 0,
+                nonce_addr: 0,
+                nonce: 0,
+                table: String::new(),
+            }
+            .emit(),
+            offer: false,
+        };
+        match h.kind {
+            Kind::Offer => {
+                // Not (yet) connected to it: we offer when we get there.
+                let Some(qp) = ours else {
+                    out.push(decline());
+                    return out;
+                };
+                if !self.enabled() || self.verify(&h).is_none() {
+                    out.push(decline());
+                    return out;
+                }
+                self.grant_ptrace();
+                let placing = lock(&self.qps).contains_key(&qp);
+                with_engine(&mut |e| {
+                    if e.set_accepts_placed(qp, true).is_ok() {
+                        out.extend(self.hello_for(e, qp, Kind::Accept));
+                        // Our own offer may have come before the peer was ready.
+                        if !placing {
+                            out.extend(self.hello_for(e, qp, Kind::Offer));
+                        }
+                    }
+                });
+            }
+            Kind::Accept => {
+                let Some(qp) = ours else { return out };
+                if !self.enabled() {
+                    return out;
+                }
+                let Some(peer) = self.verify(&h) else {
+                    return out;
+                };
+                let mut ok = false;
+                with_engine(&mut |e| ok = e.set_same_host(qp, true).is_ok());
+                if ok {
+                    let fresh = lock(&self.qps)
+                        .insert(
+                            qp,
+                            QpLink {
+                                peer,
+                                remote_pd: h.pd,
+                                remote_qp_access: AccessFlags(h.qp_access),
+                                qpn: h.dest_qpn.value(),
+                            },
+                        )
+                        .is_none();
+                    if fresh {
+                        self.counters.qps.fetch_add(1, Ordering::Relaxed);
+                    }
+                    tracing::debug!(qpn = h.dest_qpn.value(), peer_pid = h.pid, "same-host path");
+                }
+            }
+            Kind::Decline => {
+                if self.mode == SameHostMode::On {
+                    tracing::warn!(
+                        qpn = h.dest_qpn.value(),
+                        "the peer declined the same-host path"
+                    );
+                }
+            }
+        }
+        out
+    }
+
+    /// Whether `qp` places into its peer.
+    pub fn places(&self, qp: QpHandle) -> bool {
+        self.table.is_some() && lock(&self.qps).contains_key(&qp)
+    }
+
+    /// Forgets a destroyed QP.
+    pub fn forget_qp(&self, qp: QpHandle) {
+        lock(&self.qps).remove(&qp);
+        lock(&self.offers).remove(&qp);
+    }
+
+    /// Which QPs use the path (their QPNs), for `softverbs stat`.
+    pub fn qpns(&self) -> Vec<u32> {
+        let mut v: Vec<u32> = lock(&self.qps).values().map(|l| l.qpn).collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// Posts `wrs` on a QP with the path, in order: each RDMA WRITE or READ whose bytes
+    /// can move now is placed, the others (and every WR after the first of them) are
+    /// posted the usual way; all together, under one device lock (one transmission). `None`: the QP has no path; post the usual way. On error, the
+    /// index of the first WR not posted (nothing of it or after it moved, unless another
+    /// thread filled the send queue meanwhile).
+    pub fn post_list(
+        &self,
+        qp: QpHandle,
+        wrs: &[SendWr<'_>],
+        engine: &dyn EngineAccess,
+    ) -> Option<Result<(), (usize, softverbs_engine::PostError)>> {
+        let table = self.table.as_ref()?;
+        let link = {
+            let qps = lock(&self.qps);
+            let l = qps.get(&qp)?;
+            (Arc::clone(&l.peer), l.remote_pd, l.remote_qp_access)
+        };
+        let mut st = lock(&self.place);
+        let st = &mut *st;
+        let mut pending: Vec<(usize, Pending)> = Vec::with_capacity(wrs.len());
+        // Once a WR goes the usual way, the later ones of the list do too: their
+        // bytes must not land before it executes (ordering, `engine/placed.rs`).
+        let mut placing = true;
+        for (i, wr) in wrs.iter().enumerate() {
+            if placing {
+                if let Some(read) = self.place_one(table, &link, qp, wr, st, pending.len(), engine)
+                {
+                    pending.push((i, read.map_or(Pending::Write, Pending::Read)));
+                    continue;
+                }
+            }
+            placing = false;
+            pending.push((i, Pending::Usual));
+        }
+        Some(self.flush(qp, wrs, &mut pending, st, engine))
+    }
+
+    /// Moves the bytes of `wr` if it is an RDMA WRITE or READ that can be placed now,
+    /// `pending` placed WRs not yet posted before it; `Some(read buffer index)` if it
+    /// was (`None` inside for a WRITE).
+    #[allow(clippy::too_many_arguments)]
+    fn place_one(
+        &self,
+        table: &OwnTable,
+        (peer, remote_pd, remote_qp_access): &(Arc<PeerTable>, u64, AccessFlags),
+        qp: QpHandle,
+        wr: &SendWr<'_>,
+        st: &mut PlaceState,
+        pending: usize,
+        engine: &dyn EngineAccess,
+    ) -> Option<Option<usize>> {
+        let target = PlacedTarget::of(wr)?;
+        if target.len == 0 {
+            return None;
+        }
+        let c = &self.counters;
+        let fallback = || {
+            c.fallbacks.fetch_add(1, Ordering::Relaxed);
+            None
+        };
+        let need = if target.write {
+            AccessFlags::REMOTE_WRITE
+        } else {
+            AccessFlags::REMOTE_READ
+        };
+        if !remote_qp_access.contains(need) {
+            // The peer QP does not enable it: UDP, where its responder refuses it.
+            c.refusals.fetch_add(1, Ordering::Relaxed);
+            return fallback();
+        }
+        // The send queue must take it (bytes never move for a WR that is not posted),
+        // and nothing packet-borne may be outstanding before it (ordering).
+        let mut ok = false;
+        engine.read(&mut |e| {
+            ok = e.placement_room(qp) > pending
+                && (!target.write
+                    || e.placement_source(qp, wr, &mut st.sources)
+                    || e.gather_for_placement(qp, wr, &mut st.bounce));
+        });
+        if !ok {
+            return fallback();
+        }
+        let read_index = (!target.write).then(|| {
+            let k = st.reads_used;
+            if st.reads.len() <= k {
+                st.reads.push(Vec::new());
+            }
+            st.reads_used += 1;
+            k
+        });
+        let moved = {
+            let _access = table.begin_access();
+            match peer
+                .lookup(target.rkey)
+                .and_then(|e| e.check(*remote_pd, target.remote_addr, target.len, need))
+            {
+                Err(_) => {
+                    c.refusals.fetch_add(1, Ordering::Relaxed);
+                    false
+                }
+                Ok(()) if target.write && !st.sources.is_empty() => {
+                    vm::write_gather(peer.pid(), target.remote_addr, &st.sources).ok()
+                        == Some(target.len)
+                }
+                Ok(()) if target.write => {
+                    vm::write_to(peer.pid(), target.remote_addr, &st.bounce).ok()
+                        == Some(target.len)
+                }
+                Ok(()) => {
+                    let buf = &mut st.reads[read_index.unwrap_or(0)];
+                    buf.resize(target.len, 0);
+                    vm::read_from(peer.pid(), target.remote_addr, buf).ok() == Some(target.len)
+                }
+            }
+        };
+        if !moved {
+            if read_index.is_some() {
+                st.reads_used -= 1;
+            }
+            return fallback();
+        }
+        Some(read_index)
+    }
+
+    /// Posts the WRs waiting in `pending` (indices into `wrs`), in order, under one
+    /// device lock (one transmission for the whole list).
+    fn flush(
+        &self,
+        qp: QpHandle,
+        wrs: &[SendWr<'_>],
+        pending: &mut Vec<(usize, Pending)>,
+        st: &mut PlaceState,
+        engine: &dyn EngineAccess,
+    ) -> Result<(), (usize, softverbs_engine::PostError)> {
+        if pending.is_empty() {
+            return Ok(());
+        }
+        let mut result = Ok(());
+        let c = &self.counters;
+        engine.with(&mut |e| {
+            for &(i, kind) in pending.iter() {
+                let wr = &wrs[i];
+                let read = match kind {
+                    Pending::Usual => {
+                        if let Err(err) = e.post_send(qp, wr) {
+                            result = Err((i, err));
+                            return;
+                        }
+                        continue;
+                    }
+                    Pending::Write => None,
+                    Pending::Read(k) => Some(k),
+                };
+                let data = read.map(|k| &st.reads[k][..]);
+                // Another thread may have posted meanwhile: then the usual way (the
+                // bytes moved already; moving them again is harmless).
+                let placed = e.placement_ready(qp);
+                let r = if placed {
+                    e.post_send_placed(qp, wr, data)
+                } else {
+                    e.post_send(qp, wr)
+                };
+                if let Err(err) = r {
+                    result = Err((i, err));
+                    return;
+                }
+                let len = PlacedTarget::of(wr).map_or(0, |t| t.len as u64);
+                match (placed, read) {
+                    (false, _) => {
+                        c.fallbacks.fetch_add(1, Ordering::Relaxed);
+                    }
+                    (true, None) => {
+                        c.writes.fetch_add(1, Ordering::Relaxed);
+                        c.bytes_written.fetch_add(len, Ordering::Relaxed);
+                    }
+                    (true, Some(_)) => {
+                        c.reads.fetch_add(1, Ordering::Relaxed);
+                        c.bytes_read.fetch_add(len, Ordering::Relaxed);
+                    }
+                }
+            }
+        });
+        pending.clear();
+        st.reads_used = 0;
+        result
+    }
+
+    /// The counter lines for `softverbs stat`.
+    pub fn stat_lines(&self) -> Vec<(String, u64)> {
+        let c = &self.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let mut v = vec![
+            ("same_host_qps".to_string(), get(&c.qps)),
+            ("same_host_writes".to_string(), get(&c.writes)),
+            ("same_host_bytes_written".to_string(), get(&c.bytes_written)),
+            ("same_host_reads".to_string(), get(&c.reads)),
+            ("same_host_bytes_read".to_string(), get(&c.bytes_read)),
+            ("same_host_fallbacks".to_string(), get(&c.fallbacks)),
+            ("same_host_refusals".to_string(), get(&c.refusals)),
+            (
+                "same_host_probe_failures".to_string(),
+                get(&c.probe_failures),
+            ),
+            ("same_host_dereg_waits".to_string(), get(&c.dereg_waits)),
+        ];
+        for qpn in self.qpns() {
+            v.push((format!("same_host_qp_{qpn:#x}"), 1));
+        }
+        v
+    }
+}

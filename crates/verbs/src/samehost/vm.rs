@@ -1,0 +1,154 @@
+//! `process_vm_readv`/`process_vm_writev`: moving bytes between this process and a
+//! peer's registered memory, and the probe that says whether the kernel lets us.
+
+use std::io;
+
+/// Copies `local` into `len = local.len()` bytes at `remote_addr` in process `pid`;
+/// the count copied (short only on a fault part way).
+pub fn write_to(pid: u32, remote_addr: u64, local: &[u8]) -> io::Result<usize> {
+    let liov = libc::iovec {
+        iov_base: local.as_ptr() as *mut libc::c_void,
+        iov_len: local.len(),
+    };
+    let riov = libc::iovec {
+        iov_base: remote_addr as *mut libc::c_void,
+        iov_len: local.len(),
+    };
+    // SAFETY: the local iovec covers `local`, which the kernel only reads; the remote
+    // one names memory of another process, which the kernel checks (EFAULT) and which
+    // the caller checked against the peer's published, fenced region table.
+    let n = unsafe { libc::process_vm_writev(pid as libc::pid_t, &liov, 1, &riov, 1, 0) };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// Copies the local pieces `sources` (address, length), in order, to `remote_addr` in
+/// process `pid`; the count copied. The pieces are registered memory of this process,
+/// checked against their memory regions under the device lock just before.
+pub fn write_gather(pid: u32, remote_addr: u64, sources: &[(u64, usize)]) -> io::Result<usize> {
+    const MAX: usize = 32;
+    if sources.len() > MAX {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    let mut liov = [libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    }; MAX];
+    let mut total = 0usize;
+    for (v, &(addr, len)) in liov.iter_mut().zip(sources) {
+        v.iov_base = addr as *mut libc::c_void;
+        v.iov_len = len;
+        total += len;
+    }
+    let riov = libc::iovec {
+        iov_base: remote_addr as *mut libc::c_void,
+        iov_len: total,
+    };
+    // SAFETY: the kernel reads the local pieces (our registered memory: were a piece
+    // deregistered and unmapped meanwhile by a racing thread, the kernel reports
+    // EFAULT; no Rust reference to it exists) and writes the remote range, which the
+    // caller checked against the peer's published, fenced region table.
+    let n = unsafe {
+        libc::process_vm_writev(
+            pid as libc::pid_t,
+            liov.as_ptr(),
+            sources.len() as libc::c_ulong,
+            &riov,
+            1,
+            0,
+        )
+    };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// Copies `out.len()` bytes at `remote_addr` in process `pid` into `out`; the count
+/// copied.
+pub fn read_from(pid: u32, remote_addr: u64, out: &mut [u8]) -> io::Result<usize> {
+    let liov = libc::iovec {
+        iov_base: out.as_mut_ptr().cast(),
+        iov_len: out.len(),
+    };
+    let riov = libc::iovec {
+        iov_base: remote_addr as *mut libc::c_void,
+        iov_len: out.len(),
+    };
+    // SAFETY: the local iovec covers `out`, a buffer we own exclusively, which the
+    // kernel writes at most `out.len()` bytes of; the remote side is only read.
+    let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &liov, 1, &riov, 1, 0) };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// The probe: reads the 8-byte word at `addr` in `pid`. It succeeds only if `pid` is
+/// a process of our PID namespace that the kernel lets us read (same user, Yama).
+pub fn probe(pid: u32, addr: u64) -> io::Result<u64> {
+    let mut w = [0u8; 8];
+    let n = read_from(pid, addr, &mut w)?;
+    if n != 8 {
+        return Err(io::Error::from_raw_os_error(libc::EFAULT));
+    }
+    Ok(u64::from_ne_bytes(w))
+}
+
+/// Where Yama restricts ptrace to descendants (`ptrace_scope` 1), lets any process of
+/// ours read this one's memory as a same-host peer must: `PR_SET_PTRACER_ANY`. Other
+/// scopes need nothing (0) or cannot be helped (2, 3: the path is not used). Returns
+/// whether the grant was made.
+pub fn grant_ptrace_if_needed() -> bool {
+    let scope = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok());
+    if scope != Some(1) {
+        return false;
+    }
+    // SAFETY: prctl with integer arguments only.
+    let r = unsafe {
+        libc::prctl(
+            libc::PR_SET_PTRACER,
+            libc::PR_SET_PTRACER_ANY as libc::c_ulong,
+            0,
+            0,
+            0,
+        )
+    };
+    r == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn moves_bytes_in_our_own_process_and_refuses_a_missing_one() {
+        let pid = std::process::id();
+        let mut dst = vec![0u8; 100];
+        let src: Vec<u8> = (0..100).collect();
+        assert_eq!(write_to(pid, dst.as_mut_ptr() as u64, &src).unwrap(), 100);
+        assert_eq!(dst, src);
+        let mut back = vec![0u8; 100];
+        assert_eq!(read_from(pid, dst.as_ptr() as u64, &mut back).unwrap(), 100);
+        assert_eq!(back, src);
+        let pieces = [(src.as_ptr() as u64 + 50, 50), (src.as_ptr() as u64, 50)];
+        assert_eq!(
+            write_gather(pid, dst.as_mut_ptr() as u64, &pieces).unwrap(),
+            100
+        );
+        assert_eq!(&dst[..50], &src[50..]);
+        assert_eq!(&dst[50..], &src[..50]);
+        let word = 0x1122_3344_5566_7788u64;
+        assert_eq!(probe(pid, &word as *const u64 as u64).unwrap(), word);
+        // An unmapped address faults; a pid that does not exist is refused.
+        assert!(probe(pid, 8).is_err());
+        assert!(probe(i32::MAX as u32, &word as *const u64 as u64).is_err());
+    }
+}

@@ -1,0 +1,536 @@
+//! The same-host path between two real processes: this test binary runs itself as the
+//! target process (`target_process`, doing nothing unless `SAMEHOST_TARGET` is set),
+//! driven line by line over its stdin/stdout.
+
+use softverbs::*;
+use std::io::{BufRead, BufReader, Write};
+use std::net::SocketAddr;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const WAIT: Duration = Duration::from_secs(20);
+const LEN: usize = 65536;
+
+fn all_access() -> AccessFlags {
+    AccessFlags::LOCAL_WRITE
+        | AccessFlags::REMOTE_WRITE
+        | AccessFlags::REMOTE_READ
+        | AccessFlags::REMOTE_ATOMIC
+}
+
+fn checksum(b: &[u8]) -> u64 {
+    b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &x| {
+        (h ^ u64::from(x)).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+fn pattern(len: usize, seed: u32) -> Vec<u8> {
+    (0..len)
+        .map(|i| ((i as u32).wrapping_mul(31).wrapping_add(seed * 7 + 1) >> 1) as u8)
+        .collect()
+}
+
+fn connect(qp: &Qp, addr: SocketAddr, qpn: u32) {
+    connect_with(qp, addr, qpn, all_access());
+}
+
+fn connect_with(qp: &Qp, addr: SocketAddr, qpn: u32, access: AccessFlags) {
+    qp.to_init(InitAttr { access }).unwrap();
+    qp.to_rtr(RtrAttr {
+        remote: RemoteQp {
+            addr,
+            qpn: Qpn::new(qpn),
+            psn: 0,
+        },
+        mtu: Mtu::Mtu4096,
+        max_dest_rd_atomic: 16,
+        min_rnr_timer: 1,
+    })
+    .unwrap();
+    qp.to_rts(RtsAttr::default()).unwrap();
+}
+
+/// The target process: a QP, MR1 (all access, LEN bytes), MR2 (remote read only),
+/// receive buffers; answers commands.
+#[test]
+fn target_process() {
+    if std::env::var_os("SAMEHOST_TARGET").is_none() {
+        return;
+    }
+    if std::env::var_os("SAMEHOST_UNDUMPABLE").is_some() {
+        // The kernel then refuses other processes of ours process_vm_readv/writev.
+        // SAFETY: prctl with integer arguments only.
+        assert_eq!(unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) }, 0);
+    }
+    let ctx = Device::list().unwrap().remove(0).open().unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(64, None).unwrap();
+    let qp = QpBuilder::new(&pd, &cq).build().unwrap();
+    let mr1 = pd.reg_mr(vec![0u8; LEN], all_access()).unwrap();
+    let mr2 = pd
+        .reg_mr(vec![0u8; 4096], AccessFlags::REMOTE_READ)
+        .unwrap();
+    let mr3 = pd
+        .reg_mr(vec![0u8; 4096], AccessFlags::LOCAL_WRITE)
+        .unwrap();
+    println!(
+        "@@ hello {} {} {} {} {} {}",
+        ctx.local_addr(),
+        qp.qpn().value(),
+        mr1.addr(),
+        mr1.rkey(),
+        mr2.addr(),
+        mr2.rkey()
+    );
+    let mut lines = std::io::stdin().lock().lines();
+    let peer = lines.next().unwrap().unwrap();
+    let mut it = peer.split_whitespace();
+    let addr: SocketAddr = it.next().unwrap().parse().unwrap();
+    let qpn: u32 = it.next().unwrap().parse().unwrap();
+    // SAMEHOST_QP_READ_ONLY: the QP lets its peer READ, not WRITE.
+    let access = if std::env::var_os("SAMEHOST_QP_READ_ONLY").is_some() {
+        AccessFlags::REMOTE_READ
+    } else {
+        all_access()
+    };
+    connect_with(&qp, addr, qpn, access);
+    for i in 0..16 {
+        qp.post_recv(i, &[mr3.sge(0, 4096)]).unwrap();
+    }
+    println!("@@ connected");
+    let mut mr1 = Some(mr1);
+    let mut kept: Option<Vec<u8>> = None;
+    for line in lines {
+        let line = line.unwrap();
+        match line.trim() {
+            "recv" => {
+                let wc = cq.wait_for(1, WAIT);
+                let mut now = vec![0u8; LEN];
+                mr1.as_ref().unwrap().read(0, &mut now);
+                match wc.first() {
+                    Some(w) => println!(
+                        "@@ recv {:?} {:?} {} {} {}",
+                        w.status,
+                        w.opcode,
+                        w.byte_len,
+                        w.imm_data.unwrap_or(0),
+                        checksum(&now)
+                    ),
+                    None => println!("@@ recv none"),
+                }
+            }
+            "dereg" => {
+                let buf = mr1.take().unwrap().into_inner();
+                println!("@@ dereg {}", checksum(&buf));
+                kept = Some(buf);
+            }
+            "check" => println!("@@ check {}", checksum(kept.as_ref().unwrap())),
+            "sum" => {
+                let mut now = vec![0u8; LEN];
+                mr1.as_ref().unwrap().read(0, &mut now);
+                println!("@@ sum {}", checksum(&now));
+            }
+            "quit" => break,
+            other => panic!("unknown command {other:?}"),
+        }
+        std::io::stdout().flush().unwrap();
+    }
+}
+
+struct Target {
+    child: Child,
+    stdin: ChildStdin,
+    lines: mpsc::Receiver<String>,
+    addr: SocketAddr,
+    qpn: u32,
+    mr1: (u64, u32),
+    mr2: (u64, u32),
+}
+
+impl Target {
+    fn spawn(env: &[(&str, &str)]) -> Target {
+        Target::spawn_via(&[], env)
+    }
+
+    /// Runs the target under `prefix` (a command that runs its arguments).
+    fn spawn_via(prefix: &[&str], env: &[(&str, &str)]) -> Target {
+        let exe = std::env::current_exe().unwrap();
+        let mut cmd = match prefix.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(exe);
+                c
+            }
+            None => Command::new(exe),
+        };
+        cmd.args([
+            "target_process",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("SAMEHOST_TARGET", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                // libtest's "test target_process ... " may precede the first line.
+                if let Some(at) = line.find("@@ ") {
+                    if tx.send(line[at + 3..].to_string()).is_err() {
+                        break;
+                    }
+                }
+            }
+        });
+        let hello = rx.recv_timeout(WAIT).expect("target started");
+        let f: Vec<&str> = hello.split_whitespace().collect();
+        assert_eq!(f[0], "hello");
+        Target {
+            child,
+            stdin,
+            lines: rx,
+            addr: f[1].parse().unwrap(),
+            qpn: f[2].parse().unwrap(),
+            mr1: (f[3].parse().unwrap(), f[4].parse().unwrap()),
+            mr2: (f[5].parse().unwrap(), f[6].parse().unwrap()),
+        }
+    }
+
+    fn say(&mut self, line: &str) {
+        writeln!(self.stdin, "{line}").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    fn hear(&self) -> String {
+        self.lines.recv_timeout(WAIT).expect("the target answers")
+    }
+
+    fn ask(&mut self, line: &str) -> Vec<String> {
+        self.say(line);
+        self.hear().split_whitespace().map(String::from).collect()
+    }
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        let _ = writeln!(self.stdin, "quit");
+        let deadline = Instant::now() + WAIT;
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct Requester {
+    ctx: Context,
+    cq: Cq,
+    qp: Qp,
+    mr: Mr<Vec<u8>>,
+    _pd: Pd,
+}
+
+fn requester(t: &mut Target, config: Config) -> Requester {
+    let ctx = Device::with_config("req", config).open().unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(256, None).unwrap();
+    let qp = QpBuilder::new(&pd, &cq)
+        .cap(QpCap {
+            max_send_wr: 128,
+            max_recv_wr: 16,
+            max_send_sge: 2,
+            max_recv_sge: 2,
+            max_inline_data: 64,
+        })
+        .build()
+        .unwrap();
+    let mr = pd.reg_mr(vec![0u8; 4 * LEN], all_access()).unwrap();
+    connect(&qp, t.addr, t.qpn);
+    let line = format!("{} {}", ctx.local_addr(), qp.qpn().value());
+    t.say(&line);
+    assert_eq!(t.hear(), "connected");
+    Requester {
+        ctx,
+        cq,
+        qp,
+        mr,
+        _pd: pd,
+    }
+}
+
+fn counter(ctx: &Context, name: &str) -> u64 {
+    ctx.same_host_counters()
+        .into_iter()
+        .find(|(k, _)| k == name)
+        .map_or(0, |(_, v)| v)
+}
+
+fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + WAIT;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+fn write_wr(wr_id: u64, sges: &[Sge], (addr, rkey): (u64, u32), imm: Option<u32>) -> SendWr<'_> {
+    let op = match imm {
+        None => SendOp::RdmaWrite {
+            remote_addr: addr,
+            rkey: Rkey(rkey),
+        },
+        Some(imm) => SendOp::RdmaWriteWithImm {
+            remote_addr: addr,
+            rkey: Rkey(rkey),
+            imm,
+        },
+    };
+    SendWr::new(wr_id, op, sges)
+}
+
+fn one(cq: &Cq) -> WorkCompletion {
+    let wc = cq.wait_for(1, WAIT);
+    assert_eq!(wc.len(), 1, "a completion");
+    wc[0]
+}
+
+/// WRITE then SEND, WRITE_WITH_IMM, READ: the bytes move by the same-host path, are
+/// there when the target sees the SEND or the immediate, and come back by READ.
+/// Returns the requester for the counters.
+fn ordered_exchange(r: &Requester, t: &mut Target) {
+    let data = pattern(LEN, 1);
+    r.mr.write(0, &data);
+    let sges = [r.mr.sge(0, LEN as u32)];
+    r.qp.post_send(&write_wr(1, &sges, t.mr1, None)).unwrap();
+    let small = [r.mr.sge(0, 8)];
+    r.qp.post_send(&SendWr::new(2, SendOp::Send, &small))
+        .unwrap();
+    let got = t.ask("recv");
+    assert_eq!(&got[1..4], ["Success", "Recv", "8"], "{got:?}");
+    assert_eq!(
+        got[5],
+        checksum(&data).to_string(),
+        "WRITE visible before the SEND"
+    );
+    for id in [1, 2] {
+        let wc = one(&r.cq);
+        assert_eq!((wc.wr_id, wc.status), (id, WcStatus::Success));
+    }
+
+    let data = pattern(LEN, 2);
+    r.mr.write(LEN, &data);
+    let sges = [r.mr.sge(LEN, LEN as u32)];
+    r.qp.post_send(&write_wr(3, &sges, t.mr1, Some(0x0102_0304)))
+        .unwrap();
+    let got = t.ask("recv");
+    assert_eq!(
+        &got[1..5],
+        [
+            "Success",
+            "RecvRdmaWithImm",
+            "65536",
+            &0x0102_0304u32.to_string()
+        ],
+        "{got:?}"
+    );
+    assert_eq!(
+        got[5],
+        checksum(&data).to_string(),
+        "data before its immediate"
+    );
+    assert_eq!(one(&r.cq).status, WcStatus::Success);
+
+    let sges = [r.mr.sge(2 * LEN, LEN as u32)];
+    let rd = SendWr::new(
+        4,
+        SendOp::RdmaRead {
+            remote_addr: t.mr1.0,
+            rkey: Rkey(t.mr1.1),
+        },
+        &sges,
+    );
+    r.qp.post_send(&rd).unwrap();
+    let wc = one(&r.cq);
+    assert_eq!((wc.status, wc.byte_len), (WcStatus::Success, LEN as u32));
+    let mut back = vec![0u8; LEN];
+    r.mr.read(2 * LEN, &mut back);
+    assert_eq!(back, data);
+}
+
+#[test]
+fn write_send_write_imm_read_by_the_same_host_path() {
+    let mut t = Target::spawn(&[]);
+    let r = requester(&mut t, Config::default());
+    wait_until("the same-host path", || r.qp.uses_same_host());
+    ordered_exchange(&r, &mut t);
+    assert_eq!(counter(&r.ctx, "same_host_qps"), 1);
+    assert_eq!(counter(&r.ctx, "same_host_writes"), 2);
+    assert_eq!(counter(&r.ctx, "same_host_bytes_written"), 2 * LEN as u64);
+    assert_eq!(counter(&r.ctx, "same_host_bytes_read"), LEN as u64);
+    let qp_line = format!("same_host_qp_{:#x}", r.qp.qpn().value());
+    assert_eq!(counter(&r.ctx, &qp_line), 1);
+    // `softverbs stat` sees them too (published by the progress thread).
+    let pid = std::process::id();
+    wait_until("published counters", || {
+        softverbs::published::read_published().iter().any(|p| {
+            p.pid == pid
+                && p.counters
+                    .iter()
+                    .any(|(k, v)| k == "same_host_bytes_read" && *v == LEN as u64)
+        })
+    });
+}
+
+#[test]
+fn refusals_complete_as_on_the_udp_path() {
+    // (target region, offset, length): no remote write; past the end; unknown key;
+    // the target QP does not enable remote writes (an invalid request there).
+    for case in 0..4 {
+        let env: &[(&str, &str)] = if case == 3 {
+            &[("SAMEHOST_QP_READ_ONLY", "1")]
+        } else {
+            &[]
+        };
+        let mut t = Target::spawn(env);
+        let r = requester(&mut t, Config::default());
+        wait_until("the same-host path", || r.qp.uses_same_host());
+        let (target, len) = match case {
+            0 => (t.mr2, 64),
+            1 => ((t.mr1.0 + LEN as u64 - 100, t.mr1.1), 200),
+            2 => ((t.mr1.0, t.mr1.1 ^ 0x100), 64),
+            _ => (t.mr1, 64),
+        };
+        let before = t.ask("sum");
+        r.mr.write(0, &pattern(len as usize, 5));
+        let sges = [r.mr.sge(0, len)];
+        r.qp.post_send(&write_wr(9, &sges, target, None)).unwrap();
+        let wc = one(&r.cq);
+        let want = if case == 3 {
+            WcStatus::RemInvReqErr
+        } else {
+            WcStatus::RemAccessErr
+        };
+        assert_eq!(wc.status, want, "case {case}");
+        assert_eq!(t.ask("sum"), before, "case {case}: nothing written");
+        assert_eq!(r.qp.query().qp_state, QpState::Err, "case {case}");
+        assert_eq!(counter(&r.ctx, "same_host_refusals"), 1, "case {case}");
+        assert_eq!(counter(&r.ctx, "same_host_writes"), 0, "case {case}");
+    }
+}
+
+#[test]
+fn no_write_lands_after_dereg_returns() {
+    let mut t = Target::spawn(&[]);
+    let r = Arc::new(requester(&mut t, Config::default()));
+    wait_until("the same-host path", || r.qp.uses_same_host());
+    let target = t.mr1;
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (r, stop) = (Arc::clone(&r), Arc::clone(&stop));
+        std::thread::spawn(move || -> (u64, WcStatus) {
+            // WRITEs with changing bytes until one fails (the region went away) or
+            // the bound.
+            let mut posted = 0u64;
+            let mut done = 0u64;
+            let mut last = WcStatus::Success;
+            while posted < 200_000 && !stop.load(Ordering::Relaxed) {
+                while posted - done < 32 {
+                    r.mr.write(0, &posted.to_le_bytes());
+                    let sges = [r.mr.sge(0, 4096)];
+                    if r.qp
+                        .post_send(&write_wr(posted, &sges, target, None))
+                        .is_err()
+                    {
+                        return (posted, last);
+                    }
+                    posted += 1;
+                }
+                let wc = r.cq.wait_for(1, WAIT);
+                let Some(w) = wc.first() else {
+                    return (posted, WcStatus::GeneralErr);
+                };
+                done += 1;
+                last = w.status;
+                if w.status != WcStatus::Success {
+                    return (posted, last);
+                }
+            }
+            (posted, last)
+        })
+    };
+    wait_until("writes under way", || {
+        counter(&r.ctx, "same_host_writes") > 200
+    });
+    let at_dereg = t.ask("dereg");
+    assert_eq!(at_dereg[0], "dereg");
+    let (posted, last) = writer.join().unwrap();
+    stop.store(true, Ordering::Relaxed);
+    assert_eq!(
+        last,
+        WcStatus::RemAccessErr,
+        "writes after the deregistration are refused ({posted} posted)"
+    );
+    let after = t.ask("check");
+    assert_eq!(after[1], at_dereg[1], "nothing landed after dereg returned");
+}
+
+#[test]
+fn falls_back_to_udp_when_off_or_refused_by_the_kernel() {
+    // The target turns the path off: no table, no offer either way.
+    let mut t = Target::spawn(&[("SOFTVERBS_SAME_HOST", "0")]);
+    let r = requester(&mut t, Config::default());
+    ordered_exchange(&r, &mut t);
+    assert!(!r.qp.uses_same_host());
+    assert_eq!(counter(&r.ctx, "same_host_bytes_written"), 0);
+    drop(t);
+
+    // The kernel does not let us read the target: the probe fails. Without privileges,
+    // a target that is not dumpable; as root (CAP_SYS_PTRACE reads anything of its own
+    // namespace), a target in another PID namespace, as in another container.
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let mut t = if !root {
+        Target::spawn(&[("SAMEHOST_UNDUMPABLE", "1")])
+    } else if Command::new("unshare")
+        .args(["--pid", "--fork", "true"])
+        .status()
+        .is_ok_and(|s| s.success())
+    {
+        Target::spawn_via(&["unshare", "--pid", "--fork"], &[])
+    } else {
+        eprintln!("SKIPPED: root without `unshare --pid`: no way to make the probe fail");
+        return;
+    };
+    let r = requester(&mut t, Config::default());
+    wait_until("the failed probe", || {
+        counter(&r.ctx, "same_host_probe_failures") > 0
+    });
+    ordered_exchange(&r, &mut t);
+    assert!(!r.qp.uses_same_host());
+    assert_eq!(counter(&r.ctx, "same_host_bytes_written"), 0);
+    drop(t);
+
+    // We turn it off.
+    let mut t = Target::spawn(&[]);
+    let off = Config {
+        same_host: SameHostMode::Off,
+        ..Config::default()
+    };
+    let r = requester(&mut t, off);
+    ordered_exchange(&r, &mut t);
+    assert!(!r.qp.uses_same_host());
+}
