@@ -10,8 +10,10 @@
 //!
 //! Not usable here, for reasons in librspreload itself (rdma-core 44's too, checked with
 //! its own librdmacm): `socat` dies at start-up under the preload (SIGSEGV before any
-//! socket call), and OpenBSD `nc` creates its sockets with `SOCK_NONBLOCK`, which the
-//! preload does not intercept, and accepts with `accept4`, which it does not wrap.
+//! socket call: its first wrapped call is `recv`, whose wrapper, unlike `socket`'s, does
+//! not initialise the preload's pointers to libc, so it calls NULL), and OpenBSD `nc`
+//! creates its sockets with `SOCK_NONBLOCK`, which the preload does not intercept, and
+//! accepts with `accept4`, which it does not wrap.
 //!
 //! Skips loudly without the preload library, iperf3 or a C compiler, or fails when
 //! `SOFTVERBS_REQUIRE_TOOLS=1` (CI). Needs `cargo build --workspace` first.
