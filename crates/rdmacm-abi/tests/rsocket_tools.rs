@@ -15,6 +15,7 @@ mod common;
 
 use common::cm_run::{self, Case, CaseOutcome};
 use common::procs::{self, Side};
+use common::random_bytes;
 
 fn pair(server: Side, client: Side, servers_exit: bool) -> Case {
     Case {
@@ -197,15 +198,7 @@ fn rcopy_of_a_random_file_arrives_intact() {
     let src = dir.join("source.bin");
     let dst = dir.join("copy.bin");
     // 3 MiB + a little: several rings' worth, not a multiple of any chunk.
-    let mut data = vec![0u8; (3 << 20) + 12345];
-    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
-    for b in &mut data {
-        // xorshift: reproducible bytes with no pattern the transport could favour.
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        *b = (x >> 32) as u8;
-    }
+    let data = random_bytes((3 << 20) + 12345, 0x9E37_79B9_7F4A_7C15);
     std::fs::write(&src, &data).expect("write the source file");
     let _ = std::fs::remove_file(&dst);
     let lib = cm_run::dropin(test);

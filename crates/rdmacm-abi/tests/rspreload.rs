@@ -23,7 +23,7 @@ mod common;
 
 use common::cm_run::{self, Case};
 use common::procs::{self, Side};
-use common::{build_program, can_build_programs};
+use common::{build_program, can_build_programs, random_bytes};
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 use std::process::Child;
@@ -52,14 +52,7 @@ fn a_plain_tcp_program_copies_a_file_over_rsockets() {
     let dir = procs::scratch(test);
     let src = dir.join("source.bin");
     let dst = dir.join("copy.bin");
-    let mut data = vec![0u8; (2 << 20) + 777];
-    let mut x: u64 = 0x2545_F491_4F6C_DD1D;
-    for b in &mut data {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        *b = (x >> 24) as u8;
-    }
+    let data = random_bytes((2 << 20) + 777, 0x2545_F491_4F6C_DD1D);
     std::fs::write(&src, &data).expect("write the source file");
     let _ = std::fs::remove_file(&dst);
     let lib = cm_run::dropin(test);
@@ -111,14 +104,7 @@ fn socat_copies_a_file_over_rsockets() {
     let dir = procs::scratch(test);
     let src = dir.join("source.bin");
     let dst = dir.join("copy.bin");
-    let mut data = vec![0u8; (3 << 20) + 123];
-    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
-    for b in &mut data {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        *b = (x >> 24) as u8;
-    }
+    let data = random_bytes((3 << 20) + 123, 0x9E37_79B9_7F4A_7C15);
     std::fs::write(&src, &data).expect("write the source file");
     let _ = std::fs::remove_file(&dst);
     let lib = cm_run::dropin(test);

@@ -32,6 +32,20 @@ pub const IBVERBS: &str = "libsoftverbs_ibverbs.so";
 /// The header C programs include (Debian package librdmacm-dev).
 pub const RDMA_CMA_H: &str = "/usr/include/rdma/rdma_cma.h";
 
+/// `len` reproducible bytes with no pattern a transport could favour (xorshift64 from
+/// `seed`), for files copied across and compared.
+pub fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 32) as u8
+        })
+        .collect()
+}
+
 /// A scratch directory for this test's files.
 pub fn scratch(name: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
