@@ -58,16 +58,25 @@ impl Bufs {
 }
 
 fn wait(cq: &Cq) -> Result<WorkCompletion> {
+    wait_on(|wc| cq.poll(wc), STEP)
+}
+
+/// Polls `poll` (a CQ's poll) until it gives one completion, for at most `step`; the
+/// completion must be a success.
+fn wait_on(
+    mut poll: impl FnMut(&mut [WorkCompletion]) -> usize,
+    step: Duration,
+) -> Result<WorkCompletion> {
     let mut wc = [WorkCompletion::default(); 1];
-    let end = Instant::now() + STEP;
+    let end = Instant::now() + step;
     let mut spins = 0u32;
     loop {
-        if cq.poll(&mut wc) == 1 {
+        if poll(&mut wc) == 1 {
             check_wc(&wc[0])?;
             return Ok(wc[0]);
         }
         if Instant::now() > end {
-            fail!("no completion within {STEP:?}");
+            fail!("no completion within {step:?}");
         }
         spins += 1;
         if spins > 1000 {
@@ -191,9 +200,14 @@ fn server(a: &RpingArgs) -> Result<()> {
         qp.post_recv(2, &[b.mr.sge(b.rx(), 16)])
     })?;
     let mut n = 0u64;
+    // Whether the receive for the client's next message already completed while the
+    // server waited for something else (its "done" SEND's completion can come after
+    // the client's next ping when the ACK of "done" was lost and had to be asked for
+    // again: the client goes on as soon as "done" arrives).
+    let mut recv_done = false;
     loop {
         // The client's source buffer, or the end.
-        if !wait_recv_or_disconnect(&conn, &cq)? {
+        if !recv_done && !wait_recv_or_disconnect(&conn, &cq)? {
             break;
         }
         let (addr, rkey, len) = read_ctrl(&b);
@@ -229,7 +243,7 @@ fn server(a: &RpingArgs) -> Result<()> {
         wait_for_id(&cq, 3)?;
         post_ctrl_recv(&conn, &b)?;
         send_ctrl(&conn, &b, *b"done\0\0\0\0\0\0\0\0\0\0\0\0")?;
-        wait_for_id(&cq, 1)?;
+        recv_done = wait_for_id(&cq, 1)?;
         n += 1;
     }
     if a.verbose {
@@ -238,12 +252,24 @@ fn server(a: &RpingArgs) -> Result<()> {
     Ok(())
 }
 
-/// Waits for completion `wr_id` (other successful completions pass).
-fn wait_for_id(cq: &Cq, wr_id: u64) -> Result<()> {
+/// Waits for completion `wr_id`; says whether the posted receive (wr_id 2) completed
+/// meanwhile, so that completion is not lost (other successful completions pass).
+fn wait_for_id(cq: &Cq, wr_id: u64) -> Result<bool> {
+    wait_for_id_on(|wc| cq.poll(wc), wr_id, STEP)
+}
+
+fn wait_for_id_on(
+    mut poll: impl FnMut(&mut [WorkCompletion]) -> usize,
+    wr_id: u64,
+    step: Duration,
+) -> Result<bool> {
+    let mut recv_done = false;
     loop {
-        if wait(cq)?.wr_id == wr_id {
-            return Ok(());
+        let wc = wait_on(&mut poll, step)?;
+        if wc.wr_id == wr_id {
+            return Ok(recv_done);
         }
+        recv_done |= wc.wr_id == 2;
     }
 }
 
@@ -309,4 +335,55 @@ fn client(a: &RpingArgs) -> Result<()> {
         eprintln!("rping client: {count} pings done");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::VecDeque;
+
+    /// A CQ that gives `completions` in order, then nothing.
+    fn scripted(
+        completions: &[u64],
+    ) -> (
+        VecDeque<u64>,
+        impl FnMut(&mut VecDeque<u64>, &mut [WorkCompletion]) -> usize,
+    ) {
+        let poll = |q: &mut VecDeque<u64>, wc: &mut [WorkCompletion]| match q.pop_front() {
+            Some(id) => {
+                wc[0] = WorkCompletion {
+                    wr_id: id,
+                    ..WorkCompletion::default()
+                };
+                1
+            }
+            None => 0,
+        };
+        (completions.iter().copied().collect(), poll)
+    }
+
+    /// The client's next ping can complete the server's receive before the server's
+    /// "done" SEND completes (the ACK of "done" was lost and asked for again): waiting
+    /// for the SEND must keep that receive, or the server waits for it forever while
+    /// the client waits for "go ahead" (the hang of `rping_with_two_percent_loss`).
+    #[test]
+    fn a_receive_completing_before_the_awaited_send_is_kept() {
+        let (mut q, mut poll) = scripted(&[2, 1]);
+        let recv_done = wait_for_id_on(|wc| poll(&mut q, wc), 1, Duration::from_millis(50));
+        assert!(recv_done.unwrap());
+        assert!(q.is_empty());
+        // In the usual order the receive is still to come.
+        let (mut q, mut poll) = scripted(&[1, 2]);
+        let recv_done = wait_for_id_on(|wc| poll(&mut q, wc), 1, Duration::from_millis(50));
+        assert!(!recv_done.unwrap());
+        assert_eq!(q, [2]);
+        // Other completions pass without counting as the receive.
+        let (mut q, mut poll) = scripted(&[3, 1]);
+        let recv_done = wait_for_id_on(|wc| poll(&mut q, wc), 1, Duration::from_millis(50));
+        assert!(!recv_done.unwrap());
+        // Nothing comes: a clear error, not a hang.
+        let (mut q, mut poll) = scripted(&[]);
+        let err = wait_for_id_on(|wc| poll(&mut q, wc), 1, Duration::from_millis(5));
+        assert!(err.unwrap_err().to_string().contains("no completion"));
+    }
 }
