@@ -33,6 +33,7 @@ use crate::abi::{sockaddr, socklen_t, AF_IB};
 use crate::errno::{set_errno, Errno};
 
 mod dgram;
+mod preload;
 mod stream;
 
 /// One rsocket, by type.
