@@ -58,16 +58,25 @@ impl Bufs {
 }
 
 fn wait(cq: &Cq) -> Result<WorkCompletion> {
+    wait_on(|wc| cq.poll(wc), STEP)
+}
+
+/// Polls `poll` (a CQ's poll) until it gives one completion, for at most `step`; the
+/// completion must be a success.
+fn wait_on(
+    mut poll: impl FnMut(&mut [WorkCompletion]) -> usize,
+    step: Duration,
+) -> Result<WorkCompletion> {
     let mut wc = [WorkCompletion::default(); 1];
-    let end = Instant::now() + STEP;
+    let end = Instant::now() + step;
     let mut spins = 0u32;
     loop {
-        if cq.poll(&mut wc) == 1 {
+        if poll(&mut wc) == 1 {
             check_wc(&wc[0])?;
             return Ok(wc[0]);
         }
         if Instant::now() > end {
-            fail!("no completion within {STEP:?}");
+            fail!("no completion within {step:?}");
         }
         spins += 1;
         if spins > 1000 {
@@ -191,9 +200,14 @@ fn server(a: &RpingArgs) -> Result<()> {
         qp.post_recv(2, &[b.mr.sge(b.rx(), 16)])
     })?;
     let mut n = 0u64;
+    // Whether the receive for the client's next message already completed while the
+    // server waited for something else (its "done" SEND's completion can come after
+    // the client's next ping when the ACK of "done" was lost and had to be asked for
+    // again: the client goes on as soon as "done" arrives).
+    let mut recv_done = false;
     loop {
         // The client's source buffer, or the end.
-        if !wait_recv_or_disconnect(&conn, &cq)? {
+        if !recv_done && !wait_recv_or_disconnect(&conn, &cq)? {
             break;
         }
         let (addr, rkey, len) = read_ctrl(&b);
@@ -229,8 +243,12 @@ fn server(a: &RpingArgs) -> Result<()> {
         wait_for_id(&cq, 3)?;
         post_ctrl_recv(&conn, &b)?;
         send_ctrl(&conn, &b, *b"done\0\0\0\0\0\0\0\0\0\0\0\0")?;
-        wait_for_id(&cq, 1)?;
+        let sent = wait_done_sent(&conn, &cq)?;
         n += 1;
+        match sent {
+            DoneSent::Sent { recv_done: r } => recv_done = r,
+            DoneSent::ClientLeft => break,
+        }
     }
     if a.verbose {
         eprintln!("rping server: {n} pings, client disconnected");
@@ -244,6 +262,68 @@ fn wait_for_id(cq: &Cq, wr_id: u64) -> Result<()> {
         if wait(cq)?.wr_id == wr_id {
             return Ok(());
         }
+    }
+}
+
+/// What became of the server's "done" SEND.
+#[derive(Debug, PartialEq, Eq)]
+enum DoneSent {
+    /// It completed; `recv_done`: the client's next message completed the posted
+    /// receive first (the ACK of "done" was lost and asked for again, while the
+    /// client, which had "done", went on at once).
+    Sent { recv_done: bool },
+    /// The client disconnected before it completed: it had "done" and finished, and
+    /// the ACK of "done" was lost (its QP, gone to error, no longer answers the SEND
+    /// sent again).
+    ClientLeft,
+}
+
+/// Waits for the "done" SEND (wr_id 1), keeping a receive (wr_id 2) that completes
+/// meanwhile and watching for the client's disconnect.
+fn wait_done_sent(conn: &RcConnection, cq: &Cq) -> Result<DoneSent> {
+    let left = || {
+        let gone = conn
+            .id()
+            .channel()
+            .try_get_event()
+            .is_some_and(|ev| ev.kind() == softverbs::cm::CmEventKind::Disconnected);
+        if gone {
+            // Answer the DREQ.
+            let _ = conn.id().disconnect();
+        }
+        gone
+    };
+    wait_done_sent_on(|wc| cq.poll(wc), left, STEP)
+}
+
+fn wait_done_sent_on(
+    mut poll: impl FnMut(&mut [WorkCompletion]) -> usize,
+    mut client_left: impl FnMut() -> bool,
+    step: Duration,
+) -> Result<DoneSent> {
+    let mut wc = [WorkCompletion::default(); 1];
+    let mut recv_done = false;
+    let end = Instant::now() + step;
+    loop {
+        if poll(&mut wc) == 1 {
+            if wc[0].status != softverbs::WcStatus::Success && client_left() {
+                return Ok(DoneSent::ClientLeft);
+            }
+            check_wc(&wc[0])?;
+            match wc[0].wr_id {
+                1 => return Ok(DoneSent::Sent { recv_done }),
+                2 => recv_done = true,
+                _ => {}
+            }
+            continue;
+        }
+        if client_left() {
+            return Ok(DoneSent::ClientLeft);
+        }
+        if Instant::now() > end {
+            fail!("no completion within {step:?}");
+        }
+        std::thread::sleep(Duration::from_micros(50));
     }
 }
 
@@ -309,4 +389,98 @@ fn client(a: &RpingArgs) -> Result<()> {
         eprintln!("rping client: {count} pings done");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::VecDeque;
+
+    /// A CQ that gives `completions` in order, then nothing.
+    fn scripted(
+        completions: &[u64],
+    ) -> (
+        VecDeque<u64>,
+        impl FnMut(&mut VecDeque<u64>, &mut [WorkCompletion]) -> usize,
+    ) {
+        let poll = |q: &mut VecDeque<u64>, wc: &mut [WorkCompletion]| match q.pop_front() {
+            Some(id) => {
+                wc[0] = WorkCompletion {
+                    wr_id: id,
+                    ..WorkCompletion::default()
+                };
+                1
+            }
+            None => 0,
+        };
+        (completions.iter().copied().collect(), poll)
+    }
+
+    fn failed(id: u64) -> WorkCompletion {
+        WorkCompletion {
+            wr_id: id,
+            status: softverbs::WcStatus::RetryExcErr,
+            ..WorkCompletion::default()
+        }
+    }
+
+    /// The client's next ping can complete the server's receive before the server's
+    /// "done" SEND completes (the ACK of "done" was lost and asked for again): waiting
+    /// for the SEND must keep that receive, or the server waits for it forever while
+    /// the client waits for "go ahead" (the hang of `rping_with_two_percent_loss`).
+    #[test]
+    fn a_receive_completing_before_the_done_send_is_kept() {
+        let step = Duration::from_millis(50);
+        let (mut q, mut poll) = scripted(&[2, 1]);
+        let got = wait_done_sent_on(|wc| poll(&mut q, wc), || false, step);
+        assert_eq!(got.unwrap(), DoneSent::Sent { recv_done: true });
+        assert!(q.is_empty());
+        // In the usual order the receive is still to come.
+        let (mut q, mut poll) = scripted(&[1, 2]);
+        let got = wait_done_sent_on(|wc| poll(&mut q, wc), || false, step);
+        assert_eq!(got.unwrap(), DoneSent::Sent { recv_done: false });
+        assert_eq!(q, [2]);
+        // Other completions pass without counting as the receive.
+        let (mut q, mut poll) = scripted(&[3, 1]);
+        let got = wait_done_sent_on(|wc| poll(&mut q, wc), || false, step);
+        assert_eq!(got.unwrap(), DoneSent::Sent { recv_done: false });
+        // Nothing comes: a clear error, not a hang.
+        let (mut q, mut poll) = scripted(&[]);
+        let err = wait_done_sent_on(|wc| poll(&mut q, wc), || false, Duration::from_millis(5));
+        assert!(err.unwrap_err().to_string().contains("no completion"));
+    }
+
+    /// After the last ping the client disconnects as soon as "done" is in; if its ACK
+    /// of "done" was lost, the SEND sent again finds its QP gone and fails: that is
+    /// the client leaving, not an error of the server.
+    #[test]
+    fn the_done_send_failing_after_the_client_left_ends_the_session() {
+        let step = Duration::from_millis(50);
+        let mut fed = false;
+        let poll = |wc: &mut [WorkCompletion]| {
+            if std::mem::replace(&mut fed, true) {
+                0
+            } else {
+                wc[0] = failed(1);
+                1
+            }
+        };
+        let got = wait_done_sent_on(poll, || true, step);
+        assert_eq!(got.unwrap(), DoneSent::ClientLeft);
+        // The client still there: the failure is reported.
+        let mut fed = false;
+        let poll = |wc: &mut [WorkCompletion]| {
+            if std::mem::replace(&mut fed, true) {
+                0
+            } else {
+                wc[0] = failed(1);
+                1
+            }
+        };
+        let err = wait_done_sent_on(poll, || false, step).unwrap_err();
+        assert!(err.to_string().contains("RetryExcErr"), "{err}");
+        // A disconnect while nothing completed ends the wait too.
+        let got = wait_done_sent_on(|_: &mut [WorkCompletion]| 0, || true, step);
+        assert_eq!(got.unwrap(), DoneSent::ClientLeft);
+    }
 }

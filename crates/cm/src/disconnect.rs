@@ -164,7 +164,7 @@ impl Cm {
 
     /// Reports DISCONNECTED to the connection's id, once (the id moves to
     /// Disconnect), unless the id already had a CONNECT_ERROR.
-    fn disconnected(&mut self, local_id: u32, status: EventStatus) {
+    pub(crate) fn disconnected(&mut self, local_id: u32, status: EventStatus) {
         let Some(id) = self.conns.get(&local_id).and_then(|c| c.owner) else {
             return;
         };

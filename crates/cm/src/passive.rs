@@ -697,7 +697,8 @@ impl Cm {
     /// ICMP port unreachable for it): the request fails at once with REJECTED
     /// "invalid service ID" (RC) or UNREACHABLE "service ID not supported" (UD), as
     /// if the peer had answered that — perftest's retrying client relies on a fast
-    /// failure. Only requests still waiting for their first answer are affected.
+    /// failure. Of requests, only those still waiting for their first answer are
+    /// affected; a DREQ waiting for its DREP completes the disconnect.
     pub fn handle_unreachable(&mut self, now: Instant, dst: SocketAddr) {
         let dst = crate::bind::normalize(dst);
         let failed: Vec<u32> = self
@@ -721,6 +722,21 @@ impl Cm {
                 private_data: vec![0; crate::active::REJ_USER_DATA_LEN],
             };
             self.on_rej(now, rej);
+        }
+        // A DREQ whose peer's socket is closed: the peer's cm went with it (here the
+        // cm lives in the process, and a process that answered a DREQ may exit before
+        // its DREP is out or while it is lost), so nothing will ever answer the DREQ
+        // sent again. The disconnect completes now, as the DREQ's timeout would
+        // after all its tries (IBA 12.9.6 "DREQ sent"), minutes later.
+        let gone: Vec<u32> = self
+            .conns
+            .values()
+            .filter(|c| c.state == IbState::DreqSent && crate::bind::normalize(c.peer) == dst)
+            .map(|c| c.local_id)
+            .collect();
+        for local_id in gone {
+            self.enter_timewait(now, local_id);
+            self.disconnected(local_id, EventStatus::TimedOut);
         }
         self.sidr_unreachable(now, dst);
     }

@@ -299,6 +299,40 @@ fn a_dreq_lost_every_time_still_disconnects_with_a_timeout() {
     assert_eq!(p.s.borrow().count(p.child(), CmEventKind::Disconnected), 0);
 }
 
+/// The server answered the DREQ and went away (its process exited) before its DREP
+/// got out: the DREQ sent again draws ICMP port unreachable from the server's device
+/// socket, and the disconnect completes then, not after every DREQ retry (16 x 6 s,
+/// past rping's 20 s wait: the client's "disconnect: got Disconnected (status
+/// TimedOut)" in the cli's rping_with_two_percent_loss).
+#[test]
+fn a_dreq_to_a_peer_that_went_away_disconnects_at_once() {
+    let mut p = Pair::new(6, None, Some(drop_first(AttributeId::Drep, 1000)));
+    let id = p.connect();
+    p.net.call(&p.c, |cm, now| cm.disconnect(now, id).unwrap());
+    let (s, child) = (p.s.clone(), p.child());
+    p.net
+        .run_until(|_| s.borrow().count(child, CmEventKind::Disconnected) == 1)
+        .unwrap();
+    let asked = p.elapsed();
+    assert_eq!(p.c.borrow().count(id, CmEventKind::Disconnected), 0);
+    // The server's device socket is closed now: the kernel reports it.
+    let server_device: std::net::SocketAddr = SERVER.parse().unwrap();
+    p.net
+        .call(&p.c, |cm, now| cm.handle_unreachable(now, server_device));
+    assert_eq!(p.c.borrow().count(id, CmEventKind::Disconnected), 1);
+    assert_eq!(p.c.borrow().cm.counters().retransmits, 0);
+    let c = p.c.clone();
+    p.net
+        .run_until(|_| c.borrow().count(id, CmEventKind::TimewaitExit) == 1)
+        .unwrap();
+    assert!(
+        p.elapsed() - asked < Duration::from_secs(6),
+        "{:?}",
+        p.elapsed()
+    );
+    assert_eq!(c.borrow().cm.connection_count(), 0);
+}
+
 #[test]
 fn every_message_duplicated() {
     let dup_all = || -> Filter { Box::new(|_, _| Verdict::Duplicate) };
