@@ -164,6 +164,38 @@ impl Net {
     fn engine(&mut self, i: usize) -> &mut Engine {
         &mut self.sim.node_mut(self.ends[i].node).e
     }
+
+    /// `n` READs of `len` bytes by end 0: READ i brings end 1's bytes `[i*len, (i+1)*len)`
+    /// into end 0's `[(n+i)*len, (n+i+1)*len)`. Runs until all `n` complete and returns
+    /// their completions.
+    fn read_back(&mut self, n: usize, len: usize) -> Vec<WorkCompletion> {
+        let (a_mr, b_mr) = (self.ends[0].mr, self.ends[1].mr);
+        let (qp, scq) = (self.ends[0].qp, self.ends[0].send_cq);
+        for i in 0..n {
+            let sge = Sge {
+                addr: a_mr.addr + ((n + i) * len) as u64,
+                length: len as u32,
+                lkey: a_mr.lkey,
+            };
+            let op = SendOp::RdmaRead {
+                remote_addr: b_mr.addr + (i * len) as u64,
+                rkey: Rkey(b_mr.rkey),
+            };
+            self.engine(0)
+                .post_send(qp, &SendWr::new(i as u64, op, &[sge]))
+                .unwrap();
+        }
+        let a = self.ends[0].node;
+        self.sim
+            .run_until(Limits::new(5_000_000, Duration::from_secs(60)), |sim| {
+                sim.node(a).e.cq_len(scq).unwrap() == n
+            })
+            .unwrap();
+        let mut wcs = vec![WorkCompletion::default(); n];
+        let got = self.engine(0).poll_cq(scq, &mut wcs).unwrap();
+        wcs.truncate(got);
+        wcs
+    }
 }
 
 /// Fills `buf` with a pattern from `seed` that repeats at no power-of-two period.
@@ -521,31 +553,8 @@ fn reads_longer_than_the_window_recover_without_timers() {
     const N: usize = 4;
     let mut net = Net::new(14, link(0.05), BOTH, 2 * N * READ);
     fill(&mut net.ends[1].buf[..N * READ], 14);
-    let (a_mr, b_mr) = (net.ends[0].mr, net.ends[1].mr);
-    let (qp, scq) = (net.ends[0].qp, net.ends[0].send_cq);
-    for i in 0..N {
-        let sge = Sge {
-            addr: a_mr.addr + ((N + i) * READ) as u64,
-            length: READ as u32,
-            lkey: a_mr.lkey,
-        };
-        let op = SendOp::RdmaRead {
-            remote_addr: b_mr.addr + (i * READ) as u64,
-            rkey: Rkey(b_mr.rkey),
-        };
-        net.engine(0)
-            .post_send(qp, &SendWr::new(i as u64, op, &[sge]))
-            .unwrap();
-    }
-    let a = net.ends[0].node;
-    net.sim
-        .run_until(Limits::new(5_000_000, Duration::from_secs(60)), |sim| {
-            sim.node(a).e.cq_len(scq).unwrap() == N
-        })
-        .unwrap();
-    let mut wcs = [WorkCompletion::default(); N];
-    let got = net.engine(0).poll_cq(scq, &mut wcs).unwrap();
-    assert!(wcs[..got].iter().all(|w| w.status == WcStatus::Success));
+    let wcs = net.read_back(N, READ);
+    assert!(wcs.iter().all(|w| w.status == WcStatus::Success));
     assert!(net.sim.stats().lost > 0);
     let c = net.engine(0).counters();
     assert_eq!(c.ack_timeouts, 0, "{c:?}");
@@ -571,34 +580,10 @@ fn long_reads_overflowing_the_queue_ask_again_once_per_loss() {
     for sr in [BOTH, NEITHER] {
         let mut net = Net::new(15, link(0.0), sr, 2 * N * READ);
         fill(&mut net.ends[1].buf[..N * READ], 15);
-        let (a_mr, b_mr) = (net.ends[0].mr, net.ends[1].mr);
-        let (qp, scq) = (net.ends[0].qp, net.ends[0].send_cq);
-        for i in 0..N {
-            let sge = Sge {
-                addr: a_mr.addr + ((N + i) * READ) as u64,
-                length: READ as u32,
-                lkey: a_mr.lkey,
-            };
-            let op = SendOp::RdmaRead {
-                remote_addr: b_mr.addr + (i * READ) as u64,
-                rkey: Rkey(b_mr.rkey),
-            };
-            net.engine(0)
-                .post_send(qp, &SendWr::new(i as u64, op, &[sge]))
-                .unwrap();
-        }
-        let a = net.ends[0].node;
-        net.sim
-            .run_until(Limits::new(5_000_000, Duration::from_secs(60)), |sim| {
-                sim.node(a).e.cq_len(scq).unwrap() == N
-            })
-            .unwrap();
-        let mut wcs = [WorkCompletion::default(); N];
-        let got = net.engine(0).poll_cq(scq, &mut wcs).unwrap();
+        let wcs = net.read_back(N, READ);
         assert!(
-            wcs[..got].iter().all(|w| w.status == WcStatus::Success),
-            "{sr:?}: {:?}",
-            &wcs[..got]
+            wcs.iter().all(|w| w.status == WcStatus::Success),
+            "{sr:?}: {wcs:?}"
         );
         let overflowed = net.sim.stats().queue_full;
         assert!(overflowed > 0, "{sr:?}: the queue overflowed");
