@@ -628,6 +628,18 @@ impl RdmaStream {
     }
 
     pub(crate) fn write_locked(&self, core: &mut StreamCore, buf: &[u8]) -> io::Result<usize> {
+        self.post_chunks(core, buf, |core, _, want| core.start_data(want))
+    }
+
+    /// Posts `buf` in rsend's chunk schedule while `start(core, bytes_done, want)` grants
+    /// a write (data for rsend, an iomap write for riowrite); the bytes taken. Fails at
+    /// once when the stream can no longer send.
+    fn post_chunks(
+        &self,
+        core: &mut StreamCore,
+        buf: &[u8],
+        mut start: impl FnMut(&mut StreamCore, usize, u32) -> Option<DataWrite>,
+    ) -> io::Result<usize> {
         if !core.is_writable() {
             return Err(match core.error() {
                 Some(e) => reset(e),
@@ -638,7 +650,7 @@ impl RdmaStream {
         let mut done = 0;
         while done < buf.len() {
             let want = chunks.next(buf.len() - done);
-            let Some(w) = core.start_data(want) else {
+            let Some(w) = start(core, done, want) else {
                 break;
             };
             self.post_data(core, &w, &buf[done..])?;
@@ -796,23 +808,9 @@ impl RdmaStream {
             return Ok(0);
         }
         let mut core = self.wait_until(|c| c.write_ready(), None, nonblocking)?;
-        if !core.is_writable() {
-            return Err(match core.error() {
-                Some(e) => reset(e),
-                None => io::Error::new(io::ErrorKind::BrokenPipe, "the stream is shut down"),
-            });
-        }
-        let mut chunks = SendChunks::default();
-        let mut done = 0;
-        while done < buf.len() {
-            let want = chunks.next(buf.len() - done);
-            let Some(w) = core.start_riowrite(offset + done as u64, want) else {
-                break;
-            };
-            self.post_data(&mut core, &w, &buf[done..])?;
-            done += w.len as usize;
-        }
-        Ok(done)
+        self.post_chunks(&mut core, buf, |core, done, want| {
+            core.start_riowrite(offset + done as u64, want)
+        })
     }
 }
 
