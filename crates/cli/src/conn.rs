@@ -432,4 +432,17 @@ impl Spin {
         }
         Ok(())
     }
+
+    /// Nothing happened this round of a wait on a CQ: like [`Spin::idle`] but never
+    /// yields the CPU itself, since `Cq::poll` does once it has found nothing for a while.
+    /// A latency run's answer comes within that spin; a yield per round of the wait gave
+    /// the CPU to any other runnable thread of the host between two polls.
+    pub fn idle_polled(&mut self, what: &str) -> Result<()> {
+        self.n = self.n.wrapping_add(1);
+        std::hint::spin_loop();
+        if self.n % 1024 == 0 && self.last_progress.elapsed() > STALL {
+            fail!("no progress for {} s while {what}", STALL.as_secs());
+        }
+        Ok(())
+    }
 }

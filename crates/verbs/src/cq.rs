@@ -70,7 +70,8 @@ impl Cq {
     /// Takes up to `out.len()` completions; returns how many. When the CQ is empty
     /// the calling thread receives what waits on the device's socket and looks
     /// again, so a thread spinning on its CQ needs no other thread to run; when
-    /// nothing arrived it yields the CPU (`sched_yield`) before returning 0.
+    /// nothing arrived for a while (`driver::PollStreak::SPIN`) it yields the CPU
+    /// (`sched_yield`) before returning 0.
     pub fn poll(&self, out: &mut [WorkCompletion]) -> usize {
         self.poll_receiving(out, true)
     }
@@ -79,20 +80,40 @@ impl Cq {
     /// (it arms the CQ when this finds nothing), so the progress thread keeps watching
     /// the socket (see `Driver::poller_handoff`).
     pub(crate) fn poll_receiving(&self, out: &mut [WorkCompletion], spinning: bool) -> usize {
+        let driver = self.inner.ctx.device.driver();
         match self.poll_ready(out) {
-            0 => match self.inner.ctx.device.driver() {
-                Ok(d) if d.try_progress(spinning) => self.poll_ready(out),
-                _ => {
-                    // Nothing arrived: give the CPU to whoever is runnable. A thread
-                    // spinning on an idle CQ (perftest -R's server waits for its control
-                    // message this way for a whole bandwidth test) otherwise takes a core
-                    // the peer it waits for, or our own progress thread, needs: unlike a
-                    // hardware RNIC, our data path runs on the same CPUs as the pollers.
+            0 => match driver {
+                Ok(d) => match d.try_progress(spinning) {
+                    (true, _) => {
+                        let n = self.poll_ready(out);
+                        if n > 0 {
+                            d.note_found();
+                        }
+                        n
+                    }
+                    (false, yield_cpu) => {
+                        if yield_cpu {
+                            // Nothing arrived for a while: give the CPU to whoever is
+                            // runnable. A thread spinning on an idle CQ otherwise takes a
+                            // core the peer it waits for, or our own progress thread,
+                            // needs: unlike a hardware RNIC, our data path runs on the
+                            // same CPUs as the pollers.
+                            std::thread::yield_now();
+                        }
+                        0
+                    }
+                },
+                Err(_) => {
                     std::thread::yield_now();
                     0
                 }
             },
-            n => n,
+            n => {
+                if let Ok(d) = driver {
+                    d.note_found();
+                }
+                n
+            }
         }
     }
 

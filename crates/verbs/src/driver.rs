@@ -152,6 +152,14 @@ pub(crate) struct Driver {
     wake: EventFd,
     /// Nanoseconds since `epoch` until which the progress thread sleeps.
     sleeping_until: AtomicU64,
+    /// A thread woke the progress thread for a timer and it has not looked yet: later
+    /// timers need no wake-up of their own (one `write` per posted message otherwise,
+    /// while the progress thread waits for a CPU).
+    timer_wake_pending: AtomicBool,
+    /// The engine's and the cm's next timer (nanoseconds since `epoch`; `u64::MAX`: none),
+    /// as the last pump left it: pollers fire due timers themselves (see
+    /// [`Driver::try_progress`]).
+    next_timer: AtomicU64,
     stop: AtomicBool,
     thread: Mutex<Option<JoinHandle<()>>>,
     pub counters: DriverCounters,
@@ -201,6 +209,77 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 thread_local! {
     /// How many device locks this thread holds (see [`note_syscall`]).
     static HOLDING: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+thread_local! {
+    /// The calling thread's current run of empty CQ polls (see [`PollStreak`]).
+    static STREAK: std::cell::Cell<PollStreak> = const {
+        std::cell::Cell::new(PollStreak { device: 0, first_empty: 0, last_empty: 0 })
+    };
+}
+
+/// One thread's run of empty polls of one device's CQs, which tells a thread that spins
+/// on its CQ from one that polls once and then does something else.
+///
+/// Only a poll *loop* (an empty poll soon after the same thread's previous one) hands the
+/// socket over to the thread ([`Driver::poller_handoff`]; later empty polls prolong it):
+/// a program that polls its CQ
+/// once for moderated send completions and then spins on memory for the peer's RDMA
+/// WRITE (ib_write_lat, `softverbs perf write --lat`) cannot receive that WRITE itself,
+/// and the progress thread must keep watching the socket for it.
+///
+/// A thread in a poll loop spins without giving up the CPU for [`PollStreak::SPIN`], then
+/// yields it at every empty poll: a ping-pong's answer comes within the spin, while a
+/// thread spinning on an idle CQ for long (perftest -R's server waits for its control
+/// message for a whole bandwidth test) leaves the core to threads that have work. A
+/// `sched_yield` per empty poll, as before, gave the CPU away to any runnable thread of
+/// the host between two polls of a latency run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct PollStreak {
+    /// The device polled ([`Driver::identity`]); 0: no run.
+    device: usize,
+    /// When the run's first and latest empty polls were (the device's clock, ns).
+    first_empty: u64,
+    last_empty: u64,
+}
+
+/// What a thread's empty poll means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PollVerdict {
+    /// The thread polls in a loop: it may receive for the device alone.
+    pub in_loop: bool,
+    /// The thread has polled in vain for long: it should yield the CPU.
+    pub yield_cpu: bool,
+}
+
+impl PollStreak {
+    /// Two empty polls at most this far apart are one loop.
+    pub const LOOP_GAP: u64 = 20_000;
+    /// How long a thread polls in vain before it yields the CPU at each empty poll.
+    pub const SPIN: u64 = 50_000;
+
+    /// Notes an empty poll of `device` at `now`.
+    pub fn empty_poll(&mut self, device: usize, now: u64) -> PollVerdict {
+        let continues = self.device == device
+            && now >= self.last_empty
+            && now - self.last_empty <= Self::LOOP_GAP;
+        if !continues {
+            *self = PollStreak {
+                device,
+                first_empty: now,
+                last_empty: now,
+            };
+            return PollVerdict {
+                in_loop: false,
+                yield_cpu: false,
+            };
+        }
+        self.last_empty = now;
+        PollVerdict {
+            in_loop: true,
+            yield_cpu: now - self.first_empty > Self::SPIN,
+        }
+    }
 }
 
 /// System calls made while the calling thread held a device lock (see
@@ -329,6 +408,8 @@ impl Driver {
             wake: EventFd::new(true, false).map_err(io_err("eventfd"))?,
             // Awake: it computes its first sleep itself.
             sleeping_until: AtomicU64::new(0),
+            next_timer: AtomicU64::new(u64::MAX),
+            timer_wake_pending: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             thread: Mutex::new(None),
             counters: DriverCounters::default(),
@@ -396,9 +477,13 @@ impl Driver {
         while let Some(qp) = st.engine.poll_entered_rtr() {
             d.hellos.extend(self.same_host.offer_for(&st.engine, qp));
         }
-        if let Some(deadline) = Self::next_deadline(st) {
-            d.wake = deadline.as_nanos() < self.sleeping_until.load(Ordering::Acquire);
-        }
+        let next = Self::next_deadline(st).map_or(u64::MAX, |t| t.as_nanos());
+        self.next_timer.store(next, Ordering::Release);
+        // A progress thread that left the socket to pollers sleeps no longer than the
+        // hand-off, and the pollers fire due timers meanwhile: waking it for an earlier
+        // timer would cost a context switch per posted message.
+        d.wake = next < self.sleeping_until.load(Ordering::Acquire)
+            && !self.socket_unwatched.load(Ordering::SeqCst);
         d
     }
 
@@ -449,7 +534,7 @@ impl Driver {
         for (queue, ev) in d.events {
             queue.push(ev);
         }
-        if d.wake {
+        if d.wake && !self.timer_wake_pending.swap(true, Ordering::AcqRel) {
             self.counters.timer_wakeups.fetch_add(1, Ordering::Relaxed);
             self.wake.signal();
         }
@@ -837,16 +922,49 @@ impl Driver {
     /// whether anything arrived. Called by pollers that found their CQ empty. Must
     /// not be called with the engine lock held.
     /// `spinning`: the caller keeps polling while it finds nothing (the progress thread
-    /// may leave the socket to it).
-    pub fn try_progress(&self, spinning: bool) -> bool {
-        if spinning && !self.poll_handoff.is_zero() {
-            self.app_polled_at
-                .store(self.now().as_nanos() + 1, Ordering::Release);
+    /// may leave the socket to it, see [`PollStreak`]).
+    /// Also fires the timers that are due: while the progress thread leaves the socket
+    /// to pollers it does not wake for them.
+    ///
+    /// Returns whether anything arrived, and whether the caller, finding nothing, should
+    /// yield the CPU (it has polled in vain for longer than [`PollStreak::SPIN`]).
+    pub(crate) fn try_progress(&self, spinning: bool) -> (bool, bool) {
+        let now = self.now().as_nanos();
+        let verdict = STREAK.with(|s| {
+            let mut streak = s.get();
+            let v = streak.empty_poll(self.identity(), now);
+            s.set(streak);
+            v
+        });
+        // A loop starts the hand-off; any empty poll of a spinning thread prolongs it.
+        if spinning && (verdict.in_loop || self.poller_handoff().is_some()) {
+            self.app_polled_at.store(now + 1, Ordering::Release);
         }
-        match self.rx.try_lock() {
+        let got = match self.rx.try_lock() {
             Ok(mut rx) => self.receive(&mut rx) > 0,
             Err(_) => false,
+        };
+        // (Receiving fired them already.)
+        if !got && self.now().as_nanos() >= self.next_timer.load(Ordering::Acquire) {
+            let deferred = {
+                let mut st = self.lock();
+                Driver::fire_timers(&mut st, self.now());
+                self.pump(&mut st)
+            };
+            self.finish(deferred);
         }
+        (got, verdict.yield_cpu)
+    }
+
+    /// A poll by the calling thread found completions: its run of empty polls is over
+    /// (datagrams that arrive without completing anything for it do not end the run).
+    pub(crate) fn note_found(&self) {
+        STREAK.with(|s| s.set(PollStreak::default()));
+    }
+
+    /// Tells this device apart from others in a thread's [`PollStreak`].
+    fn identity(&self) -> usize {
+        self as *const Driver as usize
     }
 
     /// Ends the hand-off to pollers at once: a thread that arms a CQ is about to block on
@@ -1154,11 +1272,16 @@ fn progress_thread(d: Arc<Driver>) {
             // hand-off ends. A poster arming a later timer need not wake it.
             // While another thread reads the socket, what it has not read yet would
             // end a wait on POLLIN at once: look again shortly instead.
+            // While pollers receive, they fire the timers too: sleep until the hand-off
+            // ends (a timer comes at most that late if they stop polling at once).
+            let wake_at = match handoff {
+                Some(h) => Some(now + h),
+                None => [deadline, rx_busy.then(|| now + Driver::MIN_TICK)]
+                    .into_iter()
+                    .flatten()
+                    .min(),
+            };
             let handoff = handoff.or(rx_busy.then_some(Driver::MIN_TICK));
-            let wake_at = [deadline, handoff.map(|h| now + h)]
-                .into_iter()
-                .flatten()
-                .min();
             d.sleeping_until.store(
                 wake_at.map_or(u64::MAX, |t| t.as_nanos()),
                 Ordering::Release,
@@ -1218,7 +1341,55 @@ fn progress_thread(d: Arc<Driver>) {
             d.flush_outbox(true);
         }
         d.wake.take();
+        // It looks at the timers again (under the lock) from here on.
+        d.timer_wake_pending.store(false, Ordering::Release);
         d.socket_unwatched.store(false, Ordering::Release);
         d.sleeping_until.store(0, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PollStreak;
+
+    const DEV: usize = 0x1000;
+
+    #[test]
+    fn one_empty_poll_is_no_loop() {
+        let mut s = PollStreak::default();
+        let v = s.empty_poll(DEV, 1_000_000);
+        assert!(!v.in_loop && !v.yield_cpu);
+        // Polled again long after: a fresh run, still no loop.
+        let v = s.empty_poll(DEV, 1_000_000 + PollStreak::LOOP_GAP + 1);
+        assert!(!v.in_loop);
+    }
+
+    #[test]
+    fn polls_close_together_are_a_loop_that_yields_only_after_the_spin() {
+        let mut s = PollStreak::default();
+        let t0 = 5_000_000;
+        s.empty_poll(DEV, t0);
+        let mut t = t0;
+        while t + 1_000 - t0 <= PollStreak::SPIN {
+            t += 1_000;
+            let v = s.empty_poll(DEV, t);
+            assert!(v.in_loop, "at {t}");
+            assert!(!v.yield_cpu, "yielded {} ns into the loop", t - t0);
+        }
+        let v = s.empty_poll(DEV, t + 1_000);
+        assert!(v.in_loop && v.yield_cpu);
+    }
+
+    #[test]
+    fn another_device_or_a_completion_starts_over() {
+        let mut s = PollStreak::default();
+        s.empty_poll(DEV, 10);
+        assert!(s.empty_poll(DEV, 20).in_loop);
+        // The same thread polls another device's CQ: no loop there yet.
+        assert!(!s.empty_poll(DEV + 8, 30).in_loop);
+        assert!(!s.empty_poll(DEV, 40).in_loop);
+        // A completion ends the run (`Driver::note_found` resets the streak).
+        s = PollStreak::default();
+        assert!(!s.empty_poll(DEV, 50).in_loop);
     }
 }

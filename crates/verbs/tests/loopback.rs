@@ -41,6 +41,11 @@ fn end(config: Config) -> End {
 }
 
 fn connect(a: &End, b: &End, mtu: Mtu) {
+    connect_with_rnr_timer(a, b, mtu, 1);
+}
+
+/// `min_rnr_timer`: the IBA code of the wait both ends ask for in their RNR NAKs.
+fn connect_with_rnr_timer(a: &End, b: &End, mtu: Mtu, min_rnr_timer: u8) {
     for (x, y, psn) in [(a, b, 100u32), (b, a, 200u32)] {
         x.qp.to_init(InitAttr {
             access: all_access(),
@@ -52,7 +57,7 @@ fn connect(a: &End, b: &End, mtu: Mtu) {
             remote,
             mtu,
             max_dest_rd_atomic: 16,
-            min_rnr_timer: 1,
+            min_rnr_timer,
         })
         .unwrap();
         x.qp.to_rts(RtsAttr {
@@ -679,23 +684,40 @@ fn a_thread_polling_its_cq_receives_alone_and_hands_back_when_it_stops() {
         ..Config::default()
     };
     let (a, b) = pair(cfg);
-    assert_eq!(a.cq.poll(&mut []), 0);
-    assert_eq!(b.cq.poll(&mut []), 0);
-    let before = (a.ctx.device_counters(), b.ctx.device_counters());
+    // A poll loop (two empty polls in a row) starts the hand-off; one poll would not.
+    for cq in [&a.cq, &a.cq, &b.cq, &b.cq] {
+        assert_eq!(cq.poll(&mut []), 0);
+    }
     let sges = [a.mr.sge(0, 8)];
-    for i in 0..200u64 {
+    let mut before = None;
+    for i in 0..201u64 {
+        // The first exchange wakes the progress threads from their sleeps before the
+        // hand-off (without a deadline: a timer armed then needs them awake).
+        if i == 1 {
+            before = Some((a.ctx.device_counters(), b.ctx.device_counters()));
+        }
         b.qp.post_recv(i, &[b.mr.sge(0, 64)]).unwrap();
         a.qp.post_send(&SendWr::new(i, SendOp::Send, &sges))
             .unwrap();
         assert_eq!(spin_one(&b.cq).wr_id, i);
         assert_eq!(spin_one(&a.cq).status, WcStatus::Success);
     }
+    let before = before.unwrap();
     let after = (a.ctx.device_counters(), b.ctx.device_counters());
     for (x, y) in [(before.0, after.0), (before.1, after.1)] {
         assert!(y.rx_datagrams - x.rx_datagrams >= 200);
         assert_eq!(
             y.rx_by_progress_thread, x.rx_by_progress_thread,
             "the progress thread received while a thread polled"
+        );
+        // Each SEND arms a timer earlier than the progress thread's wake-up; the pollers
+        // fire timers while it leaves the socket to them, so it is not woken for them
+        // (once or twice, at most, while it waits for a CPU on its way to the hand-off;
+        // it was 200, one per SEND, when every timer woke it).
+        assert!(
+            y.timer_wakeups - x.timer_wakeups < 10,
+            "the progress thread was woken for timers {} times while a thread polled",
+            y.timer_wakeups - x.timer_wakeups
         );
     }
     // B stops polling: once the hand-off ended its progress thread takes A's WRITE in.
@@ -741,8 +763,11 @@ fn arming_a_cq_ends_the_hand_off_to_pollers() {
     let b = end(cfg);
     connect(&a, &b, Mtu::Mtu4096);
     a.qp.post_recv(7, &[a.mr.sge(0, 64)]).unwrap();
-    // A polls (the progress thread leaves the socket to it), then arms and waits.
-    assert_eq!(a.cq.poll(&mut []), 0);
+    // A polls in a loop (the progress thread leaves the socket to it), then arms and
+    // waits.
+    for _ in 0..2 {
+        assert_eq!(a.cq.poll(&mut []), 0);
+    }
     a.cq.req_notify(false).unwrap();
     let sges = [b.mr.sge(0, 8)];
     b.qp.post_send(&SendWr::new(1, SendOp::Send, &sges))
@@ -750,4 +775,71 @@ fn arming_a_cq_ends_the_hand_off_to_pollers() {
     assert_eq!(channel.get_event_timeout(WAIT), Some(a.cq.handle()));
     a.cq.ack_events(1);
     assert_eq!(a.cq.wait_for(1, WAIT)[0].wr_id, 7);
+}
+
+#[test]
+fn a_single_empty_poll_leaves_the_socket_to_the_progress_thread() {
+    // As `softverbs perf write --lat` and ib_write_lat do: poll the CQ once for a
+    // moderated send completion, then spin on memory for the peer's RDMA WRITE, which
+    // only the progress thread can take in. A hand-off longer than the test: had the one
+    // poll started it, the WRITE would wait for it to end.
+    let cfg = Config {
+        poll_handoff: Duration::from_secs(3600),
+        ..Config::default()
+    };
+    let (a, b) = pair(cfg);
+    let before = b.ctx.device_counters();
+    assert_eq!(b.cq.poll(&mut []), 0);
+    a.mr.write(0, b"one poll");
+    let sges = [a.mr.sge(0, 8)];
+    let wr = SendWr::new(
+        1,
+        SendOp::RdmaWrite {
+            remote_addr: b.mr.addr() + 64,
+            rkey: Rkey(b.mr.rkey()),
+        },
+        &sges,
+    );
+    a.qp.post_send(&wr).unwrap();
+    let deadline = std::time::Instant::now() + WAIT;
+    let mut got = [0u8; 8];
+    while &got != b"one poll" {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the WRITE never landed"
+        );
+        std::thread::yield_now();
+        b.mr.read(64, &mut got);
+    }
+    assert!(b.ctx.device_counters().rx_by_progress_thread > before.rx_by_progress_thread);
+    assert_eq!(a.cq.wait_for(1, WAIT)[0].status, WcStatus::Success);
+}
+
+#[test]
+fn an_rnr_retry_comes_while_the_progress_thread_leaves_the_socket_to_pollers() {
+    // B has no receive posted: A's SEND draws an RNR NAK, and only A's RNR timer sends
+    // it again, 5.12 ms later (code 18). A polls in a loop under a hand-off longer than
+    // the test, so its progress thread is not woken for the timer; the retry must come
+    // all the same (A's polls fire due timers).
+    let cfg = Config {
+        poll_handoff: Duration::from_secs(3600),
+        ..Config::default()
+    };
+    let (a, b) = (end(cfg.clone()), end(cfg));
+    connect_with_rnr_timer(&a, &b, Mtu::Mtu4096, 18);
+    for _ in 0..2 {
+        assert_eq!(a.cq.poll(&mut []), 0);
+    }
+    let sges = [a.mr.sge(0, 8)];
+    a.qp.post_send(&SendWr::new(1, SendOp::Send, &sges))
+        .unwrap();
+    // B's receive comes late, after A's SEND met no receive.
+    let deadline = std::time::Instant::now() + WAIT;
+    while b.ctx.counters().rnr_nak_sent == 0 {
+        assert!(std::time::Instant::now() < deadline, "no RNR NAK");
+        assert_eq!(a.cq.poll(&mut []), 0);
+    }
+    b.qp.post_recv(9, &[b.mr.sge(0, 64)]).unwrap();
+    assert_eq!(spin_one(&a.cq).status, WcStatus::Success);
+    assert_eq!(b.cq.wait_for(1, WAIT)[0].wr_id, 9);
 }

@@ -85,7 +85,7 @@ impl Reaper {
             if self.poll(side)? > 0 {
                 spin.progress();
             } else {
-                spin.idle("waiting for WRITE completions")?;
+                spin.idle_polled("waiting for WRITE completions")?;
             }
         }
         Ok(())
@@ -97,7 +97,7 @@ impl Reaper {
             if self.poll(side)? > 0 {
                 spin.progress();
             } else {
-                spin.idle("waiting for the last WRITE completion")?;
+                spin.idle_polled("waiting for the last WRITE completion")?;
             }
         }
         Ok(())
@@ -228,7 +228,7 @@ pub fn send_lat(
             if poll(&mut recvs, &mut sends_done)? > 0 {
                 spin.progress();
             } else {
-                spin.idle("waiting for SEND completions")?;
+                spin.idle_polled("waiting for SEND completions")?;
             }
         }
         let t0 = Instant::now();
@@ -239,7 +239,7 @@ pub fn send_lat(
             if poll(&mut recvs, &mut sends_done)? > 0 {
                 spin.progress();
             } else {
-                spin.idle("waiting for the peer's SEND")?;
+                spin.idle_polled("waiting for the peer's SEND")?;
             }
         }
         if client {
@@ -259,7 +259,7 @@ pub fn send_lat(
         if poll(&mut recvs, &mut sends_done)? > 0 {
             spin.progress();
         } else {
-            spin.idle("waiting for the last SEND completion")?;
+            spin.idle_polled("waiting for the last SEND completion")?;
         }
     }
     Ok(samples)
@@ -295,7 +295,7 @@ pub fn rdma_lat(side: &Side, op: Op, step: &Step, progress: &mut Progress) -> Re
                 }
                 break;
             }
-            spin.idle("waiting for the completion")?;
+            spin.idle_polled("waiting for the completion")?;
         }
         samples.push(usec(t0));
         progress.update(i + 1, iters);
