@@ -215,8 +215,10 @@ pub struct DeviceCounters {
     pub tx_syscalls: u64,
     /// Times a full socket buffer made sending wait.
     pub tx_backpressure: u64,
-    /// Times a thread woke the progress thread to move its timer earlier.
+    /// Times a thread moved the progress thread's wake-up earlier for a timer.
     pub timer_wakeups: u64,
+    /// Times another thread woke the progress thread at once (its eventfd).
+    pub progress_wakes: u64,
 }
 
 /// What a context is: the device it shares, and what it owns.
@@ -437,6 +439,7 @@ impl Context {
             tx_syscalls: get(&c.tx_syscalls),
             tx_backpressure: get(&c.tx_backpressure),
             timer_wakeups: get(&c.timer_wakeups),
+            progress_wakes: get(&c.progress_wakes),
         }
     }
 

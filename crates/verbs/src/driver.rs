@@ -67,8 +67,11 @@ pub struct DriverCounters {
     pub tx_syscalls: AtomicU64,
     /// Times the socket's send buffer was full (`EAGAIN`/`ENOBUFS`) and sending waited.
     pub tx_backpressure: AtomicU64,
-    /// Times a thread woke the progress thread to move its timer earlier.
+    /// Times a thread moved the progress thread's wake-up earlier for a timer (it arms
+    /// the progress thread's timerfd: no wake-up now, one when the timer is due).
     pub timer_wakeups: AtomicU64,
+    /// Times the progress thread woke because another thread signalled it.
+    pub progress_wakes: AtomicU64,
 }
 
 /// A completion channel's queue of CQ events.
@@ -98,8 +101,8 @@ pub(crate) struct State {
 pub(crate) struct Deferred {
     notifications: Vec<(Arc<ChannelShared>, CqHandle)>,
     events: Vec<(Arc<AsyncQueue>, AsyncEvent)>,
-    /// The progress thread must wake for an earlier timer.
-    wake: bool,
+    /// A timer (the driver's clock, ns) earlier than the progress thread's wake-up.
+    timer_at: Option<u64>,
     /// The connection manager's share.
     pub(crate) cm: crate::cm::driver::CmDeferred,
     /// Same-host handshakes to send (`crate::samehost`).
@@ -152,10 +155,12 @@ pub(crate) struct Driver {
     wake: EventFd,
     /// Nanoseconds since `epoch` until which the progress thread sleeps.
     sleeping_until: AtomicU64,
-    /// A thread woke the progress thread for a timer and it has not looked yet: later
-    /// timers need no wake-up of their own (one `write` per posted message otherwise,
-    /// while the progress thread waits for a CPU).
-    timer_wake_pending: AtomicBool,
+    /// Wakes the progress thread for a timer armed after it went to sleep (see
+    /// [`Driver::arm_timer`]).
+    timer: sys::TimerFd,
+    /// When `timer` expires (the driver's clock, ns; `u64::MAX`: disarmed). Its lock is
+    /// held over the `timerfd_settime` so that arms leave in order.
+    timer_armed: Mutex<u64>,
     /// The engine's and the cm's next timer (nanoseconds since `epoch`; `u64::MAX`: none),
     /// as the last pump left it: pollers fire due timers themselves (see
     /// [`Driver::try_progress`]).
@@ -409,7 +414,8 @@ impl Driver {
             // Awake: it computes its first sleep itself.
             sleeping_until: AtomicU64::new(0),
             next_timer: AtomicU64::new(u64::MAX),
-            timer_wake_pending: AtomicBool::new(false),
+            timer: sys::TimerFd::new().map_err(io_err("timerfd"))?,
+            timer_armed: Mutex::new(u64::MAX),
             stop: AtomicBool::new(false),
             thread: Mutex::new(None),
             counters: DriverCounters::default(),
@@ -482,8 +488,9 @@ impl Driver {
         // A progress thread that left the socket to pollers sleeps no longer than the
         // hand-off, and the pollers fire due timers meanwhile: waking it for an earlier
         // timer would cost a context switch per posted message.
-        d.wake = next < self.sleeping_until.load(Ordering::Acquire)
+        let earlier = next < self.sleeping_until.load(Ordering::Acquire)
             && !self.socket_unwatched.load(Ordering::SeqCst);
+        d.timer_at = earlier.then_some(next);
         d
     }
 
@@ -534,15 +541,31 @@ impl Driver {
         for (queue, ev) in d.events {
             queue.push(ev);
         }
-        if d.wake && !self.timer_wake_pending.swap(true, Ordering::AcqRel) {
-            self.counters.timer_wakeups.fetch_add(1, Ordering::Relaxed);
-            self.wake.signal();
+        if let Some(at) = d.timer_at {
+            self.arm_timer(at);
         }
         self.cm_finish(d.cm);
         if !d.hellos.is_empty() {
             self.same_host.grant_ptrace();
             self.send_hellos(d.hellos);
         }
+    }
+
+    /// Makes the progress thread wake at `at` (the driver's clock, ns), sooner than it
+    /// planned to. Signalling its eventfd instead woke it at once, to compute a new
+    /// sleep: a context switch per posted message where the target spins on memory,
+    /// though the ACK that cancels the timer comes long before it is due. Call without
+    /// the device lock.
+    fn arm_timer(&self, at: u64) {
+        let mut armed = lock(&self.timer_armed);
+        if at >= *armed {
+            return;
+        }
+        *armed = at;
+        self.counters.timer_wakeups.fetch_add(1, Ordering::Relaxed);
+        let now = self.now().as_nanos();
+        self.timer
+            .set(Some(Duration::from_nanos(at.saturating_sub(now))));
     }
 
     /// Sends same-host handshake datagrams (without the device lock).
@@ -1135,6 +1158,7 @@ impl Driver {
         lines.push(("udp_tx_syscalls", get(&dc.tx_syscalls)));
         lines.push(("udp_tx_backpressure", get(&dc.tx_backpressure)));
         lines.push(("progress_timer_wakeups", get(&dc.timer_wakeups)));
+        lines.push(("progress_wakes", get(&dc.progress_wakes)));
         lines.push(("injected_drops", get(&dc.injected_drops)));
         lines.push(("rx_truncated", get(&dc.rx_truncated)));
         let same_host = self.same_host.stat_lines();
@@ -1313,6 +1337,7 @@ fn progress_thread(d: Arc<Driver>) {
         for (fd, events) in [
             (d.socket.as_raw_fd(), input | out),
             (d.wake.raw(), libc::POLLIN),
+            (d.timer.raw(), libc::POLLIN),
         ]
         .into_iter()
         .chain(groups.iter().map(|(_, s)| (s.as_raw_fd(), libc::POLLIN)))
@@ -1329,11 +1354,14 @@ fn progress_thread(d: Arc<Driver>) {
             });
         }
         let _ = sys::poll(&mut pfds, timeout);
+        if pfds[1].revents != 0 {
+            d.counters.progress_wakes.fetch_add(1, Ordering::Relaxed);
+        }
         // An ICMP report on the device socket (a request to a closed port).
         if pfds[0].revents & libc::POLLERR != 0 {
             d.cm_device_errors();
         }
-        if pfds[2 + groups.len()..].iter().any(|p| p.revents != 0) {
+        if pfds[3 + groups.len()..].iter().any(|p| p.revents != 0) {
             d.cm_receive(&cm_socks, &mut cm_buf);
         }
         if blocked.is_some() {
@@ -1341,8 +1369,16 @@ fn progress_thread(d: Arc<Driver>) {
             d.flush_outbox(true);
         }
         d.wake.take();
-        // It looks at the timers again (under the lock) from here on.
-        d.timer_wake_pending.store(false, Ordering::Release);
+        // It computes its next sleep from the engine's timers (under the lock): what a
+        // poster armed is among them.
+        {
+            let mut armed = lock(&d.timer_armed);
+            if *armed != u64::MAX {
+                *armed = u64::MAX;
+                // (Disarming also clears an expiry that was not read.)
+                d.timer.set(None);
+            }
+        }
         d.socket_unwatched.store(false, Ordering::Release);
         d.sleeping_until.store(0, Ordering::Release);
     }

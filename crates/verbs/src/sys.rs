@@ -624,6 +624,54 @@ impl EventFd {
     }
 }
 
+/// A one-shot `CLOCK_MONOTONIC` timer as a file descriptor (`timerfd`), readable once it
+/// expired. Arming it wakes nobody: a thread waiting on it in `poll` wakes at expiry.
+pub struct TimerFd(OwnedFd);
+
+impl TimerFd {
+    pub fn new() -> io::Result<TimerFd> {
+        // SAFETY: timerfd_create has no memory arguments.
+        let fd = cvt(unsafe {
+            libc::timerfd_create(
+                libc::CLOCK_MONOTONIC,
+                libc::TFD_NONBLOCK | libc::TFD_CLOEXEC,
+            )
+        })?;
+        // SAFETY: `fd` is a fresh descriptor we own.
+        Ok(TimerFd(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    /// Arms the timer to expire `after` from now (a zero `after` expires at once), or
+    /// disarms it (`None`).
+    pub fn set(&self, after: Option<Duration>) {
+        let value = match after {
+            // A zero it_value would disarm it.
+            Some(d) => libc::timespec {
+                tv_sec: d.as_secs().min(i64::MAX as u64) as libc::time_t,
+                tv_nsec: d.subsec_nanos().max(u32::from(d.as_secs() == 0)) as libc::c_long,
+            },
+            None => libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            },
+        };
+        let spec = libc::itimerspec {
+            it_interval: libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            },
+            it_value: value,
+        };
+        crate::driver::note_syscall();
+        // SAFETY: `spec` is a live itimerspec; the old value is not asked for.
+        unsafe { libc::timerfd_settime(self.0.as_raw_fd(), 0, &spec, std::ptr::null_mut()) };
+    }
+
+    pub fn raw(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+}
+
 /// A socket that receives the datagrams sent to IPv4 multicast group `group`
 /// (address and UDP port) on the interface that owns `iface` (any when
 /// unspecified): bound to the group address itself, so everything read from

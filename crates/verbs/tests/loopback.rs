@@ -843,3 +843,88 @@ fn an_rnr_retry_comes_while_the_progress_thread_leaves_the_socket_to_pollers() {
     assert_eq!(spin_one(&a.cq).status, WcStatus::Success);
     assert_eq!(b.cq.wait_for(1, WAIT)[0].wr_id, 9);
 }
+
+/// Waits (sleeping, not polling) until `mr` holds `want` at `offset`.
+fn await_bytes(mr: &Mr<Vec<u8>>, offset: usize, want: &[u8]) {
+    let deadline = std::time::Instant::now() + WAIT;
+    let mut got = vec![0u8; want.len()];
+    loop {
+        mr.read(offset, &mut got);
+        if got == want {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the data never landed"
+        );
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+#[test]
+fn posting_while_the_progress_thread_sleeps_does_not_wake_it() {
+    // Nobody polls: each WRITE arms a retransmission timer while A's progress thread
+    // sleeps without one, and B's ACK ends that timer long before it is due. Arming the
+    // progress thread's timerfd wakes it only if the timer comes due; signalling it
+    // (as before) woke it at once, once per WRITE.
+    let (a, b) = pair(Config::default());
+    let before = a.ctx.device_counters();
+    for i in 0..50u8 {
+        a.mr.write(0, &[i; 8]);
+        let sges = [a.mr.sge(0, 8)];
+        let mut wr = SendWr::new(
+            u64::from(i),
+            SendOp::RdmaWrite {
+                remote_addr: b.mr.addr() + 64,
+                rkey: Rkey(b.mr.rkey()),
+            },
+            &sges,
+        );
+        wr.flags = SendFlags::EMPTY;
+        a.qp.post_send(&wr).unwrap();
+        await_bytes(&b.mr, 64, &[i; 8]);
+    }
+    let after = a.ctx.device_counters();
+    assert!(
+        after.timer_wakeups - before.timer_wakeups >= 25,
+        "{after:?}"
+    );
+    assert!(
+        after.progress_wakes - before.progress_wakes < 5,
+        "the progress thread was woken {} times for 50 WRITEs",
+        after.progress_wakes - before.progress_wakes
+    );
+}
+
+#[test]
+fn a_timer_armed_while_the_progress_thread_sleeps_fires() {
+    // Half of A's datagrams are lost (seed 3 drops the first WRITE); nobody polls, so
+    // only A's progress thread, woken by the timer the post armed, sends it again.
+    let lossy = Config {
+        faults: Some(FaultConfig {
+            loss: 0.5,
+            duplicate: 0.0,
+            reorder: 0.0,
+            corrupt: 0.0,
+            seed: 3,
+        }),
+        ..Config::default()
+    };
+    let (a, b) = (end(lossy), end(Config::default()));
+    connect(&a, &b, Mtu::Mtu4096);
+    a.mr.write(0, b"resent!!");
+    let sges = [a.mr.sge(0, 8)];
+    let wr = SendWr::new(
+        1,
+        SendOp::RdmaWrite {
+            remote_addr: b.mr.addr(),
+            rkey: Rkey(b.mr.rkey()),
+        },
+        &sges,
+    );
+    a.qp.post_send(&wr).unwrap();
+    await_bytes(&b.mr, 0, b"resent!!");
+    let (_, _, _, drops) = a.ctx.driver_counters();
+    assert!(drops > 0, "nothing was lost: the test proves nothing");
+    assert!(a.ctx.counters().retransmitted_packets > 0);
+}
