@@ -1354,7 +1354,8 @@ fn progress_thread(d: Arc<Driver>) {
             });
         }
         let _ = sys::poll(&mut pfds, timeout);
-        if pfds[1].revents != 0 {
+        let signalled = pfds[1].revents != 0;
+        if signalled {
             d.counters.progress_wakes.fetch_add(1, Ordering::Relaxed);
         }
         // An ICMP report on the device socket (a request to a closed port).
@@ -1368,7 +1369,10 @@ fn progress_thread(d: Arc<Driver>) {
             // POLLOUT (or the ENOBUFS retry time): send what is left.
             d.flush_outbox(true);
         }
-        d.wake.take();
+        // (A read per wake-up otherwise, mostly finding nothing.)
+        if signalled {
+            d.wake.take();
+        }
         // It computes its next sleep from the engine's timers (under the lock): what a
         // poster armed is among them.
         {
