@@ -434,9 +434,8 @@ impl Spin {
     }
 
     /// Nothing happened this round of a wait on a CQ: like [`Spin::idle`] but never
-    /// yields the CPU itself, since `Cq::poll` does once it has found nothing for a while.
-    /// A latency run's answer comes within that spin; a yield per round of the wait gave
-    /// the CPU to any other runnable thread of the host between two polls.
+    /// yields the CPU itself, since an empty `Cq::poll` already did (two yields per
+    /// round otherwise).
     pub fn idle_polled(&mut self, what: &str) -> Result<()> {
         self.n = self.n.wrapping_add(1);
         std::hint::spin_loop();

@@ -70,8 +70,7 @@ impl Cq {
     /// Takes up to `out.len()` completions; returns how many. When the CQ is empty
     /// the calling thread receives what waits on the device's socket and looks
     /// again, so a thread spinning on its CQ needs no other thread to run; when
-    /// nothing arrived for a while (`driver::PollStreak::SPIN`) it yields the CPU
-    /// (`sched_yield`) before returning 0.
+    /// nothing arrived it yields the CPU (`sched_yield`) before returning 0.
     pub fn poll(&self, out: &mut [WorkCompletion]) -> usize {
         self.poll_receiving(out, true)
     }
@@ -83,28 +82,25 @@ impl Cq {
         let driver = self.inner.ctx.device.driver();
         match self.poll_ready(out) {
             0 => match driver {
-                Ok(d) => match d.try_progress(spinning) {
-                    (true, _) => {
-                        let n = self.poll_ready(out);
-                        if n > 0 {
-                            d.note_found();
-                        }
-                        n
+                Ok(d) if d.try_progress(spinning) => {
+                    let n = self.poll_ready(out);
+                    if n > 0 {
+                        d.note_found();
                     }
-                    (false, yield_cpu) => {
-                        if yield_cpu {
-                            // Nothing arrived for a while: give the CPU to whoever is
-                            // runnable. A thread spinning on an idle CQ otherwise takes a
-                            // core the peer it waits for, or our own progress thread,
-                            // needs: unlike a hardware RNIC, our data path runs on the
-                            // same CPUs as the pollers.
-                            std::thread::yield_now();
-                        }
-                        0
-                    }
-                },
-                Err(_) => {
+                    n
+                }
+                _ => {
+                    // Nothing arrived: give the CPU to whoever is runnable. A thread
+                    // spinning on an idle CQ (perftest -R's server waits for its control
+                    // message this way for a whole bandwidth test) otherwise takes a core
+                    // the peer it waits for, or our own progress thread, needs: unlike a
+                    // hardware RNIC, our data path runs on the same CPUs as the pollers.
+                    // (Spinning 50 µs before yielding made `perf send --lat` 1.5-4x
+                    // slower on a loaded 2-core host: the peer waited for a CPU.)
                     std::thread::yield_now();
+                    if let Ok(d) = driver {
+                        d.note_poll_ended();
+                    }
                     0
                 }
             },

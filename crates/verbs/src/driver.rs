@@ -3,8 +3,9 @@
 //! A progress thread receives datagrams, feeds them to the engine, fires its timers and
 //! sends what it produces, so one-sided operations complete while the target application
 //! does nothing. Threads that post work transmit what the post produced themselves
-//! (doorbell style) and only wake the progress thread when they armed a timer earlier than
-//! the one it sleeps for.
+//! (doorbell style); when they armed a timer earlier than the one the progress thread
+//! sleeps for, they arm its timerfd, which wakes it only if the timer comes due (see
+//! [`Driver::arm_timer`]).
 //!
 //! # Locks and system calls
 //!
@@ -27,7 +28,8 @@
 //! progress thread to be scheduled. One receive buffer, behind its own lock, serves both,
 //! so datagrams are handed to the engine in the order the socket gave them.
 //! While such a poller is active the progress thread does not wait on the socket at all
-//! (see [`Driver::poller_handoff`]): no thread is woken per datagram.
+//! (see [`Driver::poller_handoff`]): no thread is woken per datagram. Only a poll loop
+//! starts that hand-off ([`PollStreak`]), and the pollers fire due timers meanwhile.
 
 use crate::config::Config;
 use crate::events::{EventQueue, Source};
@@ -219,7 +221,7 @@ thread_local! {
 thread_local! {
     /// The calling thread's current run of empty CQ polls (see [`PollStreak`]).
     static STREAK: std::cell::Cell<PollStreak> = const {
-        std::cell::Cell::new(PollStreak { device: 0, first_empty: 0, last_empty: 0 })
+        std::cell::Cell::new(PollStreak { device: 0, last_empty: 0 })
     };
 }
 
@@ -232,58 +234,37 @@ thread_local! {
 /// once for moderated send completions and then spins on memory for the peer's RDMA
 /// WRITE (ib_write_lat, `softverbs perf write --lat`) cannot receive that WRITE itself,
 /// and the progress thread must keep watching the socket for it.
-///
-/// A thread in a poll loop spins without giving up the CPU for [`PollStreak::SPIN`], then
-/// yields it at every empty poll: a ping-pong's answer comes within the spin, while a
-/// thread spinning on an idle CQ for long (perftest -R's server waits for its control
-/// message for a whole bandwidth test) leaves the core to threads that have work. A
-/// `sched_yield` per empty poll, as before, gave the CPU away to any runnable thread of
-/// the host between two polls of a latency run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct PollStreak {
     /// The device polled ([`Driver::identity`]); 0: no run.
     device: usize,
-    /// When the run's first and latest empty polls were (the device's clock, ns).
-    first_empty: u64,
+    /// When the run's latest empty poll was (the device's clock, ns).
     last_empty: u64,
-}
-
-/// What a thread's empty poll means.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct PollVerdict {
-    /// The thread polls in a loop: it may receive for the device alone.
-    pub in_loop: bool,
-    /// The thread has polled in vain for long: it should yield the CPU.
-    pub yield_cpu: bool,
 }
 
 impl PollStreak {
     /// Two empty polls at most this far apart are one loop.
     pub const LOOP_GAP: u64 = 20_000;
-    /// How long a thread polls in vain before it yields the CPU at each empty poll.
-    pub const SPIN: u64 = 50_000;
 
-    /// Notes an empty poll of `device` at `now`.
-    pub fn empty_poll(&mut self, device: usize, now: u64) -> PollVerdict {
+    /// The thread's empty poll of `device` ends at `now` (after its `sched_yield`, which
+    /// on a loaded host may last longer than [`PollStreak::LOOP_GAP`]): the gap to its
+    /// next poll counts from here.
+    pub fn poll_ended(&mut self, device: usize, now: u64) {
+        if self.device == device {
+            self.last_empty = now;
+        }
+    }
+
+    /// Notes an empty poll of `device` at `now`; returns whether it continues a loop.
+    pub fn empty_poll(&mut self, device: usize, now: u64) -> bool {
         let continues = self.device == device
             && now >= self.last_empty
             && now - self.last_empty <= Self::LOOP_GAP;
-        if !continues {
-            *self = PollStreak {
-                device,
-                first_empty: now,
-                last_empty: now,
-            };
-            return PollVerdict {
-                in_loop: false,
-                yield_cpu: false,
-            };
-        }
-        self.last_empty = now;
-        PollVerdict {
-            in_loop: true,
-            yield_cpu: now - self.first_empty > Self::SPIN,
-        }
+        *self = PollStreak {
+            device,
+            last_empty: now,
+        };
+        continues
     }
 }
 
@@ -949,18 +930,17 @@ impl Driver {
     /// Also fires the timers that are due: while the progress thread leaves the socket
     /// to pollers it does not wake for them.
     ///
-    /// Returns whether anything arrived, and whether the caller, finding nothing, should
-    /// yield the CPU (it has polled in vain for longer than [`PollStreak::SPIN`]).
-    pub(crate) fn try_progress(&self, spinning: bool) -> (bool, bool) {
+    /// Returns whether anything arrived.
+    pub(crate) fn try_progress(&self, spinning: bool) -> bool {
         let now = self.now().as_nanos();
-        let verdict = STREAK.with(|s| {
+        let in_loop = STREAK.with(|s| {
             let mut streak = s.get();
             let v = streak.empty_poll(self.identity(), now);
             s.set(streak);
             v
         });
         // A loop starts the hand-off; any empty poll of a spinning thread prolongs it.
-        if spinning && (verdict.in_loop || self.poller_handoff().is_some()) {
+        if spinning && (in_loop || self.poller_handoff().is_some()) {
             self.app_polled_at.store(now + 1, Ordering::Release);
         }
         let got = match self.rx.try_lock() {
@@ -976,13 +956,24 @@ impl Driver {
             };
             self.finish(deferred);
         }
-        (got, verdict.yield_cpu)
+        got
     }
 
     /// A poll by the calling thread found completions: its run of empty polls is over
     /// (datagrams that arrive without completing anything for it do not end the run).
     pub(crate) fn note_found(&self) {
         STREAK.with(|s| s.set(PollStreak::default()));
+    }
+
+    /// The calling thread's empty poll (of this device's CQs) ends: see
+    /// [`PollStreak::poll_ended`].
+    pub(crate) fn note_poll_ended(&self) {
+        let now = self.now().as_nanos();
+        STREAK.with(|s| {
+            let mut streak = s.get();
+            streak.poll_ended(self.identity(), now);
+            s.set(streak);
+        });
     }
 
     /// Tells this device apart from others in a thread's [`PollStreak`].
@@ -1397,39 +1388,44 @@ mod tests {
     #[test]
     fn one_empty_poll_is_no_loop() {
         let mut s = PollStreak::default();
-        let v = s.empty_poll(DEV, 1_000_000);
-        assert!(!v.in_loop && !v.yield_cpu);
+        assert!(!s.empty_poll(DEV, 1_000_000));
         // Polled again long after: a fresh run, still no loop.
-        let v = s.empty_poll(DEV, 1_000_000 + PollStreak::LOOP_GAP + 1);
-        assert!(!v.in_loop);
+        assert!(!s.empty_poll(DEV, 1_000_000 + PollStreak::LOOP_GAP + 1));
     }
 
     #[test]
-    fn polls_close_together_are_a_loop_that_yields_only_after_the_spin() {
+    fn polls_close_together_are_a_loop() {
         let mut s = PollStreak::default();
-        let t0 = 5_000_000;
-        s.empty_poll(DEV, t0);
-        let mut t = t0;
-        while t + 1_000 - t0 <= PollStreak::SPIN {
+        let mut t = 5_000_000;
+        assert!(!s.empty_poll(DEV, t));
+        for _ in 0..100 {
             t += 1_000;
-            let v = s.empty_poll(DEV, t);
-            assert!(v.in_loop, "at {t}");
-            assert!(!v.yield_cpu, "yielded {} ns into the loop", t - t0);
+            assert!(s.empty_poll(DEV, t), "at {t}");
         }
-        let v = s.empty_poll(DEV, t + 1_000);
-        assert!(v.in_loop && v.yield_cpu);
+    }
+
+    #[test]
+    fn the_gap_counts_from_the_end_of_the_previous_poll() {
+        let mut s = PollStreak::default();
+        assert!(!s.empty_poll(DEV, 1_000));
+        // Its yield lasted a millisecond.
+        s.poll_ended(DEV, 1_001_000);
+        assert!(s.empty_poll(DEV, 1_002_000));
+        // The end of another device's poll changes nothing.
+        s.poll_ended(DEV + 8, 9_000_000);
+        assert!(!s.empty_poll(DEV, 9_000_100));
     }
 
     #[test]
     fn another_device_or_a_completion_starts_over() {
         let mut s = PollStreak::default();
         s.empty_poll(DEV, 10);
-        assert!(s.empty_poll(DEV, 20).in_loop);
+        assert!(s.empty_poll(DEV, 20));
         // The same thread polls another device's CQ: no loop there yet.
-        assert!(!s.empty_poll(DEV + 8, 30).in_loop);
-        assert!(!s.empty_poll(DEV, 40).in_loop);
+        assert!(!s.empty_poll(DEV + 8, 30));
+        assert!(!s.empty_poll(DEV, 40));
         // A completion ends the run (`Driver::note_found` resets the streak).
         s = PollStreak::default();
-        assert!(!s.empty_poll(DEV, 50).in_loop);
+        assert!(!s.empty_poll(DEV, 50));
     }
 }
