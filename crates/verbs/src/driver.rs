@@ -221,7 +221,13 @@ thread_local! {
 thread_local! {
     /// The calling thread's current run of empty CQ polls (see [`PollStreak`]).
     static STREAK: std::cell::Cell<PollStreak> = const {
-        std::cell::Cell::new(PollStreak { device: 0, last_empty: 0 })
+        std::cell::Cell::new(PollStreak {
+            device: 0,
+            last_empty: 0,
+            looping: false,
+            loop_ended: 0,
+            leaves: false,
+        })
     };
 }
 
@@ -232,14 +238,27 @@ thread_local! {
 /// socket over to the thread ([`Driver::poller_handoff`]; later empty polls prolong it):
 /// a program that polls its CQ
 /// once for moderated send completions and then spins on memory for the peer's RDMA
-/// WRITE (ib_write_lat, `softverbs perf write --lat`) cannot receive that WRITE itself,
-/// and the progress thread must keep watching the socket for it.
+/// WRITE (`softverbs perf write --lat`) cannot receive that WRITE itself, and the
+/// progress thread must keep watching the socket for it.
+///
+/// A thread that *left* for long after its previous loop found its completion (ib_write_lat
+/// polls in a loop for its WRITE's completion, then spins on memory for the peer's) ends
+/// the hand-off when its next loop finds its completion: it will leave again, and the
+/// peer's WRITE would wait for the hand-off to lapse. A ping-pong on the CQ comes back
+/// within the loop gap and keeps it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct PollStreak {
-    /// The device polled ([`Driver::identity`]); 0: no run.
+    /// The device polled ([`Driver::identity`]); 0: none yet.
     device: usize,
-    /// When the run's latest empty poll was (the device's clock, ns).
+    /// When the latest empty poll was (the device's clock, ns); 0: none since the last
+    /// completion.
     last_empty: u64,
+    /// The current run of empty polls is a loop.
+    looping: bool,
+    /// When a loop last ended with a completion; 0: not since the last empty poll.
+    loop_ended: u64,
+    /// The thread came back later than the loop gap after its last loop ended.
+    leaves: bool,
 }
 
 impl PollStreak {
@@ -257,14 +276,39 @@ impl PollStreak {
 
     /// Notes an empty poll of `device` at `now`; returns whether it continues a loop.
     pub fn empty_poll(&mut self, device: usize, now: u64) -> bool {
-        let continues = self.device == device
+        if self.device != device {
+            *self = PollStreak {
+                device,
+                last_empty: now,
+                ..PollStreak::default()
+            };
+            return false;
+        }
+        if self.loop_ended != 0 {
+            self.leaves = now.saturating_sub(self.loop_ended) > Self::LOOP_GAP;
+            self.loop_ended = 0;
+        }
+        let continues = self.last_empty != 0
             && now >= self.last_empty
             && now - self.last_empty <= Self::LOOP_GAP;
-        *self = PollStreak {
-            device,
-            last_empty: now,
-        };
+        self.last_empty = now;
+        self.looping = continues;
         continues
+    }
+
+    /// A poll of `device` at `now` found completions; returns whether the thread ended a
+    /// loop and is one that leaves afterwards (the hand-off should end now).
+    pub fn found(&mut self, device: usize, now: u64) -> bool {
+        if self.device != device {
+            return false;
+        }
+        let ended_loop = self.looping;
+        self.last_empty = 0;
+        self.looping = false;
+        if ended_loop {
+            self.loop_ended = now;
+        }
+        ended_loop && self.leaves
     }
 }
 
@@ -961,8 +1005,18 @@ impl Driver {
 
     /// A poll by the calling thread found completions: its run of empty polls is over
     /// (datagrams that arrive without completing anything for it do not end the run).
+    /// Ends the hand-off if the thread leaves after its loops ([`PollStreak`]).
     pub(crate) fn note_found(&self) {
-        STREAK.with(|s| s.set(PollStreak::default()));
+        let now = self.now().as_nanos();
+        let leaving = STREAK.with(|s| {
+            let mut streak = s.get();
+            let leaving = streak.found(self.identity(), now);
+            s.set(streak);
+            leaving
+        });
+        if leaving {
+            self.end_poller_handoff();
+        }
     }
 
     /// The calling thread's empty poll (of this device's CQs) ends: see
@@ -1424,8 +1478,38 @@ mod tests {
         // The same thread polls another device's CQ: no loop there yet.
         assert!(!s.empty_poll(DEV + 8, 30));
         assert!(!s.empty_poll(DEV, 40));
-        // A completion ends the run (`Driver::note_found` resets the streak).
-        s = PollStreak::default();
-        assert!(!s.empty_poll(DEV, 50));
+        // A completion ends the run.
+        assert!(s.empty_poll(DEV, 50));
+        s.found(DEV, 55);
+        assert!(!s.empty_poll(DEV, 60));
+    }
+
+    #[test]
+    fn a_thread_that_leaves_after_its_loops_ends_the_hand_off() {
+        let mut s = PollStreak::default();
+        // A loop that ends: no history yet.
+        s.empty_poll(DEV, 1_000);
+        s.empty_poll(DEV, 2_000);
+        assert!(!s.found(DEV, 3_000));
+        // Back a millisecond later (it spun on memory), loops, finds: it leaves.
+        s.empty_poll(DEV, 1_003_000);
+        s.empty_poll(DEV, 1_004_000);
+        assert!(s.found(DEV, 1_005_000));
+        // A completion found without a loop changes nothing.
+        s.empty_poll(DEV, 2_000_000);
+        assert!(!s.found(DEV, 2_000_500));
+    }
+
+    #[test]
+    fn a_ping_pong_on_the_cq_keeps_the_hand_off() {
+        let mut s = PollStreak::default();
+        let mut t = 1_000;
+        for _ in 0..10 {
+            s.empty_poll(DEV, t);
+            s.empty_poll(DEV, t + 1_000);
+            assert!(!s.found(DEV, t + 2_000));
+            // It posts its answer and polls again within the gap.
+            t += 5_000;
+        }
     }
 }

@@ -885,10 +885,9 @@ fn posting_while_the_progress_thread_sleeps_does_not_wake_it() {
         await_bytes(&b.mr, 64, &[i; 8]);
     }
     let after = a.ctx.device_counters();
-    assert!(
-        after.timer_wakeups - before.timer_wakeups >= 25,
-        "{after:?}"
-    );
+    // The posts did arm timers for a sleeping progress thread (most of them; a post
+    // that finds it still awake after the previous ACK arms none).
+    assert!(after.timer_wakeups > before.timer_wakeups, "{after:?}");
     assert!(
         after.progress_wakes - before.progress_wakes < 5,
         "the progress thread was woken {} times for 50 WRITEs",
@@ -927,4 +926,54 @@ fn a_timer_armed_while_the_progress_thread_sleeps_fires() {
     let (_, _, _, drops) = a.ctx.driver_counters();
     assert!(drops > 0, "nothing was lost: the test proves nothing");
     assert!(a.ctx.counters().retransmitted_packets > 0);
+}
+
+#[test]
+fn a_thread_that_spins_on_memory_after_its_poll_loops_ends_the_hand_off() {
+    // As ib_write_lat does: B polls its CQ in a loop for its own WRITE's completion, then
+    // spins on memory for A's WRITE, which only B's progress thread can take in. A
+    // hand-off longer than the test: only B's coming back late after its first loop
+    // (the second loop then ends the hand-off) lets the progress thread take A's WRITE.
+    let cfg = Config {
+        poll_handoff: Duration::from_secs(3600),
+        ..Config::default()
+    };
+    let (a, b) = pair(cfg);
+    let b_write = |id: u64| {
+        b.mr.write(0, &id.to_le_bytes());
+        let sges = [b.mr.sge(0, 8)];
+        let wr = SendWr::new(
+            id,
+            SendOp::RdmaWrite {
+                remote_addr: a.mr.addr() + 64,
+                rkey: Rkey(a.mr.rkey()),
+            },
+            &sges,
+        );
+        b.qp.post_send(&wr).unwrap();
+        // A loop: two empty polls in a row, then the completion.
+        for _ in 0..2 {
+            assert_eq!(b.cq.poll(&mut []), 0);
+        }
+        assert_eq!(spin_one(&b.cq).wr_id, id);
+    };
+    b_write(1);
+    // B is away (on memory, say) far longer than a loop's gap.
+    std::thread::sleep(Duration::from_millis(2));
+    b_write(2);
+    let before = b.ctx.device_counters();
+    a.mr.write(0, b"left cq!");
+    let sges = [a.mr.sge(0, 8)];
+    let wr = SendWr::new(
+        3,
+        SendOp::RdmaWrite {
+            remote_addr: b.mr.addr() + 128,
+            rkey: Rkey(b.mr.rkey()),
+        },
+        &sges,
+    );
+    a.qp.post_send(&wr).unwrap();
+    await_bytes(&b.mr, 128, b"left cq!");
+    assert!(b.ctx.device_counters().rx_by_progress_thread > before.rx_by_progress_thread);
+    assert_eq!(a.cq.wait_for(1, WAIT)[0].status, WcStatus::Success);
 }
