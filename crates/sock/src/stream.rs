@@ -17,7 +17,7 @@
 //! [`ProtocolError`] instead of making the driver read outside its ring.
 
 use crate::conn_data::{ConnData, CONN_FLAG_IOMAP};
-use crate::msg::{Ctrl, Msg};
+use crate::msg::{Ctrl, Msg, MAX_DATA_LEN};
 use crate::sge::{IomapEntry, RsSge, SgeOrder, IOMAP_ENTRY_LEN, RS_SGE_LEN};
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -490,14 +490,18 @@ impl StreamCore {
         self.ctrl_seqno != self.ctrl_max_seqno
     }
 
-    /// Starts one data write of at most `want` bytes (see [`SendChunks`]): `None` when none
-    /// can start now ([`Self::can_send`] is false) or `want` is 0.
+    /// Starts one data write of at most `want` bytes (see [`SendChunks`]; the immediate
+    /// value describes at most [`MAX_DATA_LEN`]): `None` when none can start now
+    /// ([`Self::can_send`] is false) or `want` is 0.
     pub fn start_data(&mut self, want: u32) -> Option<DataWrite> {
         if want == 0 || !self.can_send() {
             return None;
         }
         let target = &mut self.target_sgl[self.target_sge];
-        let len = want.min(self.sbuf_bytes_avail).min(target.length);
+        let len = want
+            .min(self.sbuf_bytes_avail)
+            .min(target.length)
+            .min(MAX_DATA_LEN);
         let (remote_addr, rkey) = (target.addr, target.key);
         target.addr = target.addr.wrapping_add(u64::from(len));
         target.length -= len;

@@ -169,6 +169,56 @@ fn nonblocking_reads_and_writes_would_block_then_complete() {
     assert_eq!(&four, b"more");
 }
 
+fn same_host_counter(ctx: &Context, name: &str) -> u64 {
+    ctx.same_host_counters()
+        .into_iter()
+        .find(|(k, _)| k == name)
+        .map_or(0, |(_, v)| v)
+}
+
+/// On the same-host path a write is not cut into rsend's 2 KiB, 4 KiB ... schedule (which
+/// only overlaps staging the send ring with the transfer): one call, one placed write,
+/// the bytes straight from the caller's buffer, intact at the reader.
+#[test]
+fn a_same_host_write_is_one_placed_write() {
+    let opts = StreamOptions {
+        config: StreamConfig {
+            rbuf_size: 1 << 20,
+            sbuf_size: 1 << 20,
+            ..StreamConfig::default()
+        },
+        ..StreamOptions::default()
+    };
+    let server_ctx = device(Config::default());
+    let (listener, at) = listen(&server_ctx, opts.clone());
+    let client_ctx = device(Config::default());
+    let ctx = client_ctx.clone();
+    let t = std::thread::spawn(move || RdmaStream::connect_with(&client_ctx, at, &opts).unwrap());
+    let (server, _) = listener.accept().unwrap();
+    let client = t.join().unwrap();
+    let start = std::time::Instant::now();
+    while !client.uses_same_host() {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "no same-host path"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // The client's device counts the client's writes: its data (the server grants, the
+    // client has nothing to grant after its first credit update).
+    let writes = |ctx: &Context| same_host_counter(ctx, "same_host_writes");
+    let bytes = |ctx: &Context| same_host_counter(ctx, "same_host_bytes_written");
+    let (w0, b0) = (writes(&ctx), bytes(&ctx));
+    let data = pattern(60_000, 9);
+    assert_eq!((&client).write(&data).unwrap(), data.len());
+    (&client).flush().unwrap();
+    assert_eq!(writes(&ctx) - w0, 1);
+    assert_eq!(bytes(&ctx) - b0, data.len() as u64);
+    let mut got = vec![0u8; data.len()];
+    (&server).read_exact(&mut got).unwrap();
+    assert!(got == data);
+}
+
 #[test]
 fn dropping_a_stream_gives_eof_and_writes_then_fail() {
     let ctx = device(Config::default());

@@ -295,6 +295,13 @@ impl RdmaStream {
         self.id.peer_addr()
     }
 
+    /// Whether the stream's writes take the same-host path (`crate::samehost`): the peer
+    /// is a softverbs process on this host, so each write moves straight from the
+    /// caller's buffer into the peer's ring. Turns true shortly after connecting.
+    pub fn uses_same_host(&self) -> bool {
+        self.qp.uses_same_host()
+    }
+
     /// Switches reads, writes and flushes between blocking and returning `WouldBlock`.
     pub fn set_nonblocking(&self, on: bool) -> io::Result<()> {
         self.nonblocking.store(on, Ordering::Relaxed);
@@ -467,9 +474,6 @@ impl RdmaStream {
                 first,
                 second,
             } => {
-                let (head, tail) = data.split_at(first as usize);
-                self.sbuf.write(offset as usize, head);
-                self.sbuf.write(0, tail);
                 sges = [
                     self.sbuf.sge(offset as usize, first),
                     self.sbuf.sge(0, second),
@@ -483,6 +487,20 @@ impl RdmaStream {
             payload,
             flags: SendFlags::SIGNALED,
         };
+        if let SendStage::Ring { offset, first, .. } = w.stage {
+            // The same-host path moves the bytes straight from the caller's buffer into
+            // the peer's ring (one copy, as a TCP send's into the kernel); the send ring
+            // is only staged when the write must go by packets.
+            if let Some(r) = self.qp.post_write_from(&wr, &[data]) {
+                return r.map_err(|e| {
+                    let _ = core.handle_send_completion(w.wr_id, false);
+                    reset(e)
+                });
+            }
+            let (head, tail) = data.split_at(first as usize);
+            self.sbuf.write(offset as usize, head);
+            self.sbuf.write(0, tail);
+        }
         self.qp.post_send(&wr).map_err(|e| {
             let _ = core.handle_send_completion(w.wr_id, false);
             reset(e)
@@ -647,9 +665,17 @@ impl RdmaStream {
             });
         }
         let mut chunks = SendChunks::default();
+        // rsend's schedule (2 KiB first, doubling) overlaps staging the send ring with the
+        // transfer; the same-host path stages nothing, so one write takes all that fits.
+        let whole = self.qp.uses_same_host();
         let mut done = 0;
         while done < buf.len() {
-            let want = chunks.next(buf.len() - done);
+            let left = buf.len() - done;
+            let want = if whole {
+                u32::try_from(left).unwrap_or(u32::MAX)
+            } else {
+                chunks.next(left)
+            };
             let Some(w) = start(core, done, want) else {
                 break;
             };
