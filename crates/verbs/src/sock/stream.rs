@@ -349,36 +349,58 @@ impl RdmaStream {
     /// completion channel): it is not a thread that keeps polling, so the progress
     /// thread keeps watching the socket (`Cq::poll_receiving`).
     fn progress(&self, core: &mut StreamCore) -> io::Result<()> {
-        self.poll_cq(core);
+        self.progress_polling(core, false)
+    }
+
+    /// [`Self::progress`] by a caller that will look again soon without arming the CQ
+    /// (`spinning`: a blocked call's spin, a non-blocking call its caller repeats):
+    /// this thread then receives from the device's socket itself and the progress
+    /// thread leaves the socket to it for a moment (`Cq::poll_receiving`), so a message
+    /// costs no wake-up of another thread. Arming the CQ ends that at once.
+    fn progress_polling(&self, core: &mut StreamCore, spinning: bool) -> io::Result<()> {
+        self.poll_cq(core, spinning);
         self.drain_cm_events(core);
         self.post_pending(core)
     }
 
-    /// Handles every completion in the CQ.
-    fn poll_cq(&self, core: &mut StreamCore) {
+    /// Handles every completion in the CQ, then reposts the receives they used, in one
+    /// post (one device lock, not one per message).
+    fn poll_cq(&self, core: &mut StreamCore, spinning: bool) {
         let mut wcs = [WorkCompletion::default(); 32];
+        let mut reposts = 0u32;
         loop {
-            let n = self.cq.poll_receiving(&mut wcs, false);
+            let n = self.cq.poll_receiving(&mut wcs, spinning);
             self.handled.fetch_add(n as u64, Ordering::Relaxed);
             for wc in &wcs[..n] {
-                self.complete(core, wc);
+                reposts += u32::from(self.complete(core, wc));
             }
             if n < wcs.len() {
                 break;
             }
         }
+        if reposts > 0 && core.is_connected() {
+            let id = core.recv_wr_id();
+            let r: Result<(), softverbs_engine::PostError> = self
+                .qp
+                .post_sends(|p| (0..reposts).try_for_each(|_| p.post_recv(id, &[])))
+                .unwrap_or_else(|e| Err(e.into()));
+            if let Err(e) = r {
+                tracing::debug!("rsocket receive repost failed: {e}");
+            }
+        }
     }
 
-    fn complete(&self, core: &mut StreamCore, wc: &WorkCompletion) {
+    /// Handles one completion; `true` when it used a receive to repost.
+    fn complete(&self, core: &mut StreamCore, wc: &WorkCompletion) -> bool {
         if !StreamCore::is_recv_wr_id(wc.wr_id) {
             if let Err(e) = core.handle_send_completion(wc.wr_id, wc.status == WcStatus::Success) {
                 tracing::debug!(qp = %self.qp.qpn(), "rsocket send failed: {e} ({:?})", wc.status);
             }
-            return;
+            return false;
         }
         if wc.status != WcStatus::Success {
             core.handle_recv_flush();
-            return;
+            return false;
         }
         // Grants and iomap entries were written into the target area: read it for them.
         let mut area = Vec::new();
@@ -389,13 +411,9 @@ impl RdmaStream {
         if let Err(e) = core.handle_recv(wc.imm_data, wc.byte_len, &area) {
             tracing::debug!(qp = %self.qp.qpn(), "rsocket peer broke the protocol: {e}");
             let _ = self.qp.to_error();
-            return;
+            return false;
         }
-        if core.is_connected() {
-            if let Err(e) = self.qp.post_recv(core.recv_wr_id(), &[]) {
-                tracing::debug!("rsocket receive repost failed: {e}");
-            }
-        }
+        core.is_connected()
     }
 
     fn drain_cm_events(&self, core: &mut StreamCore) {
@@ -406,7 +424,7 @@ impl RdmaStream {
                 // perhaps after this call's first look at the CQ: take them now, or the
                 // stream would end before its last bytes (seen as a short echo, ~1 run
                 // in 10, in rdmacm-abi's tests/rsocket_api.rs).
-                self.poll_cq(core);
+                self.poll_cq(core, false);
                 core.handle_disconnected();
                 // Answer the peer's DREQ (nothing to do when we sent one).
                 let _ = self.id.disconnect();
@@ -575,7 +593,9 @@ impl RdmaStream {
         let start = Instant::now();
         loop {
             let mut core = self.lock();
-            self.progress(&mut core)?;
+            // Spinning until armed below: a non-blocking caller looks again (or arms
+            // through `readiness`), a blocking one spins a while first.
+            self.progress_polling(&mut core, true)?;
             if ready(&core) {
                 return Ok(core);
             }
@@ -586,8 +606,7 @@ impl RdmaStream {
                 return Err(io::ErrorKind::TimedOut.into());
             }
             if start.elapsed() < SPIN {
-                drop(core);
-                std::thread::yield_now();
+                // (An empty poll yielded the CPU already.)
                 continue;
             }
             // Arm, then look once more: a completion may have landed in between.
@@ -743,7 +762,8 @@ impl RdmaStream {
     /// first so one of [`Self::wait_fds`] turns readable when that may change.
     pub fn readiness(&self, arm: bool) -> io::Result<Readiness> {
         let mut core = self.lock();
-        self.progress(&mut core)?;
+        // Without `arm` the caller spins (rpoll's first phase).
+        self.progress_polling(&mut core, !arm)?;
         if arm {
             self.take_channel_events();
             self.cq.req_notify(false).map_err(io::Error::other)?;
