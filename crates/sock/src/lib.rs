@@ -31,6 +31,6 @@ pub use msg::{Ctrl, Msg, MAX_DATA_LEN};
 pub use sge::{IomapEntry, RsSge, SgeOrder, IOMAP_ENTRY_LEN, RS_SGE_LEN};
 pub use stream::{
     Config, ConfigError, CtrlWrite, DataWrite, LocalRegions, ProtocolError, RecvChunk, SendChunks,
-    SendStage, Shutdown, StreamCore, WrKind, CTRL_SLOTS, MAX_TRANSFER, SGL_SLOTS, SNDLOWAT,
-    TARGET_AREA_HEAD,
+    SendStage, Shutdown, StreamCore, WrKind, CTRL_SLOTS, DEFAULT_RING, MAX_TRANSFER, SGL_SLOTS,
+    SNDLOWAT, TARGET_AREA_HEAD,
 };
