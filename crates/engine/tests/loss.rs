@@ -90,7 +90,29 @@ impl Net {
     }
 
     fn with_mtu(seed: u64, faults: Faults, sr: [bool; 2], buf_len: usize, mtu: Mtu) -> Net {
+        Net::build(
+            seed,
+            faults,
+            sr,
+            buf_len,
+            mtu,
+            PairOpts::default().max_rd_atomic,
+        )
+    }
+
+    /// A pair whose QPs have `rd_atomic` READs outstanding (max_rd_atomic and
+    /// max_dest_rd_atomic).
+    fn build(
+        seed: u64,
+        faults: Faults,
+        sr: [bool; 2],
+        buf_len: usize,
+        mtu: Mtu,
+        rd_atomic: u8,
+    ) -> Net {
         let opts = PairOpts {
+            max_rd_atomic: rd_atomic,
+            max_dest_rd_atomic: rd_atomic,
             mtu,
             cap: QpCap {
                 max_send_wr: 64,
@@ -228,10 +250,19 @@ struct Run {
 /// to A), at most `depth` outstanding, as perftest's bandwidth tests do; checks
 /// every completion and byte; returns the virtual time it took.
 fn transfer(seed: u64, faults: Faults, sr: [bool; 2], stream: Stream, n: usize) -> Run {
-    transfer_deep(seed, faults, sr, stream, n, 16)
+    transfer_deep(
+        seed,
+        faults,
+        sr,
+        stream,
+        n,
+        16,
+        PairOpts::default().max_rd_atomic,
+    )
 }
 
-/// [`transfer`] with `depth` messages outstanding (at most the send queue's 64).
+/// [`transfer`] with `depth` messages outstanding (at most the send queue's 64),
+/// and `rd_atomic` of them READs at once.
 fn transfer_deep(
     seed: u64,
     faults: Faults,
@@ -239,9 +270,10 @@ fn transfer_deep(
     stream: Stream,
     n: usize,
     depth: usize,
+    rd_atomic: u8,
 ) -> Run {
     let buf_len = 2 * n * SIZE;
-    let mut net = Net::new(seed, faults, sr, buf_len);
+    let mut net = Net::build(seed, faults, sr, buf_len, Mtu::Mtu4096, rd_atomic);
     // The source half of the side the data comes from.
     let src = if stream == Stream::Read { 1 } else { 0 };
     fill(&mut net.ends[src].buf[..n * SIZE], seed);
@@ -525,8 +557,9 @@ fn selective_repeat_keeps_in_flight_within_what_the_peer_holds_ahead() {
         delay: Duration::from_millis(1),
         ..Faults::none().with_rate(1_250_000_000, 16 << 20)
     };
-    let gbn = transfer_deep(12, faults, NEITHER, Stream::Write, 96, 64);
-    let sr = transfer_deep(12, faults, BOTH, Stream::Write, 96, 64);
+    let rd_atomic = PairOpts::default().max_rd_atomic;
+    let gbn = transfer_deep(12, faults, NEITHER, Stream::Write, 96, 64, rd_atomic);
+    let sr = transfer_deep(12, faults, BOTH, Stream::Write, 96, 64, rd_atomic);
     assert!(
         gbn.most_in_flight > 256,
         "go-back-N: {}",
@@ -1036,4 +1069,50 @@ fn a_read_that_lost_responses_is_asked_again_alone() {
         );
         assert_eq!(lossy.a.ack_timeouts, 0, "seed {seed}: {:?}", lossy.a);
     }
+}
+
+/// Issue 15's target for `ib_read_bw` in virtual time: a READ stream as it runs
+/// it (64 KiB READs, 16 outstanding: perftest's default `--outs` is the device's
+/// `max_qp_rd_atom`, 16 here), 5 % loss each way, 25 µs each way, over several
+/// seeds, within twice the lossless time.
+///
+/// Ignored: it fails (2.11x to 3.23x over these seeds at ee8d228; with 4 READs
+/// outstanding, `PairOpts`' default, 2.16x to 3.23x). What the traces of the
+/// lossy runs show (issue 15 notes, session 4 report): the in-flight cap is
+/// frozen at its first lossy sample (a re-request marks the READ being timed as
+/// resent, Karn's rule), a READ timed to its first response counts one response
+/// delivered and the cap falls to its 16-PSN floor, and holes in READs other
+/// than the one at una wait for una; but fixing those and counting what arrived
+/// ahead as out of flight did not bring it under 2.6x: with fixed caps of 32 to
+/// 128 PSNs it stays at 2.6x to 3.5x, the time going to probes and repeated
+/// re-requests.
+#[test]
+#[ignore = "issue 15: a READ stream at 5 % loss takes 2.1x-3.2x lossless"]
+fn a_read_stream_at_5_percent_loss_within_twice_lossless() {
+    let far = |loss: f64| Faults {
+        delay: Duration::from_micros(25),
+        ..link(loss)
+    };
+    let n = 64;
+    let mut worst: f64 = 0.0;
+    for seed in 1..=6 {
+        let lossless = transfer_deep(seed, far(0.0), BOTH, Stream::Read, n, 16, 16);
+        let lossy = transfer_deep(seed, far(0.05), BOTH, Stream::Read, n, 16, 16);
+        let ratio = lossy.elapsed.as_secs_f64() / lossless.elapsed.as_secs_f64();
+        eprintln!(
+            "seed {seed}: lossless {:?}, 5 % {:?} ({ratio:.2}x), lost {}, {} responses, \
+             {} requests resent, {} early retransmissions, {} probes",
+            lossless.elapsed,
+            lossy.elapsed,
+            lossy.sim.lost,
+            lossy.a.rx_packets,
+            lossy.a.retransmitted_packets,
+            lossy.a.early_retransmits,
+            lossy.a.tail_loss_probes
+        );
+        assert!(lossy.sim.lost > 0);
+        assert_eq!(lossy.a.ack_timeouts, 0, "seed {seed}: {:?}", lossy.a);
+        worst = worst.max(ratio);
+    }
+    assert!(worst <= 2.0, "READ stream at 5 %: {worst:.2}x lossless");
 }
