@@ -1071,48 +1071,75 @@ fn a_read_that_lost_responses_is_asked_again_alone() {
     }
 }
 
-/// Issue 15's target for `ib_read_bw` in virtual time: a READ stream as it runs
-/// it (64 KiB READs, 16 outstanding: perftest's default `--outs` is the device's
-/// `max_qp_rd_atom`, 16 here), 5 % loss each way, 25 µs each way, over several
-/// seeds, within twice the lossless time.
-///
-/// Ignored: it fails (2.11x to 3.23x over these seeds at ee8d228; with 4 READs
-/// outstanding, `PairOpts`' default, 2.16x to 3.23x). What the traces of the
-/// lossy runs show (issue 15 notes, session 4 report): the in-flight cap is
-/// frozen at its first lossy sample (a re-request marks the READ being timed as
-/// resent, Karn's rule), a READ timed to its first response counts one response
-/// delivered and the cap falls to its 16-PSN floor, and holes in READs other
-/// than the one at una wait for una; but fixing those and counting what arrived
-/// ahead as out of flight did not bring it under 2.6x: with fixed caps of 32 to
-/// 128 PSNs it stays at 2.6x to 3.5x, the time going to probes and repeated
-/// re-requests.
-#[test]
-#[ignore = "issue 15: a READ stream at 5 % loss takes 2.1x-3.2x lossless"]
-fn a_read_stream_at_5_percent_loss_within_twice_lossless() {
+/// A READ stream as `ib_read_bw` runs it (64 KiB READs, 16 outstanding:
+/// perftest's `--outs` defaults to the device's `max_qp_rd_atom`, 16 here), 5 %
+/// loss each way, 25 µs each way, seeds 1-6: per seed, the lossy run and its
+/// time against the lossless one.
+fn read_stream_at_5_percent() -> Vec<(u64, f64, Run)> {
     let far = |loss: f64| Faults {
         delay: Duration::from_micros(25),
         ..link(loss)
     };
     let n = 64;
-    let mut worst: f64 = 0.0;
-    for seed in 1..=6 {
-        let lossless = transfer_deep(seed, far(0.0), BOTH, Stream::Read, n, 16, 16);
-        let lossy = transfer_deep(seed, far(0.05), BOTH, Stream::Read, n, 16, 16);
-        let ratio = lossy.elapsed.as_secs_f64() / lossless.elapsed.as_secs_f64();
-        eprintln!(
-            "seed {seed}: lossless {:?}, 5 % {:?} ({ratio:.2}x), lost {}, {} responses, \
-             {} requests resent, {} early retransmissions, {} probes",
-            lossless.elapsed,
-            lossy.elapsed,
-            lossy.sim.lost,
-            lossy.a.rx_packets,
-            lossy.a.retransmitted_packets,
-            lossy.a.early_retransmits,
-            lossy.a.tail_loss_probes
-        );
-        assert!(lossy.sim.lost > 0);
-        assert_eq!(lossy.a.ack_timeouts, 0, "seed {seed}: {:?}", lossy.a);
-        worst = worst.max(ratio);
+    (1..=6)
+        .map(|seed| {
+            let lossless = transfer_deep(seed, far(0.0), BOTH, Stream::Read, n, 16, 16);
+            let lossy = transfer_deep(seed, far(0.05), BOTH, Stream::Read, n, 16, 16);
+            let ratio = lossy.elapsed.as_secs_f64() / lossless.elapsed.as_secs_f64();
+            eprintln!(
+                "seed {seed}: lossless {:?}, 5 % {:?} ({ratio:.2}x), lost {}, {} responses, \
+                 {} requests resent, {} early retransmissions, {} probes",
+                lossless.elapsed,
+                lossy.elapsed,
+                lossy.sim.lost,
+                lossy.a.rx_packets,
+                lossy.a.retransmitted_packets,
+                lossy.a.early_retransmits,
+                lossy.a.tail_loss_probes
+            );
+            assert!(lossy.sim.lost > 0);
+            assert_eq!(lossy.a.ack_timeouts, 0, "seed {seed}: {:?}", lossy.a);
+            (seed, ratio, lossy)
+        })
+        .collect()
+}
+
+/// With a selective-repeat peer, the early timer's probe asks the READ at una
+/// again from its first missing response when that READ still lacks some: a
+/// re-request lost, or its answer, leaves nothing after it to show the loss, and
+/// the newest packet (what the probe sent before) brings no answer that does.
+/// Before, each such loss waited for the RTO (200 µs at least) and a go-back
+/// over the READs after it: 27 early retransmissions over these seeds and
+/// 2.11x-3.23x lossless; now 4, and 2.02x-2.52x.
+#[test]
+fn the_probe_asks_the_read_at_una_again_so_lost_re_requests_wait_for_no_rto() {
+    let runs = read_stream_at_5_percent();
+    let rtos: u64 = runs.iter().map(|(_, _, r)| r.a.early_retransmits).sum();
+    let probes: u64 = runs.iter().map(|(_, _, r)| r.a.tail_loss_probes).sum();
+    assert!(probes > 0, "the probe did the work");
+    assert!(rtos <= 8, "{rtos} early retransmissions over 6 seeds");
+    for (seed, ratio, _) in &runs {
+        assert!(*ratio < 2.7, "seed {seed}: {ratio:.2}x lossless");
     }
+}
+
+/// Issue 15's target for `ib_read_bw` in virtual time: the READ stream of
+/// [`read_stream_at_5_percent`] within twice the lossless time on every seed.
+///
+/// Ignored: it fails, at 2.02x-2.52x (2.11x-3.23x before the probe asked the
+/// READ at una again). What the traces of these runs show, and what session 4
+/// tried (docs/loss-recovery.md): the in-flight cap stops learning at the
+/// first loss (a re-request marks the READ being timed as resent, Karn's rule;
+/// a READ timed to its first response counts one response delivered); holes in
+/// READs after the one at una wait for una. Fixing those and counting what
+/// arrived ahead as out of flight gave the same times; with the cap fixed at
+/// 32 to 128 PSNs, 2.6x-4.1x.
+#[test]
+#[ignore = "issue 15: a READ stream at 5 % loss takes 2.0x-2.5x lossless"]
+fn a_read_stream_at_5_percent_loss_within_twice_lossless() {
+    let worst = read_stream_at_5_percent()
+        .iter()
+        .map(|(_, ratio, _)| *ratio)
+        .fold(0.0, f64::max);
     assert!(worst <= 2.0, "READ stream at 5 %: {worst:.2}x lossless");
 }
