@@ -1031,8 +1031,9 @@ fn a_re_request_lost_before_the_first_rtt_sample_is_found_by_the_early_timer() {
 /// READs after it are not answered twice (before, every later outstanding READ was
 /// asked again too: 1.9x to 3.3x the responses needed over these seeds, now under
 /// 1.3x). It is no slower than go-back-N on the same losses. (In virtual time it
-/// takes 2.2x to 3.2x the lossless time over these seeds, as before: the 2x target
-/// of issue 15 is not met at this delay.)
+/// takes 2.0x to 2.5x the lossless time over these seeds, 2.2x to 3.2x before the
+/// probe asked the READ at una again: the 2x target of issue 15 is not met at
+/// this delay.)
 #[test]
 fn a_read_that_lost_responses_is_asked_again_alone() {
     let far = |loss: f64| Faults {
