@@ -488,6 +488,70 @@ fn no_write_lands_after_dereg_returns() {
     assert_eq!(after[1], at_dereg[1], "nothing landed after dereg returned");
 }
 
+/// READs land straight in local registered memory, outside the device lock: once
+/// `dereg_mr` of that memory returns, none lands there any more.
+#[test]
+fn no_read_lands_after_the_local_dereg_returns() {
+    let mut t = Target::spawn(&[]);
+    let r = Arc::new(requester(&mut t, Config::default()));
+    wait_until("the same-host path", || r.qp.uses_same_host());
+    // Something other than zeros to read.
+    let data = pattern(LEN, 9);
+    r.mr.write(0, &data);
+    let sges = [r.mr.sge(0, LEN as u32)];
+    r.qp.post_send(&write_wr(1, &sges, t.mr1, None)).unwrap();
+    assert_eq!(one(&r.cq).status, WcStatus::Success);
+    let sink = r._pd.reg_mr(vec![0u8; LEN], all_access()).unwrap();
+    let sge = sink.sge(0, LEN as u32);
+    let source = t.mr1;
+    let reads = {
+        let r = Arc::clone(&r);
+        std::thread::spawn(move || -> (u64, WcStatus) {
+            let (mut posted, mut done) = (0u64, 0u64);
+            while posted < 200_000 {
+                while posted - done < 16 {
+                    let rd = SendWr::new(
+                        posted,
+                        SendOp::RdmaRead {
+                            remote_addr: source.0,
+                            rkey: Rkey(source.1),
+                        },
+                        std::slice::from_ref(&sge),
+                    );
+                    if r.qp.post_send(&rd).is_err() {
+                        return (posted, WcStatus::GeneralErr);
+                    }
+                    posted += 1;
+                }
+                let wc = r.cq.wait_for(1, WAIT);
+                let Some(w) = wc.first() else {
+                    return (posted, WcStatus::GeneralErr);
+                };
+                done += 1;
+                if w.status != WcStatus::Success {
+                    return (posted, w.status);
+                }
+            }
+            (posted, WcStatus::Success)
+        })
+    };
+    wait_until("reads under way", || {
+        counter(&r.ctx, "same_host_reads") > 200
+    });
+    let mut buf = sink.into_inner();
+    buf.fill(0);
+    let (posted, last) = reads.join().unwrap();
+    assert_eq!(
+        last,
+        WcStatus::LocProtErr,
+        "reads into the deregistered region fail ({posted} posted)"
+    );
+    assert!(
+        buf.iter().all(|&b| b == 0),
+        "nothing landed after dereg returned"
+    );
+}
+
 #[test]
 fn falls_back_to_udp_when_off_or_refused_by_the_kernel() {
     // The target turns the path off: no table, no offer either way.

@@ -14,9 +14,12 @@
 //!   bounds) and writes nothing; so the ACK, the requester's completion, and for WRITE
 //!   with immediate the target's receive completion (its byte_len from the RETH) come
 //!   as on the UDP path, after the bytes landed;
-//! - a placed READ is carried out by the requester itself, like a local operation: its
-//!   bytes were scattered into the local SGEs when it was posted; it takes no PSN,
-//!   sends nothing, and completes in order, once every earlier WQE has.
+//! - a placed READ is carried out by the requester itself, like a local operation: the
+//!   driver read its bytes straight into the local SGEs (which [`Engine::placement_sink`]
+//!   resolved, with LOCAL_WRITE, in the QP's PD) before posting it; it takes no PSN,
+//!   sends nothing, and completes in order, once every earlier WQE has. When it runs,
+//!   its SGEs are checked again: a region deregistered meanwhile completes it with
+//!   LOC_PROT_ERR, as a NIC's READ into a vanished region would.
 //!
 //! Ordering (IBA 9.5: a responder executes requests in the order they were sent): the driver
 //! moves bytes only while every WQE not yet retired on the QP is itself placed
@@ -184,28 +187,46 @@ impl Engine {
         }
     }
 
-    /// Posts an RDMA WRITE or READ whose bytes the driver moved already (a READ's
-    /// bytes are `read_data`, scattered into its SGEs now, which need LOCAL_WRITE).
-    /// Only while [`Engine::placement_ready`]; `InvalidOpcode` otherwise, or for any
-    /// other operation, or when a READ's data does not fit its SGEs.
-    pub fn post_send_placed(
-        &mut self,
+    /// The local memory a READ lands in, as (address, length) pieces, when its SGEs
+    /// resolve in the QP's PD with LOCAL_WRITE (IBA 10.6.3.3: a READ's local SGEs must
+    /// allow local writes); `false` otherwise (the UDP path then completes it with the
+    /// local error it deserves).
+    pub fn placement_sink(
+        &self,
         qp: QpHandle,
         wr: &SendWr<'_>,
-        read_data: Option<&[u8]>,
-    ) -> Result<(), PostError> {
+        out: &mut Vec<(u64, usize)>,
+    ) -> bool {
+        out.clear();
+        let (Some(q), Payload::Sges(list)) = (self.qps.get(qp.0), wr.payload) else {
+            return false;
+        };
+        if self
+            .shared
+            .check_sges(q.init.pd, list, crate::types::AccessFlags::LOCAL_WRITE)
+            .is_err()
+        {
+            return false;
+        }
+        out.extend(
+            list.iter()
+                .filter(|s| s.length > 0)
+                .map(|s| (s.addr, s.length as usize)),
+        );
+        true
+    }
+
+    /// Posts an RDMA WRITE or READ whose bytes the driver moved already (a READ's
+    /// into its SGEs, from [`Engine::placement_sink`]). Only while
+    /// [`Engine::placement_ready`]; `InvalidOpcode` otherwise, or for any other
+    /// operation, or for a READ whose payload is not SGEs.
+    pub fn post_send_placed(&mut self, qp: QpHandle, wr: &SendWr<'_>) -> Result<(), PostError> {
         if !self.placement_ready(qp) {
             return Err(PostError::InvalidOpcode);
         }
         let target = PlacedTarget::of(wr).ok_or(PostError::InvalidOpcode)?;
-        if !target.write {
-            let (Some(data), Payload::Sges(sges)) = (read_data, wr.payload) else {
-                return Err(PostError::InvalidOpcode);
-            };
-            let q = self.qps.get(qp.0).ok_or(PostError::UnknownQp)?;
-            if data.len() != target.len || self.shared.scatter(q.init.pd, sges, 0, data).is_err() {
-                return Err(PostError::InvalidOpcode);
-            }
+        if !target.write && !matches!(wr.payload, Payload::Sges(_)) {
+            return Err(PostError::InvalidOpcode);
         }
         self.post_send_inner(qp, wr, true)
     }

@@ -78,7 +78,9 @@ pub(crate) struct SameHost {
     /// Offers sent per QP (a few at most: see `handle_hello`).
     offers: Mutex<HashMap<QpHandle, u8>>,
     /// Held while WRs are placed: accesses of this device never overlap (the fence
-    /// relies on it); the buffers placement uses.
+    /// relies on it), and a local region a READ's bytes are landing in is not
+    /// deregistered before they are in ([`SameHost::quiesce_local`]); the buffers
+    /// placement uses.
     place: Mutex<PlaceState>,
     ptrace_granted: AtomicBool,
     pub counters: SameHostCounters,
@@ -98,10 +100,8 @@ pub(crate) trait EngineAccess {
 /// A WR of a list waiting to be posted.
 #[derive(Debug, Clone, Copy)]
 enum Pending {
-    /// A WRITE whose bytes moved.
-    Write,
-    /// A READ whose bytes are in the read buffer of this index.
-    Read(usize),
+    /// A WRITE or READ whose bytes moved.
+    Placed,
     /// The usual way (UDP).
     Usual,
 }
@@ -109,13 +109,10 @@ enum Pending {
 /// The buffers of placement, reused.
 #[derive(Default)]
 struct PlaceState {
-    /// A WRITE's local pieces (address, length).
-    sources: Vec<(u64, usize)>,
+    /// A WRITE's local pieces, or where a READ lands (address, length).
+    pieces: Vec<(u64, usize)>,
     /// A WRITE's inline bytes.
     bounce: Vec<u8>,
-    /// READ data waiting to be scattered when its WR is posted, and how many are used.
-    reads: Vec<Vec<u8>>,
-    reads_used: usize,
 }
 
 /// A handshake datagram to send, and where.
@@ -214,6 +211,18 @@ impl SameHost {
         self.counters
             .dereg_waits
             .fetch_add(waited as u64, Ordering::Relaxed);
+    }
+
+    /// Called after a local memory region left the engine, before its deregistration
+    /// returns: waits until no READ may still be landing in it. A READ's bytes go
+    /// straight into local registered memory, outside the device lock; its SGEs are
+    /// checked (under the device lock) and its bytes moved while the placement lock is
+    /// held, so once this lock has been taken after the region left the engine, every
+    /// READ that found the region has landed and no later one can find it.
+    pub fn quiesce_local(&self) {
+        if self.table.is_some() {
+            drop(lock(&self.place));
+        }
     }
 
     /// The offer for a QP that entered RTR (call under the device lock; send after).
@@ -430,29 +439,31 @@ impl SameHost {
             let l = qps.get(&qp)?;
             (Arc::clone(&l.peer), l.remote_pd, l.remote_qp_access)
         };
-        let mut st = lock(&self.place);
-        let st = &mut *st;
+        let mut guard = lock(&self.place);
+        let st = &mut *guard;
         let mut pending: Vec<(usize, Pending)> = Vec::with_capacity(wrs.len());
         // Once a WR goes the usual way, the later ones of the list do too: their
         // bytes must not land before it executes (ordering, `engine/placed.rs`).
         let mut placing = true;
         for (i, wr) in wrs.iter().enumerate() {
-            if placing {
-                if let Some(read) = self.place_one(table, &link, qp, wr, st, pending.len(), engine)
-                {
-                    pending.push((i, read.map_or(Pending::Write, Pending::Read)));
-                    continue;
-                }
+            if placing && self.place_one(table, &link, qp, wr, st, pending.len(), engine) {
+                pending.push((i, Pending::Placed));
+                continue;
             }
             placing = false;
             pending.push((i, Pending::Usual));
         }
-        Some(self.flush(qp, wrs, &mut pending, st, engine))
+        // Posted under the placement lock too: another thread's placements cannot
+        // take the send queue slots these were counted on.
+        let r = self.flush(qp, wrs, &mut pending, engine);
+        drop(guard);
+        Some(r)
     }
 
     /// Moves the bytes of `wr` if it is an RDMA WRITE or READ that can be placed now,
-    /// `pending` placed WRs not yet posted before it; `Some(read buffer index)` if it
-    /// was (`None` inside for a WRITE).
+    /// `pending` placed WRs not yet posted before it; whether it was. The system calls
+    /// happen here, without the device lock (a READ lands straight in the local
+    /// registered memory its SGEs name).
     #[allow(clippy::too_many_arguments)]
     fn place_one(
         &self,
@@ -463,15 +474,17 @@ impl SameHost {
         st: &mut PlaceState,
         pending: usize,
         engine: &dyn EngineAccess,
-    ) -> Option<Option<usize>> {
-        let target = PlacedTarget::of(wr)?;
+    ) -> bool {
+        let Some(target) = PlacedTarget::of(wr) else {
+            return false;
+        };
         if target.len == 0 {
-            return None;
+            return false;
         }
         let c = &self.counters;
         let fallback = || {
             c.fallbacks.fetch_add(1, Ordering::Relaxed);
-            None
+            false
         };
         let need = if target.write {
             AccessFlags::REMOTE_WRITE
@@ -484,25 +497,21 @@ impl SameHost {
             return fallback();
         }
         // The send queue must take it (bytes never move for a WR that is not posted),
-        // and nothing packet-borne may be outstanding before it (ordering).
+        // nothing packet-borne may be outstanding before it (ordering), and its local
+        // memory must resolve: where a WRITE's bytes come from, where a READ's land.
         let mut ok = false;
         engine.read(&mut |e| {
             ok = e.placement_room(qp) > pending
-                && (!target.write
-                    || e.placement_source(qp, wr, &mut st.sources)
-                    || e.gather_for_placement(qp, wr, &mut st.bounce));
+                && if target.write {
+                    e.placement_source(qp, wr, &mut st.pieces)
+                        || e.gather_for_placement(qp, wr, &mut st.bounce)
+                } else {
+                    e.placement_sink(qp, wr, &mut st.pieces)
+                };
         });
         if !ok {
             return fallback();
         }
-        let read_index = (!target.write).then(|| {
-            let k = st.reads_used;
-            if st.reads.len() <= k {
-                st.reads.push(Vec::new());
-            }
-            st.reads_used += 1;
-            k
-        });
         let moved = {
             let _access = table.begin_access();
             match peer
@@ -513,28 +522,28 @@ impl SameHost {
                     c.refusals.fetch_add(1, Ordering::Relaxed);
                     false
                 }
-                Ok(()) if target.write && !st.sources.is_empty() => {
-                    vm::write_gather(peer.pid(), target.remote_addr, &st.sources).ok()
+                Ok(()) if target.write && !st.pieces.is_empty() => {
+                    vm::write_gather(peer.pid(), target.remote_addr, &st.pieces).ok()
                         == Some(target.len)
                 }
                 Ok(()) if target.write => {
                     vm::write_to(peer.pid(), target.remote_addr, &st.bounce).ok()
                         == Some(target.len)
                 }
+                // Straight into the local region (`quiesce_local` keeps it registered
+                // until the bytes are in).
                 Ok(()) => {
-                    let buf = &mut st.reads[read_index.unwrap_or(0)];
-                    buf.resize(target.len, 0);
-                    vm::read_from(peer.pid(), target.remote_addr, buf).ok() == Some(target.len)
+                    vm::read_scatter(peer.pid(), target.remote_addr, &st.pieces).ok()
+                        == Some(target.len)
                 }
             }
         };
+        // A READ that failed part way may have changed some of its local bytes: they
+        // are the READ's to write, and the UDP path writes them again.
         if !moved {
-            if read_index.is_some() {
-                st.reads_used -= 1;
-            }
             return fallback();
         }
-        Some(read_index)
+        true
     }
 
     /// Posts the WRs waiting in `pending` (indices into `wrs`), in order, under one
@@ -544,7 +553,6 @@ impl SameHost {
         qp: QpHandle,
         wrs: &[SendWr<'_>],
         pending: &mut Vec<(usize, Pending)>,
-        st: &mut PlaceState,
         engine: &dyn EngineAccess,
     ) -> Result<(), (usize, softverbs_engine::PostError)> {
         if pending.is_empty() {
@@ -555,23 +563,18 @@ impl SameHost {
         engine.with(&mut |e| {
             for &(i, kind) in pending.iter() {
                 let wr = &wrs[i];
-                let read = match kind {
-                    Pending::Usual => {
-                        if let Err(err) = e.post_send(qp, wr) {
-                            result = Err((i, err));
-                            return;
-                        }
-                        continue;
+                if let Pending::Usual = kind {
+                    if let Err(err) = e.post_send(qp, wr) {
+                        result = Err((i, err));
+                        return;
                     }
-                    Pending::Write => None,
-                    Pending::Read(k) => Some(k),
-                };
-                let data = read.map(|k| &st.reads[k][..]);
+                    continue;
+                }
                 // Another thread may have posted meanwhile: then the usual way (the
                 // bytes moved already; moving them again is harmless).
                 let placed = e.placement_ready(qp);
                 let r = if placed {
-                    e.post_send_placed(qp, wr, data)
+                    e.post_send_placed(qp, wr)
                 } else {
                     e.post_send(qp, wr)
                 };
@@ -579,16 +582,19 @@ impl SameHost {
                     result = Err((i, err));
                     return;
                 }
-                let len = PlacedTarget::of(wr).map_or(0, |t| t.len as u64);
-                match (placed, read) {
+                let Some(t) = PlacedTarget::of(wr) else {
+                    continue;
+                };
+                let len = t.len as u64;
+                match (placed, t.write) {
                     (false, _) => {
                         c.fallbacks.fetch_add(1, Ordering::Relaxed);
                     }
-                    (true, None) => {
+                    (true, true) => {
                         c.writes.fetch_add(1, Ordering::Relaxed);
                         c.bytes_written.fetch_add(len, Ordering::Relaxed);
                     }
-                    (true, Some(_)) => {
+                    (true, false) => {
                         c.reads.fetch_add(1, Ordering::Relaxed);
                         c.bytes_read.fetch_add(len, Ordering::Relaxed);
                     }
@@ -596,7 +602,6 @@ impl SameHost {
             }
         });
         pending.clear();
-        st.reads_used = 0;
         result
     }
 

@@ -89,6 +89,53 @@ pub fn read_from(pid: u32, remote_addr: u64, out: &mut [u8]) -> io::Result<usize
     }
 }
 
+/// Copies `total` bytes at `remote_addr` in process `pid` into the local pieces
+/// `sinks` (address, length), in order; the count copied. The pieces are registered
+/// memory of this process that allows local writes, checked against their memory
+/// regions under the device lock just before (deregistration waits for this copy:
+/// `SameHost::quiesce_local`).
+pub fn read_scatter(pid: u32, remote_addr: u64, sinks: &[(u64, usize)]) -> io::Result<usize> {
+    const MAX: usize = 32;
+    if sinks.len() > MAX {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    let mut liov = [libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    }; MAX];
+    let mut total = 0usize;
+    for (v, &(addr, len)) in liov.iter_mut().zip(sinks) {
+        v.iov_base = addr as *mut libc::c_void;
+        v.iov_len = len;
+        total += len;
+    }
+    let riov = libc::iovec {
+        iov_base: remote_addr as *mut libc::c_void,
+        iov_len: total,
+    };
+    // SAFETY: the kernel writes the local pieces: registered memory of this process
+    // whose regions allow local writes, which stay registered until the copy is over
+    // (a deregistration waits for it); as a NIC's DMA, the bytes are written behind any
+    // Rust reference the application may hold, which the registration allows. Were a
+    // piece unmapped anyway, the kernel reports EFAULT. The remote range is only read,
+    // and was checked against the peer's published, fenced region table.
+    let n = unsafe {
+        libc::process_vm_readv(
+            pid as libc::pid_t,
+            liov.as_ptr(),
+            sinks.len() as libc::c_ulong,
+            &riov,
+            1,
+            0,
+        )
+    };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
 /// The probe: reads the 8-byte word at `addr` in `pid`. It succeeds only if `pid` is
 /// a process of our PID namespace that the kernel lets us read (same user, Yama).
 pub fn probe(pid: u32, addr: u64) -> io::Result<u64> {
@@ -145,6 +192,11 @@ mod tests {
         );
         assert_eq!(&dst[..50], &src[50..]);
         assert_eq!(&dst[50..], &src[..50]);
+        let mut a = vec![0u8; 30];
+        let mut b = vec![0u8; 70];
+        let sinks = [(a.as_mut_ptr() as u64, 30), (b.as_mut_ptr() as u64, 70)];
+        assert_eq!(read_scatter(pid, src.as_ptr() as u64, &sinks).unwrap(), 100);
+        assert_eq!((&a[..], &b[..]), (&src[..30], &src[30..]));
         let word = 0x1122_3344_5566_7788u64;
         assert_eq!(probe(pid, &word as *const u64 as u64).unwrap(), word);
         // An unmapped address faults; a pid that does not exist is refused.

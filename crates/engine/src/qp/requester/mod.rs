@@ -332,7 +332,13 @@ impl Requester {
                     ctx.shared.mrs.bind_mw(mw, rkey, &info, ctx.handle, ctx.pd)
                 }
                 SendOp::LocalInv { rkey } => ctx.shared.mrs.local_invalidate(rkey, ctx.pd),
-                _ => Ok(()),
+                // A placed READ: its bytes landed when it was posted. Were its local
+                // region deregistered since, it fails as a NIC's would (IBA 10.6.3.3;
+                // the driver's deregistration waited for the bytes: `engine/placed.rs`).
+                _ => ctx
+                    .shared
+                    .check_sges(ctx.pd, ctx.sq.sges(seq), AccessFlags::LOCAL_WRITE)
+                    .map_err(|_| WcStatus::LocProtErr),
             };
             self.assign_psns(ctx.sq, seq, 0);
             if let Err(status) = result {
