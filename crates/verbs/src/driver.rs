@@ -346,6 +346,7 @@ impl Driver {
             same_host: crate::samehost::SameHost::new(
                 config.same_host,
                 &format!("{}-{}", local.ip(), local.port()),
+                config.drop_first_hellos,
             ),
         });
         let for_thread = Arc::clone(&driver);
@@ -396,23 +397,24 @@ impl Driver {
         while let Some(qp) = st.engine.poll_entered_rtr() {
             d.hellos.extend(self.same_host.offer_for(&st.engine, qp));
         }
-        if let Some(deadline) = Self::next_deadline(st) {
+        d.hellos.extend(self.same_host.due_offers(&st.engine, now));
+        if let Some(deadline) = self.next_deadline(st) {
             d.wake = deadline.as_nanos() < self.sleeping_until.load(Ordering::Acquire);
         }
         d
     }
 
-    /// The earliest timer of the engine and the cm.
-    fn next_deadline(st: &State) -> Option<Instant> {
+    /// The earliest timer of the engine, the cm and the same-host handshake.
+    fn next_deadline(&self, st: &State) -> Option<Instant> {
         let cm = st
             .cm
             .cm
             .poll_timeout()
             .map(|t| Instant::from_nanos(t.as_nanos()));
-        match (st.engine.poll_timeout(), cm) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [st.engine.poll_timeout(), cm, self.same_host.poll_timeout()]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Fires the engine's and the cm's due timers.
@@ -462,14 +464,28 @@ impl Driver {
 
     /// Sends same-host handshake datagrams (without the device lock).
     fn send_hellos(&self, hellos: Vec<crate::samehost::Outgoing>) {
+        let mut armed = false;
         for h in hellos {
-            if h.offer && !crate::samehost::peer_may_be_softverbs(h.to) {
+            if h.offer.is_some() && !crate::samehost::peer_may_be_softverbs(h.to) {
+                continue;
+            }
+            if let Some(qp) = h.offer {
+                // Resent if no answer comes (`samehost/retry.rs`).
+                self.same_host.offer_sent(qp, self.now());
+                armed = true;
+            }
+            if self.same_host.drop_injected() {
+                self.counters.injected_drops.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
             note_syscall();
             if let Err(e) = self.socket.send_to(&h.datagram, h.to) {
                 tracing::debug!(error = %e, to = %h.to, "cannot send a same-host handshake");
             }
+        }
+        // The progress thread may sleep past the new timer.
+        if armed {
+            self.wake_progress();
         }
     }
 
@@ -1149,7 +1165,7 @@ fn progress_thread(d: Arc<Driver>) {
             let handoff = d.poller_handoff();
             Driver::fire_timers(&mut st, now);
             let deferred = d.pump(&mut st);
-            let deadline = Driver::next_deadline(&st);
+            let deadline = d.next_deadline(&st);
             // The thread wakes by then anyway: at its next timer or when the pollers'
             // hand-off ends. A poster arming a later timer need not wake it.
             // While another thread reads the socket, what it has not read yet would

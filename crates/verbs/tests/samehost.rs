@@ -488,6 +488,23 @@ fn no_write_lands_after_dereg_returns() {
     assert_eq!(after[1], at_dereg[1], "nothing landed after dereg returned");
 }
 
+/// The handshake travels in plain datagrams: with the requester's first three lost
+/// (its offer, its answer to the target's offer, its offer again), an offer is
+/// resent (the target's, unanswered, or the requester's) and the QP still takes the
+/// path.
+#[test]
+fn a_lost_handshake_is_resent() {
+    let mut t = Target::spawn(&[]);
+    let lossy = Config {
+        drop_first_hellos: 3,
+        ..Config::default()
+    };
+    let r = requester(&mut t, lossy);
+    wait_until("the same-host path", || r.qp.uses_same_host());
+    ordered_exchange(&r, &mut t);
+    assert_eq!(counter(&r.ctx, "same_host_bytes_written"), 2 * LEN as u64);
+}
+
 /// READs land straight in local registered memory, outside the device lock: once
 /// `dereg_mr` of that memory returns, none lands there any more.
 #[test]

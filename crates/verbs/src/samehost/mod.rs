@@ -18,15 +18,17 @@
 //! uses the path.
 
 pub use softverbs_wire::samehost as hello;
+pub mod retry;
 pub mod table;
 pub mod vm;
 
 use crate::config::SameHostMode;
 use hello::{Hello, Kind};
-use softverbs_engine::{AccessFlags, Engine, PlacedTarget, QpHandle, QpState, SendWr};
+use retry::OfferTimers;
+use softverbs_engine::{AccessFlags, Engine, Instant, PlacedTarget, QpHandle, QpState, SendWr};
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use table::{Entry, OwnTable, PeerTable};
 
@@ -53,6 +55,8 @@ pub struct SameHostCounters {
     pub probe_failures: AtomicU64,
     /// Deregistrations that waited for a peer's access under way.
     pub dereg_waits: AtomicU64,
+    /// Offers sent again because no answer came (`retry.rs`).
+    pub offers_resent: AtomicU64,
 }
 
 /// A QP that places into its peer.
@@ -75,8 +79,10 @@ pub(crate) struct SameHost {
     /// accepted by, or accepted, one of our QPs) is here, for the fence.
     peers: Mutex<HashMap<String, Arc<PeerTable>>>,
     qps: Mutex<HashMap<QpHandle, QpLink>>,
-    /// Offers sent per QP (a few at most: see `handle_hello`).
-    offers: Mutex<HashMap<QpHandle, u8>>,
+    /// Offers made per QP, and their resend timers (`retry.rs`).
+    offers: Mutex<OfferTimers<QpHandle>>,
+    /// Handshake datagrams still to drop (fault injection for tests).
+    hello_drops: AtomicU32,
     /// Held while WRs are placed: accesses of this device never overlap (the fence
     /// relies on it), and a local region a READ's bytes are landing in is not
     /// deregistered before they are in ([`SameHost::quiesce_local`]); the buffers
@@ -119,9 +125,10 @@ struct PlaceState {
 pub(crate) struct Outgoing {
     pub to: SocketAddr,
     pub datagram: Vec<u8>,
-    /// An offer: sent only if a softverbs device at `to` published a table on this
-    /// host ([`peer_may_be_softverbs`]).
-    pub offer: bool,
+    /// An offer (of this QP): sent only if a softverbs device at `to` published a
+    /// table on this host ([`peer_may_be_softverbs`]); then its resend timer is armed
+    /// ([`SameHost::offer_sent`]).
+    pub offer: Option<QpHandle>,
 }
 
 /// Whether this process runs under valgrind (its preload libraries are in
@@ -149,7 +156,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl SameHost {
     /// The path for a device whose files go by `stem` (`address-port`).
-    pub fn new(mode: SameHostMode, stem: &str) -> SameHost {
+    pub fn new(mode: SameHostMode, stem: &str, drop_first_hellos: u32) -> SameHost {
         let table = match mode {
             SameHostMode::Off => None,
             // Under valgrind, bytes a peer's process_vm_writev puts into our memory
@@ -176,7 +183,8 @@ impl SameHost {
             table,
             peers: Mutex::new(HashMap::new()),
             qps: Mutex::new(HashMap::new()),
-            offers: Mutex::new(HashMap::new()),
+            offers: Mutex::new(OfferTimers::default()),
+            hello_drops: AtomicU32::new(drop_first_hellos),
             place: Mutex::new(PlaceState::default()),
             ptrace_granted: AtomicBool::new(false),
             counters: SameHostCounters::default(),
@@ -235,13 +243,8 @@ impl SameHost {
         let (attr, init) = engine.query_qp(qp)?;
         let to = attr.av?;
         let qpn = engine.qp_num(qp)?;
-        if kind == Kind::Offer {
-            let mut offers = lock(&self.offers);
-            let n = offers.entry(qp).or_insert(0);
-            if *n >= 3 {
-                return None;
-            }
-            *n += 1;
+        if kind == Kind::Offer && !lock(&self.offers).may_offer(qp) {
+            return None;
         }
         let (nonce_addr, nonce) = t.nonce();
         let h = Hello {
@@ -258,8 +261,51 @@ impl SameHost {
         Some(Outgoing {
             to,
             datagram: h.emit(),
-            offer: kind == Kind::Offer,
+            offer: (kind == Kind::Offer).then_some(qp),
         })
+    }
+
+    /// An offer of `qp` left at `now`: its resend timer runs until an answer comes.
+    pub fn offer_sent(&self, qp: QpHandle, now: Instant) {
+        lock(&self.offers).sent(qp, now);
+    }
+
+    /// When the next unanswered offer is due again.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.table.as_ref()?;
+        lock(&self.offers).poll_timeout()
+    }
+
+    /// The offers due again at `now` (call under the device lock; send after): for QPs
+    /// still connected (RTR or RTS) that do not place yet.
+    pub fn due_offers(&self, engine: &Engine, now: Instant) -> Vec<Outgoing> {
+        let mut out = Vec::new();
+        if self.table.is_none() {
+            return out;
+        }
+        loop {
+            let Some(qp) = lock(&self.offers).poll_due(now) else {
+                break;
+            };
+            let connected = engine
+                .query_qp(qp)
+                .is_some_and(|(a, _)| matches!(a.qp_state, QpState::Rtr | QpState::Rts));
+            if !connected || self.places(qp) {
+                continue;
+            }
+            if let Some(o) = self.hello_for(engine, qp, Kind::Offer) {
+                self.counters.offers_resent.fetch_add(1, Ordering::Relaxed);
+                out.push(o);
+            }
+        }
+        out
+    }
+
+    /// Whether fault injection drops this handshake datagram.
+    pub fn drop_injected(&self) -> bool {
+        self.hello_drops
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+            .is_ok()
     }
 
     /// Before an offer or an answer leaves: a peer must be able to read our memory.
@@ -339,7 +385,7 @@ impl SameHost {
                 table: String::new(),
             }
             .emit(),
-            offer: false,
+            offer: None,
         };
         match h.kind {
             Kind::Offer => {
@@ -366,6 +412,8 @@ impl SameHost {
             }
             Kind::Accept => {
                 let Some(qp) = ours else { return out };
+                // Answered: whether or not it checks out, offering again would not help.
+                lock(&self.offers).settle(qp);
                 if !self.enabled() {
                     return out;
                 }
@@ -393,6 +441,11 @@ impl SameHost {
                 }
             }
             Kind::Decline => {
+                // Answered. (A peer that was not connected yet offers itself when it
+                // is, and the answer to that offer comes with ours again.)
+                if let Some(qp) = ours {
+                    lock(&self.offers).settle(qp);
+                }
                 if self.mode == SameHostMode::On {
                     tracing::warn!(
                         qpn = h.dest_qpn.value(),
@@ -412,7 +465,7 @@ impl SameHost {
     /// Forgets a destroyed QP.
     pub fn forget_qp(&self, qp: QpHandle) {
         lock(&self.qps).remove(&qp);
-        lock(&self.offers).remove(&qp);
+        lock(&self.offers).forget(qp);
     }
 
     /// Which QPs use the path (their QPNs), for `softverbs stat`.
@@ -622,6 +675,7 @@ impl SameHost {
                 get(&c.probe_failures),
             ),
             ("same_host_dereg_waits".to_string(), get(&c.dereg_waits)),
+            ("same_host_offers_resent".to_string(), get(&c.offers_resent)),
         ];
         for qpn in self.qpns() {
             v.push((format!("same_host_qp_{qpn:#x}"), 1));
