@@ -101,7 +101,7 @@ fn placed_read_lands_its_bytes_and_completes() {
 
 #[test]
 fn a_placed_read_lands_only_where_local_writes_are_allowed() {
-    // A READ's local SGEs need LOCAL_WRITE (IBA 10.6.3.3): without it (or with a bad
+    // A READ's local SGEs need LOCAL_WRITE: without it (or with a bad
     // key) the driver gets no place to put the bytes, and the UDP path reports it.
     let opts = PairOpts {
         mr_access: AccessFlags::REMOTE_READ,
@@ -147,10 +147,16 @@ fn a_placed_read_whose_region_went_away_fails_with_a_local_protection_error() {
     same_host(&mut p);
     let qp = p.a.qp;
     let (remote_addr, rkey) = (p.addr(End::B, 0), p.rkey(End::B));
-    // A placed inline WRITE ahead keeps the READ from running at once.
+    // A placed inline WRITE with immediate ahead (a packet, acknowledged later) keeps
+    // the READ from running at once.
+    p.post_recv(End::B, 7, &[]).unwrap();
     let write = SendWr {
         wr_id: 1,
-        op: SendOp::RdmaWrite { remote_addr, rkey },
+        op: SendOp::RdmaWriteWithImm {
+            remote_addr,
+            rkey,
+            imm: 3,
+        },
         payload: Payload::Inline(&[7; 8]),
         flags: SendFlags::INLINE | SendFlags::SIGNALED,
     };
@@ -212,18 +218,20 @@ fn placement_waits_for_earlier_packet_borne_requests() {
 }
 
 #[test]
-fn responder_still_checks_a_placed_writes_range() {
-    // A placed WRITE naming memory the target may not write is refused there too
-    // (the driver checks the published table first; this is the second check).
+fn responder_still_checks_a_placed_write_with_imms_range() {
+    // A placed WRITE with immediate naming memory the target may not write is refused
+    // there too (the driver checks the published table first; this is the second check).
     let mut p = Pair::lossless();
     same_host(&mut p);
     let qp = p.a.qp;
+    p.post_recv(End::B, 7, &[]).unwrap();
     let sge = p.sge(End::A, 0, 4096);
     let wr = SendWr::new(
         3,
-        SendOp::RdmaWrite {
+        SendOp::RdmaWriteWithImm {
             remote_addr: p.addr(End::B, p.opts.buf_len - 100),
             rkey: p.rkey(End::B),
+            imm: 1,
         },
         std::slice::from_ref(&sge),
     );
@@ -239,18 +247,83 @@ fn a_header_only_write_to_a_qp_without_the_path_is_a_length_error() {
     let mut p = Pair::lossless();
     let qp = p.a.qp;
     p.engine(End::A).set_same_host(qp, true).unwrap(); // B did not agree
+    p.post_recv(End::B, 7, &[]).unwrap();
     let sge = p.sge(End::A, 0, 4096);
     let wr = SendWr::new(
         4,
-        SendOp::RdmaWrite {
+        SendOp::RdmaWriteWithImm {
             remote_addr: p.addr(End::B, 0),
             rkey: p.rkey(End::B),
+            imm: 2,
         },
         std::slice::from_ref(&sge),
     );
     p.engine(End::A).post_send_placed(qp, &wr).unwrap();
     p.run_until_send_cqes(End::A, 1).unwrap();
     assert_eq!(p.poll_send(End::A)[0].status, WcStatus::RemInvReqErr);
+}
+
+/// A placed WRITE without immediate is done when its bytes landed: no packet, no ACK
+/// to wait for; it completes in order, and a SEND posted after it is received after
+/// its bytes are there.
+#[test]
+fn a_placed_write_completes_locally_and_a_later_send_follows_it() {
+    let mut p = Pair::lossless();
+    same_host(&mut p);
+    let qp = p.a.qp;
+    p.fill(End::A, 0, 8192, 4);
+    let (remote_addr, rkey) = (p.addr(End::B, 0), p.rkey(End::B));
+    let sge = p.sge(End::A, 0, 8192);
+    let wr = SendWr::new(
+        1,
+        SendOp::RdmaWrite { remote_addr, rkey },
+        std::slice::from_ref(&sge),
+    );
+    place_write(&mut p, &wr, 0);
+    let before = p.sim.stats().delivered;
+    p.engine(End::A).post_send_placed(qp, &wr).unwrap();
+    // Done at once: its completion is there before any packet moved.
+    let s = p.poll_send(End::A);
+    assert_eq!(
+        s.iter()
+            .map(|w| (w.wr_id, w.status, w.opcode))
+            .collect::<Vec<_>>(),
+        vec![(1, WcStatus::Success, WcOpcode::RdmaWrite)]
+    );
+    p.settle();
+    assert_eq!(p.sim.stats().delivered, before, "nothing on the wire");
+    // Still placement-ready: nothing is outstanding.
+    assert!(p.engine(End::A).placement_ready(qp));
+    let rsge = p.sge(End::B, 16_384, 64);
+    p.post_recv(End::B, 9, &[rsge]).unwrap();
+    let small = p.sge(End::A, 0, 64);
+    p.post_send(End::A, &SendWr::new(2, SendOp::Send, &[small]))
+        .unwrap();
+    p.run_until_cqes(End::B, 0, 1).unwrap();
+    assert_eq!(p.poll_recv(End::B)[0].status, WcStatus::Success);
+    assert_eq!(p.bytes(End::B, 0, 8192), p.bytes(End::A, 0, 8192));
+}
+
+/// The driver publishes whether a QP accepts placed WRITEs: the engine reports every
+/// change, its entering ERR included.
+#[test]
+fn acceptance_changes_are_reported_for_the_driver_to_publish() {
+    let mut p = Pair::lossless();
+    let qp = p.b.qp;
+    while p.engine(End::B).poll_placed_change().is_some() {}
+    assert!(!p.engine(End::B).accepts_placed(qp));
+    p.engine(End::B).set_accepts_placed(qp, true).unwrap();
+    assert_eq!(p.engine(End::B).poll_placed_change(), Some(qp));
+    assert!(p.engine(End::B).accepts_placed(qp));
+    let attr = QpAttr {
+        qp_state: QpState::Err,
+        ..QpAttr::default()
+    };
+    p.engine(End::B)
+        .modify_qp(qp, &attr, QpAttrMask::STATE, Instant::ZERO)
+        .unwrap();
+    assert_eq!(p.engine(End::B).poll_placed_change(), Some(qp));
+    assert!(!p.engine(End::B).accepts_placed(qp));
 }
 
 #[test]
@@ -291,9 +364,15 @@ fn a_placed_read_completes_after_the_writes_before_it() {
     p.fill(End::A, 0, 4096, 8);
     let sge = p.sge(End::A, 0, 4096);
     let (remote_addr, rkey) = (p.addr(End::B, 0), p.rkey(End::B));
+    // With immediate: a packet whose ACK the READ's completion must wait for.
+    p.post_recv(End::B, 7, &[]).unwrap();
     let wr = SendWr::new(
         1,
-        SendOp::RdmaWrite { remote_addr, rkey },
+        SendOp::RdmaWriteWithImm {
+            remote_addr,
+            rkey,
+            imm: 4,
+        },
         std::slice::from_ref(&sge),
     );
     place_write(&mut p, &wr, 0);

@@ -394,6 +394,9 @@ impl Driver {
         self.dispatch(st, now, &mut d);
         self.cm_pump(st, now, &mut d);
         self.transmit(st, now);
+        while let Some(qp) = st.engine.poll_placed_change() {
+            self.same_host.republish_qp(&st.engine, qp);
+        }
         while let Some(qp) = st.engine.poll_entered_rtr() {
             d.hellos.extend(self.same_host.offer_for(&st.engine, qp));
         }

@@ -128,6 +128,10 @@ fn target_process() {
                 kept = Some(buf);
             }
             "check" => println!("@@ check {}", checksum(kept.as_ref().unwrap())),
+            "error" => {
+                qp.to_error().unwrap();
+                println!("@@ error");
+            }
             "sum" => {
                 let mut now = vec![0u8; LEN];
                 mr1.as_ref().unwrap().read(0, &mut now);
@@ -503,6 +507,36 @@ fn a_lost_handshake_is_resent() {
     wait_until("the same-host path", || r.qp.uses_same_host());
     ordered_exchange(&r, &mut t);
     assert_eq!(counter(&r.ctx, "same_host_bytes_written"), 2 * LEN as u64);
+}
+
+/// A placed WRITE completes at the requester without a packet, but only while the
+/// target's QP accepts it: once that QP is in ERR, a WRITE goes by UDP and fails as
+/// there (the target drops it; the requester retries, then gives up), writing nothing.
+#[test]
+fn writes_complete_locally_only_while_the_target_qp_accepts_them() {
+    let mut t = Target::spawn(&[]);
+    let r = requester(&mut t, Config::default());
+    wait_until("the same-host path", || r.qp.uses_same_host());
+    let data = pattern(4096, 3);
+    r.mr.write(0, &data);
+    let sges = [r.mr.sge(0, 4096)];
+    let before = r.ctx.counters().tx_packets;
+    for id in 0..8 {
+        r.qp.post_send(&write_wr(id, &sges, t.mr1, None)).unwrap();
+        let wc = one(&r.cq);
+        assert_eq!((wc.wr_id, wc.status), (id, WcStatus::Success));
+    }
+    assert_eq!(r.ctx.counters().tx_packets, before, "no packet per WRITE");
+    assert_eq!(counter(&r.ctx, "same_host_writes"), 8);
+
+    assert_eq!(t.ask("error")[0], "error");
+    let sum = t.ask("sum");
+    r.mr.write(0, &pattern(4096, 4));
+    r.qp.post_send(&write_wr(9, &sges, t.mr1, None)).unwrap();
+    let wc = one(&r.cq);
+    assert_eq!(wc.status, WcStatus::RetryExcErr);
+    assert_eq!(counter(&r.ctx, "same_host_writes"), 8, "not placed");
+    assert_eq!(t.ask("sum"), sum, "nothing written");
 }
 
 /// READs land straight in local registered memory, outside the device lock: once

@@ -6,14 +6,24 @@
 //! ([`Engine::set_same_host`]), it may move an RDMA WRITE's or READ's bytes with
 //! `process_vm_writev`/`process_vm_readv` after checking the peer's published memory
 //! region table, and then post the work request *placed*
-//! ([`Engine::post_send_placed`]). A placed WQE still takes its place in PSN order:
+//! ([`Engine::post_send_placed`]). A placed WQE keeps its place in the send queue's
+//! order:
 //!
-//! - a placed WRITE is one RDMA WRITE Only packet (with immediate, if it has one) whose
-//!   RETH names the whole range but which carries no payload. The peer's responder,
-//!   told of the path too, runs its usual checks on the RETH's range (key, PD, access,
-//!   bounds) and writes nothing; so the ACK, the requester's completion, and for WRITE
-//!   with immediate the target's receive completion (its byte_len from the RETH) come
-//!   as on the UDP path, after the bytes landed;
+//! - a placed RDMA WRITE (without immediate) is carried out by the requester itself,
+//!   like a local operation: it takes no PSN, sends nothing, and completes in order,
+//!   once every earlier WQE has. The driver places one only after reading, in the
+//!   peer's published table, that the peer QP is connected to this one, accepts
+//!   placed WRITEs and allows remote writes (the responder's checks, made by the
+//!   requester: the region's key, PD, access and bounds from the same
+//!   table); else the WRITE goes by UDP and the responder gives the status IBA
+//!   defines. Nothing at the target has to see it: RC WRITE without immediate
+//!   consumes no receive WQE and makes no completion there;
+//! - a placed WRITE with immediate is one RDMA WRITE Only packet with its immediate,
+//!   whose RETH names the whole range but which carries no payload. The peer's
+//!   responder, told of the path too, runs its usual checks on the RETH's range (key,
+//!   PD, access, bounds) and writes nothing; so the ACK, the requester's completion,
+//!   and the target's receive completion (its byte_len from the RETH) come as on the
+//!   UDP path, after the bytes landed;
 //! - a placed READ is carried out by the requester itself, like a local operation: the
 //!   driver read its bytes straight into the local SGEs (which [`Engine::placement_sink`]
 //!   resolved, with LOCAL_WRITE, in the QP's PD) before posting it; it takes no PSN,
@@ -25,8 +35,16 @@
 //! moves bytes only while every WQE not yet retired on the QP is itself placed
 //! ([`Engine::placement_ready`]), so no earlier SEND, atomic or packet-borne WRITE can
 //! still be executed after the bytes of a later WRITE landed; and every packet posted
-//! later (a SEND, an atomic, a WRITE with immediate's completion) leaves after them.
-//! Anything else goes the UDP way.
+//! later (a SEND, an atomic, a WRITE with immediate) is built after the bytes of every
+//! earlier placed WRITE landed (the system call returned before the WR was posted), so
+//! the target sees them before it executes that packet: a WRITE is visible before a
+//! later SEND is received, and a WRITE with immediate's completion comes after its data.
+//! A locally completed WRITE's completion means what an RC ACK means: its bytes are in
+//! the target's memory. Anything else goes the UDP way.
+//!
+//! The peer's side of a placed WRITE is its acceptance: [`Engine::set_accepts_placed`],
+//! and every later change of that QP's state or access flags, queued for the driver to
+//! republish ([`Engine::poll_placed_change`]); a QP entering ERR stops accepting.
 
 use super::{Engine, PostError, ResourceError};
 use crate::types::{QpHandle, QpState, QpType};
@@ -83,6 +101,7 @@ impl Engine {
         }
         q.same_host = on;
         q.resp.accept_placed = on;
+        self.shared.placed_changes.push_back(qp);
         Ok(())
     }
 
@@ -96,7 +115,28 @@ impl Engine {
             ));
         }
         q.resp.accept_placed = on;
+        self.shared.placed_changes.push_back(qp);
         Ok(())
+    }
+
+    /// Whether the QP accepts placed WRITEs from its peer now: it agreed
+    /// ([`Engine::set_accepts_placed`]) and its responder executes requests (RTR, RTS,
+    /// SQD or SQE; IBA 10.3.1).
+    pub fn accepts_placed(&self, qp: QpHandle) -> bool {
+        self.qps.get(qp.0).is_some_and(|q| {
+            q.resp.accept_placed
+                && matches!(
+                    q.state(),
+                    QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
+                )
+        })
+    }
+
+    /// The next QP whose acceptance of placed WRITEs ([`Engine::accepts_placed`]) or
+    /// access flags may have changed since the driver last asked (its entering ERR
+    /// included): the driver republishes it for its peer.
+    pub fn poll_placed_change(&mut self) -> Option<QpHandle> {
+        self.shared.placed_changes.pop_front()
     }
 
     /// The next RC QP that entered RTR (its peer is known now), for the driver to
@@ -188,8 +228,8 @@ impl Engine {
     }
 
     /// The local memory a READ lands in, as (address, length) pieces, when its SGEs
-    /// resolve in the QP's PD with LOCAL_WRITE (IBA 10.6.3.3: a READ's local SGEs must
-    /// allow local writes); `false` otherwise (the UDP path then completes it with the
+    /// resolve in the QP's PD with LOCAL_WRITE (as the UDP path requires of a READ's
+    /// local SGEs); `false` otherwise (the UDP path then completes it with the
     /// local error it deserves).
     pub fn placement_sink(
         &self,

@@ -171,7 +171,11 @@ impl Engine {
     ) -> Result<(), ModifyQpError> {
         let q = self.qps.get_mut(qp.0).ok_or(ModifyQpError::UnknownQp)?;
         let before = q.state();
+        let accepted = q.resp.accept_placed;
         q.modify(&mut self.shared, attr, mask, now)?;
+        if accepted || q.resp.accept_placed {
+            self.shared.placed_changes.push_back(qp);
+        }
         if q.state() == QpState::Rtr && before != QpState::Rtr && q.init.qp_type == QpType::Rc {
             self.entered_rtr.push_back(qp);
         }

@@ -64,10 +64,19 @@ struct QpLink {
     peer: Arc<PeerTable>,
     /// The peer QP's PD id: regions of other PDs are refused.
     remote_pd: u64,
-    /// The peer QP's access flags when it accepted: operations it does not enable
-    /// are not placed (its responder refuses them, IBA 10.2.4.2 qp_access_flags; the
-    /// engine's check 3). A later change of the peer QP's access flags is not seen here.
-    remote_qp_access: AccessFlags,
+    /// The peer's QP: its word in the peer's table says whether it accepts placed
+    /// work from ours now and which operations it enables (its responder refuses the
+    /// others, IBA 10.2.4.2 qp_access_flags; the engine's check 3).
+    remote_qpn: u32,
+    /// Our QP.
+    qpn: u32,
+}
+
+/// What `place_one` needs of a link.
+struct Link {
+    peer: Arc<PeerTable>,
+    remote_pd: u64,
+    remote_qpn: u32,
     qpn: u32,
 }
 
@@ -79,6 +88,8 @@ pub(crate) struct SameHost {
     /// accepted by, or accepted, one of our QPs) is here, for the fence.
     peers: Mutex<HashMap<String, Arc<PeerTable>>>,
     qps: Mutex<HashMap<QpHandle, QpLink>>,
+    /// Our QPs whose acceptance is published in our table (their QPNs).
+    published_qps: Mutex<HashMap<QpHandle, u32>>,
     /// Offers made per QP, and their resend timers (`retry.rs`).
     offers: Mutex<OfferTimers<QpHandle>>,
     /// Handshake datagrams still to drop (fault injection for tests).
@@ -183,6 +194,7 @@ impl SameHost {
             table,
             peers: Mutex::new(HashMap::new()),
             qps: Mutex::new(HashMap::new()),
+            published_qps: Mutex::new(HashMap::new()),
             offers: Mutex::new(OfferTimers::default()),
             hello_drops: AtomicU32::new(drop_first_hellos),
             place: Mutex::new(PlaceState::default()),
@@ -219,6 +231,25 @@ impl SameHost {
         self.counters
             .dereg_waits
             .fetch_add(waited as u64, Ordering::Relaxed);
+    }
+
+    /// Publishes or withdraws a QP's acceptance of placed WRITEs after the engine
+    /// reported a change ([`Engine::poll_placed_change`]; call under the device lock,
+    /// before anything the change makes leaves).
+    pub fn republish_qp(&self, engine: &Engine, qp: QpHandle) {
+        let Some(t) = &self.table else { return };
+        let mut published = lock(&self.published_qps);
+        match (engine.query_qp(qp), engine.qp_num(qp)) {
+            (Some((attr, _)), Some(qpn)) if engine.accepts_placed(qp) => {
+                t.publish_qp(qpn.value(), attr.dest_qp_num, attr.qp_access_flags);
+                published.insert(qp, qpn.value());
+            }
+            _ => {
+                if let Some(qpn) = published.remove(&qp) {
+                    t.withdraw_qp(qpn);
+                }
+            }
+        }
     }
 
     /// Called after a local memory region left the engine, before its deregistration
@@ -429,7 +460,7 @@ impl SameHost {
                             QpLink {
                                 peer,
                                 remote_pd: h.pd,
-                                remote_qp_access: AccessFlags(h.qp_access),
+                                remote_qpn: h.src_qpn.value(),
                                 qpn: h.dest_qpn.value(),
                             },
                         )
@@ -465,6 +496,9 @@ impl SameHost {
     /// Forgets a destroyed QP.
     pub fn forget_qp(&self, qp: QpHandle) {
         lock(&self.qps).remove(&qp);
+        if let (Some(t), Some(qpn)) = (&self.table, lock(&self.published_qps).remove(&qp)) {
+            t.withdraw_qp(qpn);
+        }
         lock(&self.offers).forget(qp);
     }
 
@@ -490,7 +524,12 @@ impl SameHost {
         let link = {
             let qps = lock(&self.qps);
             let l = qps.get(&qp)?;
-            (Arc::clone(&l.peer), l.remote_pd, l.remote_qp_access)
+            Link {
+                peer: Arc::clone(&l.peer),
+                remote_pd: l.remote_pd,
+                remote_qpn: l.remote_qpn,
+                qpn: l.qpn,
+            }
         };
         let mut guard = lock(&self.place);
         let st = &mut *guard;
@@ -521,7 +560,7 @@ impl SameHost {
     fn place_one(
         &self,
         table: &OwnTable,
-        (peer, remote_pd, remote_qp_access): &(Arc<PeerTable>, u64, AccessFlags),
+        link: &Link,
         qp: QpHandle,
         wr: &SendWr<'_>,
         st: &mut PlaceState,
@@ -544,11 +583,6 @@ impl SameHost {
         } else {
             AccessFlags::REMOTE_READ
         };
-        if !remote_qp_access.contains(need) {
-            // The peer QP does not enable it: UDP, where its responder refuses it.
-            c.refusals.fetch_add(1, Ordering::Relaxed);
-            return fallback();
-        }
         // The send queue must take it (bytes never move for a WR that is not posted),
         // nothing packet-borne may be outstanding before it (ordering), and its local
         // memory must resolve: where a WRITE's bytes come from, where a READ's land.
@@ -567,9 +601,15 @@ impl SameHost {
         }
         let moved = {
             let _access = table.begin_access();
-            match peer
-                .lookup(target.rkey)
-                .and_then(|e| e.check(*remote_pd, target.remote_addr, target.len, need))
+            let peer = &link.peer;
+            // The peer QP must accept placed work from ours now (not in ERR, say) and
+            // enable the operation, or UDP, where its responder answers as IBA says.
+            let entry = if peer.qp_accepts(link.remote_qpn, link.qpn, need) {
+                peer.lookup(target.rkey)
+            } else {
+                Err(table::Refusal::QpRefuses)
+            };
+            match entry.and_then(|e| e.check(link.remote_pd, target.remote_addr, target.len, need))
             {
                 Err(_) => {
                     c.refusals.fetch_add(1, Ordering::Relaxed);

@@ -332,8 +332,10 @@ impl Requester {
                     ctx.shared.mrs.bind_mw(mw, rkey, &info, ctx.handle, ctx.pd)
                 }
                 SendOp::LocalInv { rkey } => ctx.shared.mrs.local_invalidate(rkey, ctx.pd),
+                // A placed WRITE: its bytes landed when it was posted.
+                SendOp::RdmaWrite { .. } => Ok(()),
                 // A placed READ: its bytes landed when it was posted. Were its local
-                // region deregistered since, it fails as a NIC's would (IBA 10.6.3.3;
+                // region deregistered since, it fails as a NIC's would (as the UDP path's check;
                 // the driver's deregistration waited for the bytes: `engine/placed.rs`).
                 _ => ctx
                     .shared
