@@ -1,7 +1,7 @@
 //! The same-host path: RDMA WRITE and READ between two softverbs processes on one
 //! host move straight between their registered memory with `process_vm_writev` /
-//! `process_vm_readv`, with no copy through UDP and no work by the target's CPU beyond
-//! one header-only packet per operation.
+//! `process_vm_readv`, with no copy through UDP and no work by the target's CPU (a
+//! WRITE with immediate excepted: one header-only packet brings its completion).
 //!
 //! - `table`: each device publishes its memory regions in a shared file that peers
 //!   map read-only; deregistration fences peers' accesses (why it is sound: there).
@@ -9,9 +9,12 @@
 //!   a probe (`process_vm_readv` of a nonce) that proves the peer shares our PID
 //!   namespace and the kernel lets us read it (the peer may be in another network
 //!   namespace of this kernel: only the probe decides).
+//! - `retry`: an offer that got no answer is resent (sans-IO timers).
 //! - here: what the driver keeps (its table, the peers' tables, which QPs place into
-//!   which peer) and the post path: check the peer's entry, move the bytes, post the
-//!   WR *placed* (the engine's `engine/placed.rs`: PSN order, completions, ordering).
+//!   which peer, which of ours accept placed work) and the post path: check the peer
+//!   QP's word and region entry, move the bytes (a READ's straight into the local
+//!   region), post the WR *placed* (the engine's `engine/placed.rs`: order,
+//!   completions, why ordering holds).
 //!
 //! `SOFTVERBS_SAME_HOST=0` turns it off, `1` warns when a QP cannot have it. Counters:
 //! `same_host_*` in `softverbs stat`, with one `same_host_qp_<qpn>` line per QP that
