@@ -381,6 +381,8 @@ fn write_send_write_imm_read_by_the_same_host_path() {
     let r = requester(&mut t, Config::default());
     wait_until("the same-host path", || r.qp.uses_same_host());
     ordered_exchange(&r, &mut t);
+    // The bytes moved by system calls made without the device lock.
+    assert_eq!(softverbs::syscalls_under_device_lock(), 0);
     assert_eq!(counter(&r.ctx, "same_host_qps"), 1);
     assert_eq!(counter(&r.ctx, "same_host_writes"), 2);
     assert_eq!(counter(&r.ctx, "same_host_bytes_written"), 2 * LEN as u64);
@@ -601,6 +603,7 @@ fn no_read_lands_after_the_local_dereg_returns() {
         buf.iter().all(|&b| b == 0),
         "nothing landed after dereg returned"
     );
+    assert_eq!(softverbs::syscalls_under_device_lock(), 0);
 }
 
 #[test]

@@ -14,6 +14,7 @@ pub fn write_to(pid: u32, remote_addr: u64, local: &[u8]) -> io::Result<usize> {
         iov_base: remote_addr as *mut libc::c_void,
         iov_len: local.len(),
     };
+    crate::driver::note_syscall();
     // SAFETY: the local iovec covers `local`, which the kernel only reads; the remote
     // one names memory of another process, which the kernel checks (EFAULT) and which
     // the caller checked against the peer's published, fenced region table.
@@ -47,6 +48,7 @@ pub fn write_gather(pid: u32, remote_addr: u64, sources: &[(u64, usize)]) -> io:
         iov_base: remote_addr as *mut libc::c_void,
         iov_len: total,
     };
+    crate::driver::note_syscall();
     // SAFETY: the kernel reads the local pieces (our registered memory: were a piece
     // deregistered and unmapped meanwhile by a racing thread, the kernel reports
     // EFAULT; no Rust reference to it exists) and writes the remote range, which the
@@ -79,6 +81,7 @@ pub fn read_from(pid: u32, remote_addr: u64, out: &mut [u8]) -> io::Result<usize
         iov_base: remote_addr as *mut libc::c_void,
         iov_len: out.len(),
     };
+    crate::driver::note_syscall();
     // SAFETY: the local iovec covers `out`, a buffer we own exclusively, which the
     // kernel writes at most `out.len()` bytes of; the remote side is only read.
     let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &liov, 1, &riov, 1, 0) };
@@ -113,6 +116,7 @@ pub fn read_scatter(pid: u32, remote_addr: u64, sinks: &[(u64, usize)]) -> io::R
         iov_base: remote_addr as *mut libc::c_void,
         iov_len: total,
     };
+    crate::driver::note_syscall();
     // SAFETY: the kernel writes the local pieces: registered memory of this process
     // whose regions allow local writes, which stay registered until the copy is over
     // (a deregistration waits for it); as a NIC's DMA, the bytes are written behind any
