@@ -400,3 +400,30 @@ fn a_placed_read_completes_after_the_writes_before_it() {
     assert_eq!(s[1].byte_len, 4096);
     assert_eq!(p.bytes(End::A, 8192, 4096), p.bytes(End::A, 0, 4096));
 }
+
+/// A post may wait for WRITEs and READs that went by UDP (they need nothing of the peer
+/// application) before placing, but not for a SEND (it may wait for a receive).
+#[test]
+fn placement_may_wait_for_one_sided_udp_requests_only() {
+    let mut p = Pair::lossless();
+    same_host(&mut p);
+    let qp = p.a.qp;
+    assert!(!p.engine(End::A).placement_waits_for_one_sided(qp));
+    let (remote_addr, rkey) = (p.addr(End::B, 0), p.rkey(End::B));
+    let sge = p.sge(End::A, 0, 4096);
+    p.post_send(
+        End::A,
+        &SendWr::new(1, SendOp::RdmaRead { remote_addr, rkey }, &[sge]),
+    )
+    .unwrap();
+    assert!(!p.engine(End::A).placement_ready(qp));
+    assert!(p.engine(End::A).placement_waits_for_one_sided(qp));
+    p.post_send(End::A, &SendWr::new(2, SendOp::Send, &[sge]))
+        .unwrap();
+    assert!(!p.engine(End::A).placement_waits_for_one_sided(qp));
+    p.post_recv(End::B, 1, &[p.sge(End::B, 8192, 4096)])
+        .unwrap();
+    p.run_until_send_cqes(End::A, 2).unwrap();
+    assert!(!p.engine(End::A).placement_waits_for_one_sided(qp));
+    assert!(p.engine(End::A).placement_ready(qp));
+}

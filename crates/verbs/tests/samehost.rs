@@ -541,6 +541,55 @@ fn writes_complete_locally_only_while_the_target_qp_accepts_them() {
     assert_eq!(t.ask("sum"), sum, "nothing written");
 }
 
+/// READs posted before the path is up go by UDP; an application that keeps its send
+/// queue full (as perftest does) must not keep the QP off the path for good: a post
+/// waits for those to complete, then places.
+#[test]
+fn reads_sent_by_udp_before_the_path_do_not_keep_the_queue_off_it() {
+    let mut t = Target::spawn(&[]);
+    // The handshake ends only after a resend (20 ms): the first READs go by UDP.
+    let late = Config {
+        drop_first_hellos: 3,
+        ..Config::default()
+    };
+    let r = requester(&mut t, late);
+    // perftest's ib_read_bw: 64 KiB READs, 64 outstanding, one in 16 signaled, new ones
+    // posted as soon as a signaled one completes: the queue never empties by itself.
+    let sge = r.mr.sge(0, LEN as u32);
+    let (mut posted, mut done) = (0u64, 0u64);
+    let mut wcs = [WorkCompletion::default(); 16];
+    let deadline = Instant::now() + WAIT;
+    while counter(&r.ctx, "same_host_reads") == 0 && posted < 20_000 {
+        assert!(Instant::now() < deadline, "timed out");
+        while posted - done < 64 {
+            let mut rd = SendWr::new(
+                posted + 1,
+                SendOp::RdmaRead {
+                    remote_addr: t.mr1.0,
+                    rkey: Rkey(t.mr1.1),
+                },
+                std::slice::from_ref(&sge),
+            );
+            rd.flags = if (posted + 1) % 16 == 0 {
+                SendFlags::SIGNALED
+            } else {
+                SendFlags::EMPTY
+            };
+            r.qp.post_send(&rd).unwrap();
+            posted += 1;
+        }
+        let n = r.cq.poll(&mut wcs);
+        for wc in &wcs[..n] {
+            assert_eq!(wc.status, WcStatus::Success);
+            done = wc.wr_id;
+        }
+    }
+    assert!(
+        counter(&r.ctx, "same_host_reads") > 0,
+        "{posted} READs posted, none by the same-host path"
+    );
+}
+
 /// READs land straight in local registered memory, outside the device lock: once
 /// `dereg_mr` of that memory returns, none lands there any more.
 #[test]

@@ -162,6 +162,26 @@ impl Engine {
             && (q.sq.head..q.sq.tail).all(|seq| q.sq.get(seq).placed)
     }
 
+    /// Whether the QP has the same-host path and placement waits only for RDMA WRITEs
+    /// (without immediate) and READs that went by UDP (posted before the path was up,
+    /// say): those complete without the peer application doing anything, so a poster
+    /// may wait for them rather than send one more by UDP behind them, and again, for
+    /// as long as the application keeps the queue full.
+    pub fn placement_waits_for_one_sided(&self, qp: QpHandle) -> bool {
+        let Some(q) = self.qps.get(qp.0) else {
+            return false;
+        };
+        q.same_host
+            && q.state() == QpState::Rts
+            && (q.sq.head..q.sq.tail).any(|seq| !q.sq.get(seq).placed)
+            && (q.sq.head..q.sq.tail).all(|seq| {
+                let w = q.sq.get(seq);
+                w.placed
+                    || matches!(w.op, SendOp::RdmaWrite { .. } | SendOp::RdmaRead { .. })
+                        && w.done.is_none_or(|s| s == crate::wc::WcStatus::Success)
+            })
+    }
+
     /// How many WRITEs and READs may be placed now: 0 unless
     /// [`Engine::placement_ready`], else the send queue's free slots (a WR whose bytes
     /// moved must find a slot, or a WRITE would land without being posted).

@@ -60,7 +60,14 @@ pub struct SameHostCounters {
     pub dereg_waits: AtomicU64,
     /// Offers sent again because no answer came (`retry.rs`).
     pub offers_resent: AtomicU64,
+    /// Posts that waited for earlier WRITEs and READs sent by UDP to complete before
+    /// placing.
+    pub udp_drains: AtomicU64,
 }
+
+/// The longest a post waits for RDMA WRITEs and READs that went by UDP before it may
+/// place (`SameHost::wait_for_udp_one_sided`).
+const UDP_DRAIN_BOUND: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// A QP that places into its peer.
 struct QpLink {
@@ -534,6 +541,9 @@ impl SameHost {
                 qpn: l.qpn,
             }
         };
+        if wrs.first().and_then(PlacedTarget::of).is_some() {
+            self.wait_for_udp_one_sided(qp, engine);
+        }
         let mut guard = lock(&self.place);
         let st = &mut *guard;
         let mut pending: Vec<(usize, Pending)> = Vec::with_capacity(wrs.len());
@@ -553,6 +563,27 @@ impl SameHost {
         let r = self.flush(qp, wrs, &mut pending, engine);
         drop(guard);
         Some(r)
+    }
+
+    /// Before placing: if only RDMA WRITEs and READs that went by UDP hold placement
+    /// back ([`Engine::placement_waits_for_one_sided`]), waits for them (at most
+    /// [`UDP_DRAIN_BOUND`]). Else an application that keeps its send queue full (as
+    /// perftest's bandwidth tests do) would send every later WR by UDP behind the
+    /// earlier ones, for good: those posted before the handshake ended would keep
+    /// the QP off the path. They complete without the peer application's help, in the
+    /// time UDP takes to move them.
+    fn wait_for_udp_one_sided(&self, qp: QpHandle, engine: &dyn EngineAccess) {
+        let mut waits = false;
+        engine.read(&mut |e| waits = e.placement_waits_for_one_sided(qp));
+        if !waits {
+            return;
+        }
+        self.counters.udp_drains.fetch_add(1, Ordering::Relaxed);
+        let deadline = std::time::Instant::now() + UDP_DRAIN_BOUND;
+        while waits && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_micros(20));
+            engine.read(&mut |e| waits = e.placement_waits_for_one_sided(qp));
+        }
     }
 
     /// Moves the bytes of `wr` if it is an RDMA WRITE or READ that can be placed now,
@@ -719,6 +750,7 @@ impl SameHost {
             ),
             ("same_host_dereg_waits".to_string(), get(&c.dereg_waits)),
             ("same_host_offers_resent".to_string(), get(&c.offers_resent)),
+            ("same_host_udp_drains".to_string(), get(&c.udp_drains)),
         ];
         for qpn in self.qpns() {
             v.push((format!("same_host_qp_{qpn:#x}"), 1));
