@@ -216,6 +216,28 @@ impl Completer {
         v.selective = Some((from, end));
     }
 
+    /// The early timer's probe, with a selective-repeat peer, when the READ at
+    /// una still lacks responses: what it asked for again (or the responder's
+    /// answer) may have been lost with nothing after it to show that, and the
+    /// newest packet's answer would not show it either. The READ is asked again
+    /// from its first missing response instead (one request, its answer shows
+    /// the loss). Returns whether it was.
+    fn probe_read_at_una(&mut self, ctx: &CompleteCtx<'_>, v: &mut Verdict, now: Instant) -> bool {
+        if self.sr.peer != Peer::Selective {
+            return false;
+        }
+        let Some(seq) = wqe_with_psn(ctx, self.una) else {
+            return false;
+        };
+        let w = ctx.sq.get(seq);
+        if !matches!(w.op, SendOp::RdmaRead { .. }) || w.done.is_some() {
+            return false;
+        }
+        let una = self.una;
+        self.ask_read_again(ctx, v, now, seq, una);
+        true
+    }
+
     /// Selective repeat: whether a READ after READ `seq` got responses while
     /// `seq`'s response `next` is missing and was not asked for again since. The
     /// responder answers in order, so `next` was lost (or its request was).
@@ -760,7 +782,9 @@ impl Completer {
         match self.recovery.on_timeout(now, self.ack_deadline) {
             Some(EarlyAction::Probe) => {
                 ctx.shared.counters.tail_loss_probes += 1;
-                v.probe = true;
+                if !self.probe_read_at_una(ctx, &mut v, now) {
+                    v.probe = true;
+                }
             }
             Some(EarlyAction::Retransmit) => {
                 ctx.shared.counters.early_retransmits += 1;

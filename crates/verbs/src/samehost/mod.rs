@@ -28,7 +28,9 @@ pub mod vm;
 use crate::config::SameHostMode;
 use hello::{Hello, Kind};
 use retry::OfferTimers;
-use softverbs_engine::{AccessFlags, Engine, Instant, PlacedTarget, QpHandle, QpState, SendWr};
+use softverbs_engine::{
+    AccessFlags, Engine, Instant, Payload, PlacedTarget, QpHandle, QpState, SendWr,
+};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -551,7 +553,7 @@ impl SameHost {
         // bytes must not land before it executes (ordering, `engine/placed.rs`).
         let mut placing = true;
         for (i, wr) in wrs.iter().enumerate() {
-            if placing && self.place_one(table, &link, qp, wr, st, pending.len(), engine) {
+            if placing && self.place_one(table, &link, qp, wr, None, st, pending.len(), engine) {
                 pending.push((i, Pending::Placed));
                 continue;
             }
@@ -563,6 +565,64 @@ impl SameHost {
         let r = self.flush(qp, wrs, &mut pending, engine);
         drop(guard);
         Some(r)
+    }
+
+    /// Posts the RDMA WRITE (with or without immediate) `wr` placed, its bytes taken from
+    /// `source` (memory of the caller, in order) instead of its payload, which then only
+    /// gives the length: a stream writes from its caller's buffer without staging the
+    /// bytes in its registered send ring first. `None` when the QP has no path, or the
+    /// write cannot be placed now: then nothing was posted, and the caller posts `wr`
+    /// the usual way with its payload holding the bytes (which may have reached the
+    /// peer's memory already: the usual write then carries the same bytes over them,
+    /// into a range the peer granted and does not read before the write's completion).
+    pub fn post_write_from(
+        &self,
+        qp: QpHandle,
+        wr: &SendWr<'_>,
+        source: &[&[u8]],
+        engine: &dyn EngineAccess,
+    ) -> Option<Result<(), softverbs_engine::PostError>> {
+        let table = self.table.as_ref()?;
+        let target = PlacedTarget::of(wr)?;
+        if !target.write || source.iter().map(|s| s.len()).sum::<usize>() != target.len {
+            return None;
+        }
+        let link = {
+            let qps = lock(&self.qps);
+            let l = qps.get(&qp)?;
+            Link {
+                peer: Arc::clone(&l.peer),
+                remote_pd: l.remote_pd,
+                remote_qpn: l.remote_qpn,
+                qpn: l.qpn,
+            }
+        };
+        let mut st = lock(&self.place);
+        if !self.place_one(table, &link, qp, wr, Some(source), &mut st, 0, engine) {
+            return None;
+        }
+        let c = &self.counters;
+        let mut result = None;
+        engine.with(&mut |e| {
+            // Another WR may have gone the usual way since the check: then this one must
+            // too, after it (ordering), from its payload.
+            if !e.placement_ready(qp) {
+                return;
+            }
+            result = Some(e.post_send_placed(qp, wr));
+        });
+        match result {
+            Some(Ok(())) => {
+                c.writes.fetch_add(1, Ordering::Relaxed);
+                c.bytes_written
+                    .fetch_add(target.len as u64, Ordering::Relaxed);
+            }
+            Some(Err(_)) => {}
+            None => {
+                c.fallbacks.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        result
     }
 
     /// Before placing: if only RDMA WRITEs and READs that went by UDP hold placement
@@ -587,9 +647,10 @@ impl SameHost {
     }
 
     /// Moves the bytes of `wr` if it is an RDMA WRITE or READ that can be placed now,
-    /// `pending` placed WRs not yet posted before it; whether it was. The system calls
-    /// happen here, without the device lock (a READ lands straight in the local
-    /// registered memory its SGEs name).
+    /// `pending` placed WRs not yet posted before it; whether it was. A WRITE's bytes
+    /// come from `source` when given, else from its payload. The system calls happen
+    /// here, without the device lock (a READ lands straight in the local registered
+    /// memory its SGEs name).
     #[allow(clippy::too_many_arguments)]
     fn place_one(
         &self,
@@ -597,6 +658,7 @@ impl SameHost {
         link: &Link,
         qp: QpHandle,
         wr: &SendWr<'_>,
+        source: Option<&[&[u8]]>,
         st: &mut PlaceState,
         pending: usize,
         engine: &dyn EngineAccess,
@@ -607,6 +669,12 @@ impl SameHost {
         if target.len == 0 {
             return false;
         }
+        // Inline data is this process's memory too: no need to copy it first.
+        let source = source.or(match &wr.payload {
+            Payload::Inline(d) => Some(std::slice::from_ref(d)),
+            Payload::InlineParts(parts) => Some(*parts),
+            Payload::Sges(_) => None,
+        });
         let c = &self.counters;
         let fallback = || {
             c.fallbacks.fetch_add(1, Ordering::Relaxed);
@@ -624,12 +692,22 @@ impl SameHost {
         engine.read(&mut |e| {
             ok = e.placement_room(qp) > pending
                 && if target.write {
-                    e.placement_source(qp, wr, &mut st.pieces)
+                    source.is_some()
+                        || e.placement_source(qp, wr, &mut st.pieces)
                         || e.gather_for_placement(qp, wr, &mut st.bounce)
                 } else {
                     e.placement_sink(qp, wr, &mut st.pieces)
                 };
         });
+        if let (true, Some(pieces)) = (target.write, source) {
+            st.pieces.clear();
+            st.pieces.extend(
+                pieces
+                    .iter()
+                    .filter(|p| !p.is_empty())
+                    .map(|p| (p.as_ptr() as u64, p.len())),
+            );
+        }
         if !ok {
             return fallback();
         }
