@@ -100,6 +100,9 @@ pub(crate) struct SameHost {
     /// accepted by, or accepted, one of our QPs) is here, for the fence.
     peers: Mutex<HashMap<String, Arc<PeerTable>>>,
     qps: Mutex<HashMap<QpHandle, QpLink>>,
+    /// QPs whose last wait for UDP-borne WRITEs and READs ran out
+    /// (`wait_for_udp_one_sided`): no more waits until one of their WRs is placed.
+    drain_gave_up: Mutex<std::collections::HashSet<QpHandle>>,
     /// Our QPs whose acceptance is published in our table (their QPNs).
     published_qps: Mutex<HashMap<QpHandle, u32>>,
     /// Offers made per QP, and their resend timers (`retry.rs`).
@@ -207,6 +210,7 @@ impl SameHost {
             peers: Mutex::new(HashMap::new()),
             qps: Mutex::new(HashMap::new()),
             published_qps: Mutex::new(HashMap::new()),
+            drain_gave_up: Mutex::new(std::collections::HashSet::new()),
             offers: Mutex::new(OfferTimers::default()),
             hello_drops: AtomicU32::new(drop_first_hellos),
             place: Mutex::new(PlaceState::default()),
@@ -508,6 +512,7 @@ impl SameHost {
     /// Forgets a destroyed QP.
     pub fn forget_qp(&self, qp: QpHandle) {
         lock(&self.qps).remove(&qp);
+        lock(&self.drain_gave_up).remove(&qp);
         if let (Some(t), Some(qpn)) = (&self.table, lock(&self.published_qps).remove(&qp)) {
             t.withdraw_qp(qpn);
         }
@@ -559,6 +564,9 @@ impl SameHost {
             }
             placing = false;
             pending.push((i, Pending::Usual));
+        }
+        if pending.iter().any(|&(_, k)| matches!(k, Pending::Placed)) {
+            lock(&self.drain_gave_up).remove(&qp);
         }
         // Posted under the placement lock too: another thread's placements cannot
         // take the send queue slots these were counted on.
@@ -632,10 +640,12 @@ impl SameHost {
     /// earlier ones, for good: those posted before the handshake ended would keep
     /// the QP off the path. They complete without the peer application's help, in the
     /// time UDP takes to move them.
+    /// A wait that runs out is not tried again for the QP until one of its WRs is
+    /// placed: many large WRs by UDP may take longer, and every post must not pay it.
     fn wait_for_udp_one_sided(&self, qp: QpHandle, engine: &dyn EngineAccess) {
         let mut waits = false;
         engine.read(&mut |e| waits = e.placement_waits_for_one_sided(qp));
-        if !waits {
+        if !waits || lock(&self.drain_gave_up).contains(&qp) {
             return;
         }
         self.counters.udp_drains.fetch_add(1, Ordering::Relaxed);
@@ -643,6 +653,9 @@ impl SameHost {
         while waits && std::time::Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_micros(20));
             engine.read(&mut |e| waits = e.placement_waits_for_one_sided(qp));
+        }
+        if waits {
+            lock(&self.drain_gave_up).insert(qp);
         }
     }
 
