@@ -90,8 +90,29 @@ impl Net {
     }
 
     fn with_mtu(seed: u64, faults: Faults, sr: [bool; 2], buf_len: usize, mtu: Mtu) -> Net {
+        Net::build(
+            seed,
+            faults,
+            sr,
+            buf_len,
+            mtu,
+            PairOpts::default().max_rd_atomic,
+        )
+    }
+
+    /// [`Net::with_mtu`] with `rd_atomic` READs and atomics outstanding each way.
+    fn build(
+        seed: u64,
+        faults: Faults,
+        sr: [bool; 2],
+        buf_len: usize,
+        mtu: Mtu,
+        rd_atomic: u8,
+    ) -> Net {
         let opts = PairOpts {
             mtu,
+            max_rd_atomic: rd_atomic,
+            max_dest_rd_atomic: rd_atomic,
             cap: QpCap {
                 max_send_wr: 64,
                 max_recv_wr: 64,
@@ -240,8 +261,22 @@ fn transfer_deep(
     n: usize,
     depth: usize,
 ) -> Run {
+    let rd_atomic = PairOpts::default().max_rd_atomic;
+    transfer_with(seed, faults, sr, stream, n, depth, rd_atomic)
+}
+
+/// [`transfer_deep`] with max_rd_atomic and max_dest_rd_atomic `rd_atomic`.
+fn transfer_with(
+    seed: u64,
+    faults: Faults,
+    sr: [bool; 2],
+    stream: Stream,
+    n: usize,
+    depth: usize,
+    rd_atomic: u8,
+) -> Run {
     let buf_len = 2 * n * SIZE;
-    let mut net = Net::new(seed, faults, sr, buf_len);
+    let mut net = Net::build(seed, faults, sr, buf_len, Mtu::Mtu4096, rd_atomic);
     // The source half of the side the data comes from.
     let src = if stream == Stream::Read { 1 } else { 0 };
     fill(&mut net.ends[src].buf[..n * SIZE], seed);
@@ -540,6 +575,41 @@ fn selective_repeat_keeps_in_flight_within_what_the_peer_holds_ahead() {
     assert_eq!(sr.a.ack_timeouts, 0, "{:?}", sr.a);
 }
 
+/// A READ stream keeps every READ max_rd_atomic allows outstanding: READ requests
+/// are not held to the in-flight cap, which learns its rate from acknowledged PSNs
+/// and for READs sees each one's responses only as a burst at its end, so its
+/// samples never showed more than the cap let through and it stayed at its floor
+/// (before: one or two 64 KiB READs outstanding of the 16 allowed; ib_read_bw at a
+/// third of ib_write_bw). On a path of 1 ms each way, 64 READs of 64 KiB, 16 at a
+/// time, take about four round trips plus the wire time (virtual time: 9.0 ms
+/// against a model of 11.4; 21.0 ms before), and no more than those 16 READs'
+/// responses are ever in flight.
+#[test]
+fn reads_keep_max_rd_atomic_outstanding() {
+    let faults = Faults {
+        delay: Duration::from_millis(1),
+        ..Faults::none().with_rate(1_250_000_000, 16 << 20)
+    };
+    const RD_ATOMIC: u8 = 16;
+    let n = 64;
+    let r = transfer_with(16, faults, BOTH, Stream::Read, n, 64, RD_ATOMIC);
+    let per_read = (SIZE / 4096) as u64;
+    assert_eq!(
+        r.most_in_flight,
+        u64::from(RD_ATOMIC) * per_read,
+        "PSNs in flight"
+    );
+    let round_trips = n as u32 / u32::from(RD_ATOMIC);
+    let wire = Duration::from_nanos((n * SIZE) as u64 * 1_000_000_000 / 1_250_000_000);
+    let model = Duration::from_millis(2) * round_trips + wire;
+    assert!(
+        r.elapsed < model * 5 / 4,
+        "{:?} against {model:?}",
+        r.elapsed
+    );
+    assert_eq!(r.a.retransmitted_packets, 0, "{:?}", r.a);
+}
+
 /// READs longer than the selective-repeat window (2 MiB: 512 responses of 4 KiB,
 /// against 256 PSNs the requester can hold ahead), at 5 % loss: after a loss the
 /// READ is asked again for the run missing up to the next response held, or for
@@ -558,9 +628,11 @@ fn reads_longer_than_the_window_recover_without_timers() {
     assert!(net.sim.stats().lost > 0);
     let c = net.engine(0).counters();
     assert_eq!(c.ack_timeouts, 0, "{c:?}");
-    // Timers remain for tails lost again (26 expiries here, against 149 when the
-    // requester asked for 257 responses after a loss and found later gaps by timer).
-    assert!(c.tail_loss_probes + c.early_retransmits <= 40, "{c:?}");
+    // Timers remain for tails lost again (46 expiries here, against 149 when the
+    // requester asked for 257 responses after a loss and found later gaps by timer;
+    // over seeds 14 to 23: 33 to 46, mean 40, where with READs always held to the
+    // in-flight cap it was 34 to 56, mean 42, and 39 for this seed).
+    assert!(c.tail_loss_probes + c.early_retransmits <= 50, "{c:?}");
     assert!(net.ends[0].buf[N * READ..] == net.ends[1].buf[..N * READ]);
 }
 
