@@ -1137,10 +1137,15 @@ fn progress_thread(d: Arc<Driver>) {
         } else {
             0
         };
-        if got > 0 || mc_got > 0 {
+        // A batch short of full emptied the socket: rather than a read that finds
+        // nothing, go to the timers and the wait below, which returns at once if more
+        // arrived meanwhile (one system call either way, none wasted when nothing did).
+        // Busy polling goes on reading instead.
+        let full = got >= sys::BATCH;
+        if mc_got > 0 || full || got > 0 && !d.busy_poll.is_zero() {
             continue;
         }
-        // Nothing to read: run timers, then sleep until the next deadline, a
+        // Nothing (more) to read: run timers, then sleep until the next deadline, a
         // datagram or a wake-up. The sleep deadline is published under the lock,
         // so a poster that arms an earlier timer afterwards sees it and wakes us.
         let (deferred, timer, counters, handoff) = {
@@ -1217,7 +1222,11 @@ fn progress_thread(d: Arc<Driver>) {
             // POLLOUT (or the ENOBUFS retry time): send what is left.
             d.flush_outbox(true);
         }
-        d.wake.take();
+        // The wake-up counter is read only when it was signalled (it is level-triggered:
+        // a signal the wait did not report ends the next wait at once).
+        if pfds[1].revents & libc::POLLIN != 0 {
+            d.wake.take();
+        }
         d.socket_unwatched.store(false, Ordering::Release);
         d.sleeping_until.store(0, Ordering::Release);
     }
