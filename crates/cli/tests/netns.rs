@@ -9,143 +9,49 @@ use std::io::Read;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::procs::Netns;
+
 const BIN: &str = env!("CARGO_BIN_EXE_softverbs");
 const TIMEOUT: Duration = Duration::from_secs(90);
 
-fn required() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-        || std::env::var("SOFTVERBS_REQUIRE_NETNS").is_ok_and(|v| v == "1")
-}
-
-/// Whether namespaces can be made here; skips (or fails, where required) if not.
-fn can_run(test: &str) -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc_geteuid() } == 0;
-    let ip = Command::new("ip")
-        .arg("-V")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if root && ip {
-        return true;
+/// Runs the softverbs binary inside namespace `i` of `link`, its device on that side's
+/// address.
+fn spawn(link: &Netns, i: usize, args: &[&str], extra_env: &[(&str, &str)]) -> Child {
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", &link.ns[i], BIN]).args(args);
+    cmd.env("SOFTVERBS_ADDR", &link.addr[i]);
+    for (k, v) in extra_env {
+        cmd.env(k, v);
     }
-    let why = if !root {
-        "not running as root"
-    } else {
-        "iproute2 (ip) not installed"
-    };
-    assert!(
-        !required(),
-        "{test}: network namespace test required here but {why}"
-    );
-    eprintln!("\n*** SKIPPED {test}: {why}; network namespace tests need root and iproute2 ***\n");
-    false
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd.spawn().expect("start softverbs in a namespace")
 }
 
-extern "C" {
-    #[link_name = "geteuid"]
-    fn libc_geteuid() -> u32;
-}
-
-fn ip(args: &[&str]) {
-    let out = Command::new("ip").args(args).output().expect("run ip");
-    assert!(
-        out.status.success(),
-        "ip {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// Two namespaces with a veth pair between them; removed on drop.
-struct Link {
-    ns: [String; 2],
-    addr: [String; 2],
-}
-
-impl Link {
-    fn new(tag: u8) -> Link {
-        let id = format!("{}{tag}", std::process::id() % 100_000);
-        let ns = [format!("svt{id}a"), format!("svt{id}b")];
-        let dev = [format!("sv{id}a"), format!("sv{id}b")];
-        let subnet = 200 + u32::from(tag);
-        let addr = [format!("10.254.{subnet}.1"), format!("10.254.{subnet}.2")];
-        for n in &ns {
-            let _ = Command::new("ip").args(["netns", "del", n]).output();
-            ip(&["netns", "add", n]);
+/// Waits (bounded) until process `pid` in namespace `i` listens: a TCP listener or an
+/// unconnected UDP socket of its own beside the device's socket at 4791 (the rdma_cm
+/// rendezvous socket, or the out-of-band exchange's listener). A fixed head start was
+/// not enough on a loaded machine: a client that comes too early is refused.
+fn wait_listening(link: &Netns, i: usize, pid: u32) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let owner = format!("pid={pid},");
+    while Instant::now() < deadline {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &link.ns[i], "ss", "-Hlnptu"])
+            .output()
+            .expect("run ss in the namespace");
+        let listing = String::from_utf8_lossy(&out.stdout);
+        let ready = listing.lines().any(|l| {
+            l.contains(&owner)
+                && l.split_whitespace()
+                    .nth(4)
+                    .is_some_and(|local| !local.ends_with(":4791"))
+        });
+        if ready {
+            return;
         }
-        let link = Link {
-            ns: ns.clone(),
-            addr: addr.clone(),
-        };
-        ip(&[
-            "link", "add", &dev[0], "type", "veth", "peer", "name", &dev[1],
-        ]);
-        for i in 0..2 {
-            ip(&["link", "set", &dev[i], "netns", &ns[i]]);
-            ip(&[
-                "-n",
-                &ns[i],
-                "addr",
-                "add",
-                &format!("{}/24", addr[i]),
-                "dev",
-                &dev[i],
-            ]);
-            ip(&["-n", &ns[i], "link", "set", &dev[i], "up"]);
-            ip(&["-n", &ns[i], "link", "set", "lo", "up"]);
-        }
-        link
-    }
-
-    /// Runs the softverbs binary inside namespace `i`, its device on that side's
-    /// address.
-    fn spawn(&self, i: usize, args: &[&str], extra_env: &[(&str, &str)]) -> Child {
-        let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", &self.ns[i], BIN]).args(args);
-        cmd.env("SOFTVERBS_ADDR", &self.addr[i]);
-        for (k, v) in extra_env {
-            cmd.env(k, v);
-        }
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        cmd.spawn().expect("start softverbs in a namespace")
-    }
-}
-
-impl Link {
-    /// Waits (bounded) until process `pid` in namespace `i` listens: a TCP listener or an
-    /// unconnected UDP socket of its own beside the device's socket at 4791 (the rdma_cm
-    /// rendezvous socket, or the out-of-band exchange's listener). A fixed head start was
-    /// not enough on a loaded machine: a client that comes too early is refused.
-    fn wait_listening(&self, i: usize, pid: u32) {
-        let deadline = Instant::now() + Duration::from_secs(15);
-        let owner = format!("pid={pid},");
-        while Instant::now() < deadline {
-            let out = Command::new("ip")
-                .args(["netns", "exec", &self.ns[i], "ss", "-Hlnptu"])
-                .output()
-                .expect("run ss in the namespace");
-            let listing = String::from_utf8_lossy(&out.stdout);
-            let ready = listing.lines().any(|l| {
-                l.contains(&owner)
-                    && l.split_whitespace()
-                        .nth(4)
-                        .is_some_and(|local| !local.ends_with(":4791"))
-            });
-            if ready {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Link {
-    fn drop(&mut self) {
-        for n in &self.ns {
-            let _ = Command::new("ip").args(["netns", "del", n]).output();
-        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -162,10 +68,10 @@ fn finish_stderr(mut child: Child) -> (bool, String) {
     (status.success(), err)
 }
 
-fn pair(link: &Link, server: &[&str], client: &[&str], env: &[(&str, &str)]) -> (String, String) {
-    let srv = link.spawn(0, server, env);
-    link.wait_listening(0, srv.id());
-    let cli = link.spawn(1, client, env);
+fn pair(link: &Netns, server: &[&str], client: &[&str], env: &[(&str, &str)]) -> (String, String) {
+    let srv = spawn(link, 0, server, env);
+    wait_listening(link, 0, srv.id());
+    let cli = spawn(link, 1, client, env);
     let (cok, cout) = finish(cli);
     let (sok, sout) = finish(srv);
     assert!(
@@ -177,10 +83,9 @@ fn pair(link: &Link, server: &[&str], client: &[&str], env: &[(&str, &str)]) -> 
 
 #[test]
 fn pingpong_and_perf_between_two_namespaces() {
-    if !can_run("pingpong_and_perf_between_two_namespaces") {
+    let Some(link) = Netns::create("pingpong_and_perf_between_two_namespaces") else {
         return;
-    }
-    let link = Link::new(1);
+    };
     let peer = link.addr[0].clone();
     // RC ping-pong, every byte checked, 64 KiB messages (16 packets each way).
     let (_, out) = pair(
@@ -233,13 +138,17 @@ fn pingpong_and_perf_between_two_namespaces() {
 /// /24): ADDR_ERROR with ENETUNREACH's status, for RC (rping) and UD (udaddy) alike.
 #[test]
 fn rping_between_two_namespaces() {
-    if !can_run("rping_between_two_namespaces") {
+    let Some(link) = Netns::create("rping_between_two_namespaces") else {
         return;
-    }
-    let link = Link::new(2);
+    };
     let peer = link.addr[0].clone();
     for tool in ["rping", "udaddy"] {
-        let (ok, out) = finish(link.spawn(1, &[tool, "-c", "-a", "10.9.9.9", "-C", "1"], &[]));
+        let (ok, out) = finish(spawn(
+            &link,
+            1,
+            &[tool, "-c", "-a", "10.9.9.9", "-C", "1"],
+            &[],
+        ));
         assert!(!ok, "{tool} to an address with no route succeeded:\n{out}");
         assert!(
             out.contains("AddrError") && out.contains("NetworkUnreachable"),
@@ -262,10 +171,9 @@ fn rping_between_two_namespaces() {
 /// loss some are sent again, and every one comes back.
 #[test]
 fn udaddy_between_two_namespaces() {
-    if !can_run("udaddy_between_two_namespaces") {
+    let Some(link) = Netns::create("udaddy_between_two_namespaces") else {
         return;
-    }
-    let link = Link::new(3);
+    };
     let peer = link.addr[0].clone();
     for env in [&[][..], &[("SOFTVERBS_FAULTS", "loss=0.02,seed=13")][..]] {
         let (_, out) = pair(
@@ -288,10 +196,9 @@ fn udaddy_between_two_namespaces() {
 /// UD QPs found by SIDR.
 #[test]
 fn perf_cm_between_two_namespaces() {
-    if !can_run("perf_cm_between_two_namespaces") {
+    let Some(link) = Netns::create("perf_cm_between_two_namespaces") else {
         return;
-    }
-    let link = Link::new(4);
+    };
     let peer = link.addr[0].clone();
     for env in [&[][..], &[("SOFTVERBS_FAULTS", "loss=0.02,seed=17")][..]] {
         let (_, out) = pair(
@@ -323,10 +230,9 @@ fn perf_cm_between_two_namespaces() {
 /// 2 % loss every receiver still gets the message).
 #[test]
 fn multicast_through_the_cm_between_two_namespaces() {
-    if !can_run("multicast_through_the_cm_between_two_namespaces") {
+    let Some(link) = Netns::create("multicast_through_the_cm_between_two_namespaces") else {
         return;
-    }
-    let link = Link::new(5);
+    };
     let group = format!("239.77.{}.{}", std::process::id() % 251, 5);
     for (n, env) in [&[][..], &[("SOFTVERBS_FAULTS", "loss=0.02,seed=19")][..]]
         .into_iter()
@@ -336,7 +242,8 @@ fn multicast_through_the_cm_between_two_namespaces() {
         let (tx, rx) = std::sync::mpsc::channel::<(usize, String)>();
         let mut receivers: Vec<Child> = Vec::new();
         for i in 0..3 {
-            let mut r = link.spawn(
+            let mut r = spawn(
+                &link,
                 0,
                 &["mcast", "--cm", "--recv", &group, "--timeout", "60"],
                 env,
@@ -361,7 +268,8 @@ fn multicast_through_the_cm_between_two_namespaces() {
             let (i, line) = rx.recv_timeout(TIMEOUT).expect("a receiver did not join");
             lines[i].push(line);
         }
-        let (ok, out) = finish(link.spawn(
+        let (ok, out) = finish(spawn(
+            &link,
             1,
             &[
                 "mcast",

@@ -16,6 +16,8 @@
 //! (the tools busy-poll). Without the tools the tests skip loudly, or fail under
 //! `SOFTVERBS_REQUIRE_TOOLS=1` (CI). The libraries come from `cargo build --workspace`.
 
+mod common;
+
 use std::io::Read;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -23,6 +25,8 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+use common::procs::Netns;
 
 const BIN: &str = env!("CARGO_BIN_EXE_softverbs");
 /// Longest any one program may run.
@@ -288,82 +292,9 @@ fn pair(what: &str, server: Command, client: Command, port: u16) -> (Outcome, Ou
 // Network namespaces
 // ---------------------------------------------------------------------------------------------
 
-/// Two network namespaces joined by a veth pair; removed on drop.
-struct Link {
-    ns: [String; 2],
-    addr: [String; 2],
-}
-
-fn ip(args: &[&str]) -> Result<(), String> {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .map_err(|e| format!("ip: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "ip {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr)
-        ))
-    }
-}
-
-impl Link {
-    /// None (skipped loudly; an error in CI) where namespaces cannot be made.
-    fn new(test: &str) -> Option<Link> {
-        // SAFETY: geteuid has no preconditions.
-        let root = unsafe { libc::geteuid() } == 0;
-        let iproute2 = Command::new("ip")
-            .arg("-V")
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if !root || !iproute2 {
-            let must = required() || std::env::var("CI").is_ok_and(|v| v == "true");
-            assert!(!must, "{test}: network namespaces need root and iproute2");
-            eprintln!("\n*** SKIPPED {test}: network namespaces need root and iproute2 ***\n");
-            return None;
-        }
-        let id = std::process::id() % 100_000;
-        let link = Link {
-            ns: [format!("svso{id}a"), format!("svso{id}b")],
-            addr: ["10.254.14.1".into(), "10.254.14.2".into()],
-        };
-        let dev = [format!("svso{id}a"), format!("svso{id}b")];
-        let made = (|| {
-            for n in &link.ns {
-                let _ = ip(&["netns", "del", n]);
-                ip(&["netns", "add", n])?;
-            }
-            ip(&[
-                "link", "add", &dev[0], "type", "veth", "peer", "name", &dev[1],
-            ])?;
-            for ((ns, addr), dev) in link.ns.iter().zip(&link.addr).zip(&dev) {
-                ip(&["link", "set", dev, "netns", ns])?;
-                ip(&["-n", ns, "addr", "add", &format!("{addr}/24"), "dev", dev])?;
-                ip(&["-n", ns, "link", "set", dev, "up"])?;
-                ip(&["-n", ns, "link", "set", "lo", "up"])?;
-            }
-            Ok::<(), String>(())
-        })();
-        if let Err(e) = made {
-            panic!("{test}: cannot make the namespaces: {e}");
-        }
-        Some(link)
-    }
-
-    fn side(&self, i: usize) -> Option<(&str, &str)> {
-        Some((&self.ns[i], &self.addr[i]))
-    }
-}
-
-impl Drop for Link {
-    fn drop(&mut self) {
-        for n in &self.ns {
-            let _ = ip(&["netns", "del", n]);
-        }
-    }
+/// Side `i` of `link` as `(namespace, address)`.
+fn side(link: &Netns, i: usize) -> Option<(&str, &str)> {
+    Some((&link.ns[i], &link.addr[i]))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -389,14 +320,14 @@ fn final_row(out: &Outcome) -> Vec<f64> {
 
 /// One ucx_perftest test between two processes (on loopback, or across `link`), checked:
 /// both exit 0, all `iters` iterations ran, bandwidth and message rate are non-zero.
-fn ucx_perftest(test: &str, args: &[&str], iters: u32, link: Option<&Link>) -> Vec<f64> {
+fn ucx_perftest(test: &str, args: &[&str], iters: u32, link: Option<&Netns>) -> Vec<f64> {
     let port = free_tcp_port().to_string();
     let n = iters.to_string();
     let mut common = vec!["-p", &port, "-n", &n];
     common.extend_from_slice(args);
     let env = [("UCX_TLS", UCX_TLS)];
     let (server_ns, client_ns, peer) = match link {
-        Some(l) => (l.side(0), l.side(1), l.addr[0].as_str()),
+        Some(l) => (side(l, 0), side(l, 1), l.addr[0].as_str()),
         None => (None, None, "127.0.0.1"),
     };
     let server = softverbs_run("ucx_perftest", &common, &env, server_ns);
@@ -641,7 +572,7 @@ fn ucx_perftest_between_two_network_namespaces() {
         return;
     }
     let _one = serial();
-    let Some(link) = Link::new(test) else {
+    let Some(link) = Netns::create(test) else {
         return;
     };
     let cases: [(&[&str], u32); 6] = [

@@ -75,6 +75,15 @@ fn bind1(p: &mut Pair, mw: MwHandle, info: MwBindInfo) -> Rkey {
     rkey
 }
 
+/// A Type 1 window on B, bound over the whole window range for remote READ and WRITE, in
+/// the region `mr`: the window and its R_Key.
+fn bound_type1(p: &mut Pair, mr: &MrInfo) -> (MwInfo, Rkey) {
+    let pd = p.b.pd;
+    let mw = p.engine(End::B).alloc_mw(pd, MwType::Type1).unwrap();
+    let rkey = bind1(p, mw.handle, bind_info(mr, WIN_OFF, WIN_LEN, wr_rights()));
+    (mw, rkey)
+}
+
 /// Binds a type 2 window with a BIND_MW work request on B's QP; returns the
 /// new rkey.
 fn bind2(p: &mut Pair, mw: &MwInfo, info: MwBindInfo) -> Rkey {
@@ -239,13 +248,7 @@ fn type1_window_grants_its_range_and_rights_only() {
 fn window_rkey_is_not_an_lkey() {
     let mut p = Pair::lossless();
     let mr = window_region(&mut p);
-    let pd = p.b.pd;
-    let mw = p.engine(End::B).alloc_mw(pd, MwType::Type1).unwrap();
-    let rkey = bind1(
-        &mut p,
-        mw.handle,
-        bind_info(&mr, WIN_OFF, WIN_LEN, wr_rights()),
-    );
+    let (_, rkey) = bound_type1(&mut p, &mr);
     let sge = Sge {
         addr: p.addr(End::B, WIN_OFF),
         length: 16,
@@ -265,13 +268,7 @@ fn window_rkey_is_not_an_lkey() {
 fn type1_rebind_changes_the_rkey_and_the_old_one_dies() {
     let mut p = Pair::lossless();
     let mr = window_region(&mut p);
-    let pd = p.b.pd;
-    let mw = p.engine(End::B).alloc_mw(pd, MwType::Type1).unwrap();
-    let k1 = bind1(
-        &mut p,
-        mw.handle,
-        bind_info(&mr, WIN_OFF, WIN_LEN, wr_rights()),
-    );
+    let (mw, k1) = bound_type1(&mut p, &mr);
     assert_eq!(
         access(&mut p, Op::Write, WIN_OFF, 64, k1),
         WcStatus::Success
@@ -488,13 +485,7 @@ fn send_with_invalidate_from_the_peer_invalidates_a_type2_window() {
 fn send_with_invalidate_of_a_type1_window_is_an_invalid_request() {
     let mut p = Pair::lossless();
     let mr = window_region(&mut p);
-    let pd = p.b.pd;
-    let mw = p.engine(End::B).alloc_mw(pd, MwType::Type1).unwrap();
-    let rkey = bind1(
-        &mut p,
-        mw.handle,
-        bind_info(&mr, WIN_OFF, WIN_LEN, wr_rights()),
-    );
+    let (_, rkey) = bound_type1(&mut p, &mr);
     let r = p.sge(End::B, 30_000, 4096);
     p.post_recv(End::B, 100, &[r]).unwrap();
     let sge = p.sge(End::A, SRC, 64);
@@ -615,10 +606,7 @@ fn bind_errors_complete_with_mw_bind_err() {
 fn dealloc_mw_and_dereg_mr_end_access() {
     let mut p = Pair::lossless();
     let mr = window_region(&mut p);
-    let pd = p.b.pd;
-    let mw = p.engine(End::B).alloc_mw(pd, MwType::Type1).unwrap();
-    let info = bind_info(&mr, WIN_OFF, WIN_LEN, wr_rights());
-    let rkey = bind1(&mut p, mw.handle, info);
+    let (mw, rkey) = bound_type1(&mut p, &mr);
     assert_eq!(
         access(&mut p, Op::Write, WIN_OFF, 64, rkey),
         WcStatus::Success
@@ -651,6 +639,7 @@ fn dealloc_mw_and_dereg_mr_end_access() {
         WcStatus::RemAccessErr
     );
     // A new window in the same slot does not answer to the old key.
+    let pd = p.b.pd;
     let mw2 = p.engine(End::B).alloc_mw(pd, MwType::Type1).unwrap();
     assert_ne!(mw2.rkey, rkey2.0);
     assert_eq!(

@@ -13,6 +13,12 @@
 
 use libc::{c_char, c_int, c_uint, c_void, pthread_cond_t, pthread_mutex_t};
 
+pub use softverbs_stub_support::verbs_h::{
+    ibv_ah_attr, ibv_gid, ibv_gid_global, ibv_global_route, ibv_qp_cap, ibv_rx_hash_conf,
+    ibv_srq_attr, ibv_srq_init_attr,
+};
+softverbs_stub_support::qp_init_attr_mirrors!();
+
 /// Types for which the all-zero bit pattern is a valid value (null pointers, `None` function
 /// pointers, zero integers, glibc's `PTHREAD_{MUTEX,COND}_INITIALIZER`).
 ///
@@ -663,22 +669,6 @@ pub const COMPAT_PORT_ATTR_SIZE: usize = 48;
 // Addresses
 // ---------------------------------------------------------------------------------------------
 
-/// The `global` view of [`ibv_gid`] (both big-endian).
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct ibv_gid_global {
-    pub subnet_prefix: u64,
-    pub interface_id: u64,
-}
-
-/// `union ibv_gid` (16 bytes).
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub union ibv_gid {
-    pub raw: [u8; 16],
-    pub global: ibv_gid_global,
-}
-
 /// `struct ibv_gid_entry`
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -688,17 +678,6 @@ pub struct ibv_gid_entry {
     pub port_num: u32,
     pub gid_type: u32,
     pub ndev_ifindex: u32,
-}
-
-/// `struct ibv_global_route` (24 bytes).
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct ibv_global_route {
-    pub dgid: ibv_gid,
-    pub flow_label: u32,
-    pub sgid_index: u8,
-    pub hop_limit: u8,
-    pub traffic_class: u8,
 }
 
 /// `struct ibv_grh` (40 bytes, the wire GRH as delivered in front of UD receives).
@@ -711,19 +690,6 @@ pub struct ibv_grh {
     pub hop_limit: u8,
     pub sgid: ibv_gid,
     pub dgid: ibv_gid,
-}
-
-/// `struct ibv_ah_attr` (32 bytes).
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct ibv_ah_attr {
-    pub grh: ibv_global_route,
-    pub dlid: u16,
-    pub sl: u8,
-    pub src_path_bits: u8,
-    pub static_rate: u8,
-    pub is_global: u8,
-    pub port_num: u8,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -876,23 +842,6 @@ pub struct ibv_srq {
     pub events_completed: u32,
 }
 
-/// `struct ibv_srq_attr`
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct ibv_srq_attr {
-    pub max_wr: u32,
-    pub max_sge: u32,
-    pub srq_limit: u32,
-}
-
-/// `struct ibv_srq_init_attr`
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct ibv_srq_init_attr {
-    pub srq_context: *mut c_void,
-    pub attr: ibv_srq_attr,
-}
-
 /// `struct ibv_wq`
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -976,64 +925,6 @@ pub struct ibv_qp_ex {
     pub wr_complete: Option<unsafe extern "C" fn(*mut ibv_qp_ex) -> c_int>,
     pub wr_abort: Option<unsafe extern "C" fn(*mut ibv_qp_ex)>,
     pub wr_atomic_write: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, *const c_void)>,
-}
-
-/// `struct ibv_qp_cap` (20 bytes).
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct ibv_qp_cap {
-    pub max_send_wr: u32,
-    pub max_recv_wr: u32,
-    pub max_send_sge: u32,
-    pub max_recv_sge: u32,
-    pub max_inline_data: u32,
-}
-
-/// `struct ibv_qp_init_attr` (64 bytes).
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct ibv_qp_init_attr {
-    pub qp_context: *mut c_void,
-    pub send_cq: *mut ibv_cq,
-    pub recv_cq: *mut ibv_cq,
-    pub srq: *mut ibv_srq,
-    pub cap: ibv_qp_cap,
-    /// `enum ibv_qp_type`
-    pub qp_type: c_int,
-    pub sq_sig_all: c_int,
-}
-
-/// `struct ibv_rx_hash_conf`
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct ibv_rx_hash_conf {
-    pub rx_hash_function: u8,
-    pub rx_hash_key_len: u8,
-    pub rx_hash_key: *mut u8,
-    pub rx_hash_fields_mask: u64,
-}
-
-/// `struct ibv_qp_init_attr_ex` (136 bytes): [`ibv_qp_init_attr`]'s fields, then extensions
-/// selected by `comp_mask` (`IBV_QP_INIT_ATTR_*`).
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct ibv_qp_init_attr_ex {
-    pub qp_context: *mut c_void,
-    pub send_cq: *mut ibv_cq,
-    pub recv_cq: *mut ibv_cq,
-    pub srq: *mut ibv_srq,
-    pub cap: ibv_qp_cap,
-    pub qp_type: c_int,
-    pub sq_sig_all: c_int,
-    pub comp_mask: u32,
-    pub pd: *mut ibv_pd,
-    pub xrcd: *mut ibv_xrcd,
-    pub create_flags: u32,
-    pub max_tso_header: u16,
-    pub rwq_ind_tbl: *mut ibv_rwq_ind_table,
-    pub rx_hash_conf: ibv_rx_hash_conf,
-    pub source_qpn: u32,
-    pub send_ops_flags: u64,
 }
 
 /// `struct ibv_qp_attr` (144 bytes).

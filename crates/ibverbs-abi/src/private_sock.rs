@@ -21,11 +21,9 @@ use softverbs_private_abi::{
 
 use crate::private_cm::{manager, socket_addr, storage};
 
-// Each lives behind an `Arc` in the registry: the size difference costs nothing.
-#[allow(clippy::large_enum_variant)]
 enum Sock {
     Listener(RdmaListener),
-    Stream(RdmaStream),
+    Stream(Arc<RdmaStream>),
 }
 
 /// Live sockets by handle (handles are never reused).
@@ -46,10 +44,9 @@ fn lookup(handle: SockHandle) -> Result<Arc<Sock>, c_int> {
     socks().get(&handle).cloned().ok_or(libc::EBADF)
 }
 
-fn stream(handle: SockHandle) -> Result<Arc<Sock>, c_int> {
-    let sock = lookup(handle)?;
-    match *sock {
-        Sock::Stream(_) => Ok(sock),
+fn stream(handle: SockHandle) -> Result<Arc<RdmaStream>, c_int> {
+    match &*lookup(handle)? {
+        Sock::Stream(st) => Ok(st.clone()),
         Sock::Listener(_) => Err(libc::ENOTCONN),
     }
 }
@@ -152,7 +149,7 @@ unsafe extern "C" fn accept(
         // SAFETY: NULL or readable (caller).
         let opts = unsafe { options(settings) };
         let (stream, addr) = l.accept_mode(&opts, block == 0).map_err(|e| errno_of(&e))?;
-        let handle = insert(Sock::Stream(stream));
+        let handle = insert(Sock::Stream(Arc::new(stream)));
         // SAFETY: writable (caller).
         unsafe {
             peer.write(storage(Some(addr)));
@@ -176,7 +173,7 @@ unsafe extern "C" fn connect(
         let cm = manager()?;
         let stream =
             RdmaStream::connect_with(cm.context(), addr, &opts).map_err(|e| errno_of(&e))?;
-        let handle = insert(Sock::Stream(stream));
+        let handle = insert(Sock::Stream(Arc::new(stream)));
         // SAFETY: writable (caller).
         unsafe { out.write(handle) };
         Ok(())
@@ -194,10 +191,7 @@ unsafe extern "C" fn close(sock: SockHandle) -> c_int {
 
 unsafe extern "C" fn recv(sock: SockHandle, buf: *mut u8, len: usize, flags: u32) -> isize {
     count((|| {
-        let s = stream(sock)?;
-        let Sock::Stream(st) = &*s else {
-            unreachable!("checked by stream()")
-        };
+        let st = stream(sock)?;
         if len == 0 {
             return Ok(0);
         }
@@ -218,10 +212,7 @@ unsafe extern "C" fn recv(sock: SockHandle, buf: *mut u8, len: usize, flags: u32
 
 unsafe extern "C" fn send(sock: SockHandle, buf: *const u8, len: usize, block: u8) -> isize {
     count((|| {
-        let s = stream(sock)?;
-        let Sock::Stream(st) = &*s else {
-            unreachable!("checked by stream()")
-        };
+        let st = stream(sock)?;
         if len == 0 {
             return Ok(0);
         }
@@ -236,10 +227,7 @@ unsafe extern "C" fn send(sock: SockHandle, buf: *const u8, len: usize, block: u
 
 unsafe extern "C" fn shutdown(sock: SockHandle, how: c_int) -> c_int {
     status((|| {
-        let s = stream(sock)?;
-        let Sock::Stream(st) = &*s else {
-            unreachable!("checked by stream()")
-        };
+        let st = stream(sock)?;
         let how = match how {
             libc::SHUT_RD => std::net::Shutdown::Read,
             libc::SHUT_WR => std::net::Shutdown::Write,
@@ -340,10 +328,7 @@ unsafe extern "C" fn addrs(
 
 unsafe extern "C" fn set_keepalive(sock: SockHandle, seconds: u32) -> c_int {
     status((|| {
-        let s = stream(sock)?;
-        let Sock::Stream(st) = &*s else {
-            unreachable!("checked by stream()")
-        };
+        let st = stream(sock)?;
         st.set_keepalive((seconds > 0).then(|| Duration::from_secs(u64::from(seconds))));
         Ok(())
     })())
@@ -358,10 +343,7 @@ unsafe extern "C" fn iomap(
     out: *mut i64,
 ) -> c_int {
     status((|| {
-        let s = stream(sock)?;
-        let Sock::Stream(st) = &*s else {
-            unreachable!("checked by stream()")
-        };
+        let st = stream(sock)?;
         let at = (offset != -1).then_some(offset as u64);
         // SAFETY: riomap's contract: the application keeps the buffer mapped and leaves
         // it to the peer until riounmap or rclose (which drops the stream and the region).
@@ -374,10 +356,7 @@ unsafe extern "C" fn iomap(
 
 unsafe extern "C" fn iounmap(sock: SockHandle, buf: *mut u8, len: usize) -> c_int {
     status((|| {
-        let s = stream(sock)?;
-        let Sock::Stream(st) = &*s else {
-            unreachable!("checked by stream()")
-        };
+        let st = stream(sock)?;
         st.iounmap(buf, len).map_err(|e| errno_of(&e))
     })())
 }
@@ -390,10 +369,7 @@ unsafe extern "C" fn iowrite(
     block: u8,
 ) -> isize {
     count((|| {
-        let s = stream(sock)?;
-        let Sock::Stream(st) = &*s else {
-            unreachable!("checked by stream()")
-        };
+        let st = stream(sock)?;
         if len == 0 {
             return Ok(0);
         }

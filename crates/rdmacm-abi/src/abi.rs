@@ -24,6 +24,12 @@ use core::ffi::{c_char, c_int, c_void};
 pub use libc::{sockaddr, sockaddr_in, sockaddr_in6, sockaddr_storage, socklen_t};
 use softverbs_stub_support::zeroed;
 
+pub use softverbs_stub_support::verbs_h::{
+    ibv_ah_attr, ibv_gid, ibv_gid_global, ibv_global_route, ibv_qp_cap, ibv_rx_hash_conf,
+    ibv_srq_attr, ibv_srq_init_attr,
+};
+softverbs_stub_support::qp_init_attr_mirrors!();
+
 // ---------------------------------------------------------------------------------------------
 // Constants (C enums cross the ABI as `int`; typed as the struct fields that hold them).
 // ---------------------------------------------------------------------------------------------
@@ -138,7 +144,8 @@ opaque!(
     ibv_cq,
     ibv_comp_channel,
     ibv_srq,
-    ibv_xrcd
+    ibv_xrcd,
+    ibv_rwq_ind_table
 );
 
 /// `struct ibv_pd`: librdmacm reads `pd->context` (`rdma_create_qp` checks the PD belongs
@@ -172,82 +179,6 @@ pub struct ibv_qp {
     /// `pthread_cond_t` (libibverbs' own).
     pub cond: [u64; 6],
     pub events_completed: u32,
-}
-
-/// `struct ibv_qp_cap` (20 bytes).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ibv_qp_cap {
-    pub max_send_wr: u32,
-    pub max_recv_wr: u32,
-    pub max_send_sge: u32,
-    pub max_recv_sge: u32,
-    pub max_inline_data: u32,
-}
-
-/// `struct ibv_qp_init_attr` (64 bytes): what `rdma_create_qp` takes.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct ibv_qp_init_attr {
-    pub qp_context: *mut c_void,
-    pub send_cq: *mut ibv_cq,
-    pub recv_cq: *mut ibv_cq,
-    pub srq: *mut ibv_srq,
-    pub cap: ibv_qp_cap,
-    /// `enum ibv_qp_type`
-    pub qp_type: c_int,
-    pub sq_sig_all: c_int,
-}
-
-/// `struct ibv_rx_hash_conf` (24 bytes), inside `ibv_qp_init_attr_ex`.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct ibv_rx_hash_conf {
-    pub rx_hash_function: u8,
-    pub rx_hash_key_len: u8,
-    pub rx_hash_key: *mut u8,
-    pub rx_hash_fields_mask: u64,
-}
-
-/// `struct ibv_qp_init_attr_ex` (136 bytes): what `rdma_create_qp_ex` takes. Its first
-/// fields are those of `ibv_qp_init_attr`; `comp_mask` lies in that struct's tail padding.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct ibv_qp_init_attr_ex {
-    pub qp_context: *mut c_void,
-    pub send_cq: *mut ibv_cq,
-    pub recv_cq: *mut ibv_cq,
-    pub srq: *mut ibv_srq,
-    pub cap: ibv_qp_cap,
-    pub qp_type: c_int,
-    pub sq_sig_all: c_int,
-    /// `IBV_QP_INIT_ATTR_*`
-    pub comp_mask: u32,
-    pub pd: *mut ibv_pd,
-    pub xrcd: *mut ibv_xrcd,
-    pub create_flags: u32,
-    pub max_tso_header: u16,
-    pub rwq_ind_tbl: *mut c_void,
-    pub rx_hash_conf: ibv_rx_hash_conf,
-    pub source_qpn: u32,
-    pub send_ops_flags: u64,
-}
-
-/// `struct ibv_srq_attr` (12 bytes).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ibv_srq_attr {
-    pub max_wr: u32,
-    pub max_sge: u32,
-    pub srq_limit: u32,
-}
-
-/// `struct ibv_srq_init_attr` (24 bytes): what `rdma_create_srq` takes.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct ibv_srq_init_attr {
-    pub srq_context: *mut c_void,
-    pub attr: ibv_srq_attr,
 }
 
 /// `struct ibv_tm_cap`
@@ -324,48 +255,6 @@ pub const VERBS_ABI_IS_EXTENDED: usize = usize::MAX;
 // ---------------------------------------------------------------------------------------------
 // Embedded verbs types
 // ---------------------------------------------------------------------------------------------
-
-/// `union ibv_gid`, member `global`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ibv_gid_global {
-    /// Big-endian.
-    pub subnet_prefix: u64,
-    /// Big-endian.
-    pub interface_id: u64,
-}
-
-/// `union ibv_gid` (16 bytes).
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub union ibv_gid {
-    pub raw: [u8; 16],
-    pub global: ibv_gid_global,
-}
-
-/// `struct ibv_global_route` (24 bytes).
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct ibv_global_route {
-    pub dgid: ibv_gid,
-    pub flow_label: u32,
-    pub sgid_index: u8,
-    pub hop_limit: u8,
-    pub traffic_class: u8,
-}
-
-/// `struct ibv_ah_attr` (32 bytes).
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct ibv_ah_attr {
-    pub grh: ibv_global_route,
-    pub dlid: u16,
-    pub sl: u8,
-    pub src_path_bits: u8,
-    pub static_rate: u8,
-    pub is_global: u8,
-    pub port_num: u8,
-}
 
 /// `struct ibv_ece`: enhanced connection establishment options.
 #[repr(C)]
@@ -643,19 +532,11 @@ pub struct rdma_cm_join_mc_attr_ex {
 zeroed!(
     ibv_pd,
     ibv_qp,
-    ibv_qp_cap,
     ibv_qp_init_attr,
-    ibv_rx_hash_conf,
     ibv_qp_init_attr_ex,
-    ibv_srq_attr,
-    ibv_srq_init_attr,
     ibv_tm_cap,
     ibv_srq_init_attr_ex,
     ibv_qp_attr,
-    ibv_gid_global,
-    ibv_gid,
-    ibv_global_route,
-    ibv_ah_attr,
     ibv_ece,
     ibv_sa_path_rec,
     ibv_path_record,

@@ -14,17 +14,6 @@ use common::cm_run::{self, Case, CaseOutcome};
 use common::procs::{self, Running, Side};
 use std::time::{Duration, Instant};
 
-/// One server, one client, both exiting by themselves.
-fn pair(server: Side, client: Side) -> Case {
-    Case {
-        servers: vec![server],
-        clients: vec![client],
-        servers_exit: true,
-        clients_one_by_one: false,
-        head_start: None,
-    }
-}
-
 /// Asserts every process printed `text` (on stdout or stderr).
 fn assert_all_print(r: &CaseOutcome, text: &str, what: &str) {
     for o in r.servers.iter().chain(&r.clients) {
@@ -53,7 +42,7 @@ fn cmatose_like(test: &str, tool: &str, addr: &str, extra: &[&str]) {
             "udaddy" => vec![],
             _ => vec!["-p", port.as_str()],
         };
-        pair(
+        Case::pair(
             Side::new(&path, &["-b", addr]).args(&port_args).args(extra),
             Side::new(&path, &["-s", addr, "-b", addr])
                 .args(&port_args)
@@ -106,17 +95,15 @@ fn mckey_one_sender_two_receivers() {
             "/usr/bin/mckey",
             &["-m", &group, "-b", "127.0.0.1", "-C", "10"],
         );
-        Case {
-            servers: vec![receiver.clone(), receiver],
-            clients: vec![Side::new(
+        // The receivers must have joined before the sender sends.
+        Case::new(
+            vec![receiver.clone(), receiver],
+            vec![Side::new(
                 "/usr/bin/mckey",
                 &["-m", &group, "-b", "127.0.0.1", "-s", "-C", "10"],
             )],
-            servers_exit: true,
-            clients_one_by_one: false,
-            // The receivers must have joined before the sender sends.
-            head_start: Some(Duration::from_secs(1)),
-        }
+        )
+        .head_start(Duration::from_secs(1))
     });
     r.assert_ok(test);
     assert_all_print(&r, "return status 0", test);
@@ -140,7 +127,7 @@ fn rdma_server_and_rdma_client() {
     let lib = cm_run::dropin(test);
     let r = cm_run::run_case(&lib, |port| {
         let port = port.to_string();
-        pair(
+        Case::pair(
             Side::new("/usr/bin/rdma_server", &["-p", &port]),
             Side::new("/usr/bin/rdma_client", &["-s", "127.0.0.1", "-p", &port]),
         )
@@ -164,20 +151,15 @@ fn cmtime_100_connections() {
     let lib = cm_run::dropin(test);
     let r = cm_run::run_case(&lib, |port| {
         let port = port.to_string();
-        Case {
-            // cmtime's server serves until it is killed.
-            servers: vec![Side::new(
-                "/usr/bin/cmtime",
-                &["-b", "127.0.0.1", "-p", &port],
-            )],
-            clients: vec![Side::new(
+        // cmtime's server serves until it is killed.
+        Case::pair(
+            Side::new("/usr/bin/cmtime", &["-b", "127.0.0.1", "-p", &port]),
+            Side::new(
                 "/usr/bin/cmtime",
                 &["-s", "127.0.0.1", "-p", &port, "-c", "100"],
-            )],
-            servers_exit: false,
-            clients_one_by_one: false,
-            head_start: None,
-        }
+            ),
+        )
+        .servers_run_until_killed()
     });
     r.assert_ok(test);
     // The client's table: a row per step with 100 connections' worth of timings.

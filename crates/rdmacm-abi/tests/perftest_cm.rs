@@ -32,14 +32,8 @@ fn perftest_cm(test: &str, tool: &str, extra: &[&str], column: &str) {
         let port = port.to_string();
         let server = Side::new(&path, &["-R", "-p", &port, "-n", ITERS]).args(extra);
         let client = server.clone().args(&["127.0.0.1"]);
-        Case {
-            servers: vec![server],
-            clients: vec![client],
-            servers_exit: true,
-            clients_one_by_one: false,
-            // perftest sets up its buffers before it listens (slowly on a loaded machine).
-            head_start: Some(Duration::from_secs(2)),
-        }
+        // perftest sets up its buffers before it listens (slowly on a loaded machine).
+        Case::pair(server, client).head_start(Duration::from_secs(2))
     });
     r.assert_ok(test);
     let report = r.report();

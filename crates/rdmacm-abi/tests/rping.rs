@@ -44,19 +44,14 @@ fn rping_pair(test: &str, addr: &str, count: u32, extra: &[&str]) {
     let count_arg = count.to_string();
     let r = cm_run::run_case(&lib, |port| {
         let port = port.to_string();
-        Case {
-            servers: vec![
-                Side::new("/usr/bin/rping", &["-s", "-a", addr, "-p", &port]).args(extra),
-            ],
-            clients: vec![Side::new(
+        Case::pair(
+            Side::new("/usr/bin/rping", &["-s", "-a", addr, "-p", &port]).args(extra),
+            Side::new(
                 "/usr/bin/rping",
                 &["-c", "-a", addr, "-p", &port, "-C", &count_arg, "-V", "-v"],
             )
-            .args(extra)],
-            servers_exit: true,
-            clients_one_by_one: false,
-            head_start: None,
-        }
+            .args(extra),
+        )
     });
     r.assert_ok(test);
     assert_pings(&r, count, test);
@@ -91,20 +86,19 @@ fn rping_persistent_server_serves_three_clients() {
             "/usr/bin/rping",
             &["-c", "-a", "::1", "-p", &port, "-C", "30", "-V", "-v"],
         );
-        Case {
-            servers: vec![Side::new(
+        // rping -P itself cannot take simultaneous requests: its event thread stores each
+        // request's id in the listening context and wakes the main thread, which copies
+        // it into a new connection later, so a second request arriving in between makes
+        // two threads serve one id and leaves the other request unanswered.
+        Case::new(
+            vec![Side::new(
                 "/usr/bin/rping",
                 &["-s", "-P", "-a", "::1", "-p", &port],
             )],
-            clients: vec![client.clone(), client.clone(), client],
-            servers_exit: false,
-            // rping -P itself cannot take simultaneous requests: its event thread stores each
-            // request's id in the listening context and wakes the main thread, which copies
-            // it into a new connection later, so a second request arriving in between makes
-            // two threads serve one id and leaves the other request unanswered.
-            clients_one_by_one: true,
-            head_start: None,
-        }
+            vec![client.clone(), client.clone(), client],
+        )
+        .servers_run_until_killed()
+        .clients_one_by_one()
     });
     r.assert_ok(test);
     assert_pings(&r, 30, test);
@@ -127,13 +121,11 @@ fn rping_between_network_namespaces() {
     let lib = cm_run::dropin(test);
     let r = cm_run::run_case(&lib, |port| {
         let port = port.to_string();
-        Case {
-            servers: vec![
-                Side::new("/usr/bin/rping", &["-s", "-a", &link.addr[0], "-p", &port])
-                    .netns(&link.ns[0])
-                    .env("SOFTVERBS_ADDR", &link.addr[0]),
-            ],
-            clients: vec![Side::new(
+        Case::pair(
+            Side::new("/usr/bin/rping", &["-s", "-a", &link.addr[0], "-p", &port])
+                .netns(&link.ns[0])
+                .env("SOFTVERBS_ADDR", &link.addr[0]),
+            Side::new(
                 "/usr/bin/rping",
                 &[
                     "-c",
@@ -148,11 +140,8 @@ fn rping_between_network_namespaces() {
                 ],
             )
             .netns(&link.ns[1])
-            .env("SOFTVERBS_ADDR", &link.addr[1])],
-            servers_exit: true,
-            clients_one_by_one: false,
-            head_start: None,
-        }
+            .env("SOFTVERBS_ADDR", &link.addr[1]),
+        )
     });
     r.assert_ok(test);
     assert_pings(&r, 100, test);
@@ -175,13 +164,11 @@ fn rping_1000_verified_with_2_percent_loss() {
     let lib = cm_run::dropin(test);
     let r = cm_run::run_case(&lib, |port| {
         let port = port.to_string();
-        Case {
-            servers: vec![
-                Side::new("/usr/bin/rping", &["-s", "-a", "127.0.0.1", "-p", &port])
-                    .env("SOFTVERBS_FAULTS", "loss=0.02,seed=12")
-                    .env("SOFTVERBS_CM_PACKET_LIFE_TIME", "10"),
-            ],
-            clients: vec![Side::new(
+        Case::pair(
+            Side::new("/usr/bin/rping", &["-s", "-a", "127.0.0.1", "-p", &port])
+                .env("SOFTVERBS_FAULTS", "loss=0.02,seed=12")
+                .env("SOFTVERBS_CM_PACKET_LIFE_TIME", "10"),
+            Side::new(
                 "/usr/bin/rping",
                 &[
                     "-c",
@@ -196,11 +183,8 @@ fn rping_1000_verified_with_2_percent_loss() {
                 ],
             )
             .env("SOFTVERBS_FAULTS", "loss=0.02,seed=21")
-            .env("SOFTVERBS_CM_PACKET_LIFE_TIME", "10")],
-            servers_exit: true,
-            clients_one_by_one: false,
-            head_start: None,
-        }
+            .env("SOFTVERBS_CM_PACKET_LIFE_TIME", "10"),
+        )
     });
     r.assert_ok(test);
     assert_pings(&r, 1000, test);
@@ -237,16 +221,13 @@ fn rping_under_memcheck_is_clean() {
     };
     let r = cm_run::run_case(&lib, |port| {
         let port = port.to_string();
-        Case {
-            servers: vec![memcheck("server", &["-s", "-a", "127.0.0.1", "-p", &port])],
-            clients: vec![memcheck(
+        Case::pair(
+            memcheck("server", &["-s", "-a", "127.0.0.1", "-p", &port]),
+            memcheck(
                 "client",
                 &["-c", "-a", "127.0.0.1", "-p", &port, "-C", "5", "-V", "-v"],
-            )],
-            servers_exit: true,
-            clients_one_by_one: false,
-            head_start: None,
-        }
+            ),
+        )
     });
     let log_of = |o: &procs::Outcome, who: &str| {
         std::fs::read_to_string(logs.join(format!("{who}.{}.log", o.pid))).unwrap_or_default()

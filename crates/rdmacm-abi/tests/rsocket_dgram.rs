@@ -223,13 +223,7 @@ fn udpong_with(
             server = server.env(k, v);
             client = client.env(k, v);
         }
-        Case {
-            servers: vec![server],
-            clients: vec![client],
-            servers_exit: false,
-            clients_one_by_one: false,
-            head_start: None,
-        }
+        Case::pair(server, client).servers_run_until_killed()
     });
     r.assert_ok(test);
     r.clients[0].stdout.clone()

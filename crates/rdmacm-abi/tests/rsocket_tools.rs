@@ -18,12 +18,11 @@ use common::procs::{self, Side};
 use common::random_bytes;
 
 fn pair(server: Side, client: Side, servers_exit: bool) -> Case {
-    Case {
-        servers: vec![server],
-        clients: vec![client],
-        servers_exit,
-        clients_one_by_one: false,
-        head_start: None,
+    let case = Case::pair(server, client);
+    if servers_exit {
+        case
+    } else {
+        case.servers_run_until_killed()
     }
 }
 

@@ -58,19 +58,10 @@ fn a_plain_tcp_program_copies_a_file_over_rsockets() {
     let lib = cm_run::dropin(test);
     let r = cm_run::run_case(&lib, |port| {
         let port = port.to_string();
-        Case {
-            servers: vec![preloaded(
-                &exe,
-                &["recv", &port, dst.to_str().expect("utf-8 path")],
-            )],
-            clients: vec![preloaded(
-                &exe,
-                &["send", &port, src.to_str().expect("utf-8 path")],
-            )],
-            servers_exit: true,
-            clients_one_by_one: false,
-            head_start: None,
-        }
+        Case::pair(
+            preloaded(&exe, &["recv", &port, dst.to_str().expect("utf-8 path")]),
+            preloaded(&exe, &["send", &port, src.to_str().expect("utf-8 path")]),
+        )
     });
     r.assert_ok(test);
     let len = data.len();

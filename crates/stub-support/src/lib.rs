@@ -1,6 +1,6 @@
 //! What the C libraries of softverbs share: the stub libraries (`libmlx5.so.1`,
 //! `libefa.so.1`) entirely, the drop-in `libibverbs.so.1` / `librdmacm.so.1` the versioned
-//! trampolines, [`Zeroed`] and the test checks.
+//! trampolines, [`Zeroed`], the [`verbs_h`] mirrors both embed, and the test checks.
 //!
 //! Each stub crate lists its functions with [`stubs!`] (and [`compat!`] for extra,
 //! non-default versions), passes [`cdylib_link_args`] from its `build.rs`, and checks
@@ -194,3 +194,4 @@ macro_rules! compat {
 }
 
 pub mod testing;
+pub mod verbs_h;

@@ -4,6 +4,11 @@
 // Each test crate uses part of this.
 #![allow(dead_code)]
 
+/// ibverbs-abi's test harness (tool detection, network namespaces), shared by path rather
+/// than copied.
+#[path = "../../../ibverbs-abi/tests/common/mod.rs"]
+pub mod procs;
+
 use std::io::Read;
 use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};

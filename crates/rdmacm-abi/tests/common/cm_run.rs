@@ -82,6 +82,43 @@ pub struct Case {
     pub head_start: Option<Duration>,
 }
 
+impl Case {
+    /// `servers` and `clients`, the clients all started together after the default head
+    /// start, the servers ending by themselves.
+    pub fn new(servers: Vec<Side>, clients: Vec<Side>) -> Self {
+        Case {
+            servers,
+            clients,
+            servers_exit: true,
+            clients_one_by_one: false,
+            head_start: None,
+        }
+    }
+
+    /// One server and one client.
+    pub fn pair(server: Side, client: Side) -> Self {
+        Case::new(vec![server], vec![client])
+    }
+
+    /// The servers serve until they are killed once the clients are done.
+    pub fn servers_run_until_killed(mut self) -> Self {
+        self.servers_exit = false;
+        self
+    }
+
+    /// Each client starts only when the one before it has finished.
+    pub fn clients_one_by_one(mut self) -> Self {
+        self.clients_one_by_one = true;
+        self
+    }
+
+    /// The servers run for `head_start` before the clients start.
+    pub fn head_start(mut self, head_start: Duration) -> Self {
+        self.head_start = Some(head_start);
+        self
+    }
+}
+
 /// How a case ended.
 pub struct CaseOutcome {
     pub servers: Vec<Outcome>,

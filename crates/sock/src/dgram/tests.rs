@@ -14,12 +14,17 @@ fn addr(s: &str) -> SocketAddr {
 const A: &str = "127.0.0.1:5001";
 const B: &str = "127.0.0.1:5002";
 
+/// A QP `qpn` on the device whose GID is derived from IP address `dev`.
+fn local_qp(qpn: u32, dev: &str) -> LocalQp {
+    LocalQp {
+        qpn,
+        gid: gid_of_ip(dev.parse().unwrap()),
+    }
+}
+
 fn core(qpn: u32, dev: &str, sq: u32, rq: u32) -> DgramCore {
     DgramCore::new(
-        LocalQp {
-            qpn,
-            gid: gid_of_ip(dev.parse().unwrap()),
-        },
+        local_qp(qpn, dev),
         DgramSizes {
             sq_size: sq,
             rq_size: rq,
@@ -66,6 +71,18 @@ fn deliver(
     }
 }
 
+/// The rsocket UDP header alone (no payload, no device trailer): what an rdma-core peer sends.
+fn header_bytes(op: UdpOp, qpn: u32, ip: &str) -> Vec<u8> {
+    let mut wire = Vec::new();
+    UdpHeader {
+        op,
+        qpn,
+        addr: ip.parse().unwrap(),
+    }
+    .emit(&mut wire);
+    wire
+}
+
 fn bytes_of(d: &Datagram) -> Vec<u8> {
     match &d.payload {
         Payload::Bytes(b) => b.clone(),
@@ -75,16 +92,7 @@ fn bytes_of(d: &Datagram) -> Vec<u8> {
 
 #[test]
 fn first_datagram_goes_over_udp_then_the_ctrl_reply_opens_the_ud_path() {
-    let (qa, qb) = (
-        LocalQp {
-            qpn: 0x11,
-            gid: gid_of_ip("127.83.0.1".parse().unwrap()),
-        },
-        LocalQp {
-            qpn: 0x22,
-            gid: gid_of_ip("127.83.0.2".parse().unwrap()),
-        },
-    );
+    let (qa, qb) = (local_qp(0x11, "127.83.0.1"), local_qp(0x22, "127.83.0.2"));
     let sizes = DgramSizes {
         sq_size: 4,
         rq_size: 4,
@@ -128,13 +136,7 @@ fn first_datagram_goes_over_udp_then_the_ctrl_reply_opens_the_ud_path() {
 #[test]
 fn a_ctrl_without_trailer_means_a_roce_peer_at_its_ip() {
     let mut a = core(1, "127.83.0.1", 2, 2);
-    let mut ctrl = Vec::new();
-    UdpHeader {
-        op: UdpOp::Ctrl,
-        qpn: 0xabcdef,
-        addr: "10.1.2.3".parse().unwrap(),
-    }
-    .emit(&mut ctrl);
+    let ctrl = header_bytes(UdpOp::Ctrl, 0xabcdef, "10.1.2.3");
     let from = addr("10.1.2.3:7174");
     a.handle_udp(from, &ctrl, |_| addr("10.1.2.4:1")).unwrap();
     assert_eq!(
@@ -156,22 +158,10 @@ fn a_ctrl_without_trailer_means_a_roce_peer_at_its_ip() {
 #[test]
 fn data_from_another_qp_forgets_the_route() {
     let mut a = core(1, "127.83.0.1", 2, 2);
-    let mut ctrl = Vec::new();
-    UdpHeader {
-        op: UdpOp::Ctrl,
-        qpn: 5,
-        addr: "127.0.0.1".parse().unwrap(),
-    }
-    .emit(&mut ctrl);
+    let ctrl = header_bytes(UdpOp::Ctrl, 5, "127.0.0.1");
     a.handle_udp(addr(B), &ctrl, |_| addr(A)).unwrap();
     assert!(a.route(addr(B)).is_some());
-    let mut data = Vec::new();
-    UdpHeader {
-        op: UdpOp::Data,
-        qpn: 6,
-        addr: "127.0.0.1".parse().unwrap(),
-    }
-    .emit(&mut data);
+    let data = header_bytes(UdpOp::Data, 6, "127.0.0.1");
     let out = a.handle_udp(addr(B), &data, |_| addr(A)).unwrap();
     assert!(out.queued && out.reply.is_some());
     assert_eq!(a.route(addr(B)), None);
@@ -183,13 +173,7 @@ fn data_from_another_qp_forgets_the_route() {
 #[test]
 fn send_slots_run_out_and_come_back() {
     let mut a = core(1, "127.83.0.1", 2, 2);
-    let mut ctrl = Vec::new();
-    UdpHeader {
-        op: UdpOp::Ctrl,
-        qpn: 5,
-        addr: "127.0.0.1".parse().unwrap(),
-    }
-    .emit(&mut ctrl);
+    let ctrl = header_bytes(UdpOp::Ctrl, 5, "127.0.0.1");
     a.handle_udp(addr(B), &ctrl, |_| addr(A)).unwrap();
     let slot = |p: SendPlan| match p {
         SendPlan::Ud { slot, .. } => slot,
@@ -256,13 +240,7 @@ fn a_full_queue_drops_and_bad_headers_are_counted() {
     assert_eq!(a.handle_ud(1, &ud), UdVerdict::Repost);
     assert_eq!(a.handle_ud(1, b"\x04\x09"), UdVerdict::Repost);
     // DATA over UDP while full: still answered, not queued.
-    let mut data = Vec::new();
-    UdpHeader {
-        op: UdpOp::Data,
-        qpn: 6,
-        addr: "127.0.0.1".parse().unwrap(),
-    }
-    .emit(&mut data);
+    let data = header_bytes(UdpOp::Data, 6, "127.0.0.1");
     let out = a.handle_udp(addr(B), &data, |_| addr(A)).unwrap();
     assert!(out.reply.is_some() && !out.queued);
     assert!(a.handle_udp(addr(B), b"short", |_| addr(A)).is_err());
@@ -281,13 +259,7 @@ fn a_full_queue_drops_and_bad_headers_are_counted() {
 #[test]
 fn new_peers_stop_at_the_limit() {
     let mut a = core(1, "127.83.0.1", 2, 2);
-    let mut ctrl = Vec::new();
-    UdpHeader {
-        op: UdpOp::Ctrl,
-        qpn: 5,
-        addr: "127.0.0.1".parse().unwrap(),
-    }
-    .emit(&mut ctrl);
+    let ctrl = header_bytes(UdpOp::Ctrl, 5, "127.0.0.1");
     for port in 0..MAX_DESTS as u16 {
         let from = SocketAddr::from(([127, 0, 0, 1], 10000 + port));
         a.handle_udp(from, &ctrl, |_| addr(A)).unwrap();
@@ -311,8 +283,8 @@ proptest! {
     fn datagrams_arrive_whole_over_a_lossy_start(
         msgs in proptest::collection::vec((any::<bool>(), 0usize..2041, any::<bool>()), 1..40)
     ) {
-        let qa = LocalQp { qpn: 0x11, gid: gid_of_ip("127.83.0.1".parse().unwrap()) };
-        let qb = LocalQp { qpn: 0x22, gid: gid_of_ip("127.83.0.2".parse().unwrap()) };
+        let qa = local_qp(0x11, "127.83.0.1");
+        let qb = local_qp(0x22, "127.83.0.2");
         let sizes = DgramSizes { sq_size: 8, rq_size: 64 };
         let (mut a, mut b) = (DgramCore::new(qa, sizes), DgramCore::new(qb, sizes));
         for (i, (a_to_b, len, lose)) in msgs.into_iter().enumerate() {
