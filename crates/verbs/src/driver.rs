@@ -1137,15 +1137,10 @@ fn progress_thread(d: Arc<Driver>) {
         } else {
             0
         };
-        // A batch short of full emptied the socket: rather than a read that finds
-        // nothing, go to the timers and the wait below, which returns at once if more
-        // arrived meanwhile (one system call either way, none wasted when nothing did).
-        // Busy polling goes on reading instead.
-        let full = got >= sys::BATCH;
-        if mc_got > 0 || full || got > 0 && !d.busy_poll.is_zero() {
+        if got > 0 || mc_got > 0 {
             continue;
         }
-        // Nothing (more) to read: run timers, then sleep until the next deadline, a
+        // Nothing to read: run timers, then sleep until the next deadline, a
         // datagram or a wake-up. The sleep deadline is published under the lock,
         // so a poster that arms an earlier timer afterwards sees it and wakes us.
         let (deferred, timer, counters, handoff) = {
