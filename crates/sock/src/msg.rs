@@ -3,6 +3,8 @@
 
 const OP_SHIFT: u32 = 29;
 const DATA_MASK: u32 = (1 << OP_SHIFT) - 1;
+/// The longest data message the immediate value can describe (29 bits of length).
+pub const MAX_DATA_LEN: u32 = DATA_MASK;
 
 const OP_DATA: u32 = 0;
 const OP_WRITE: u32 = 2;

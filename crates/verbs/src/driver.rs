@@ -296,6 +296,10 @@ impl Driver {
         ecfg.icrc = config.icrc;
         ecfg.port_mtu = active_mtu;
         ecfg.selective_repeat = config.selective_repeat;
+        // READ responses asked for past the in-flight cap must fit the receive
+        // buffer: a quarter of what SO_RCVBUF reports (it reports twice the data it
+        // holds), half the data, the rest left for other traffic.
+        ecfg.read_budget = u32::try_from(sys::receive_buffer(&socket) / 4).unwrap_or(u32::MAX);
         let state = State {
             engine: Engine::new(ecfg.clone()),
             tx: SendBatch::new(MAX_DATAGRAM, gso),

@@ -425,6 +425,19 @@ impl Qp {
             .is_ok_and(|d| d.same_host.places(self.qp))
     }
 
+    /// Posts the RDMA WRITE `wr` by the same-host path with its bytes taken from
+    /// `source` rather than its payload (`SameHost::post_write_from`): `None` when the
+    /// QP has no path or the write cannot be placed now (nothing was posted; post `wr`
+    /// the usual way, its payload holding the bytes).
+    pub(crate) fn post_write_from(
+        &self,
+        wr: &SendWr<'_>,
+        source: &[&[u8]],
+    ) -> Option<Result<(), PostError>> {
+        let d = self.ctx.device.driver().ok()?;
+        d.same_host.post_write_from(self.qp, wr, source, &**d)
+    }
+
     /// Posts `wrs` by the same-host path if the QP has it (`crate::samehost`).
     fn post_same_host(&self, wrs: &[SendWr<'_>]) -> Option<Result<(), (usize, PostError)>> {
         let d = self.ctx.device.driver().ok()?;

@@ -57,6 +57,28 @@ pub fn set_buffers(sock: &UdpSocket, bytes: usize) {
     }
 }
 
+/// The receive buffer the kernel granted (SO_RCVBUF: twice the bytes of data it
+/// holds, the rest being its bookkeeping); 0 if it cannot be read.
+pub fn receive_buffer(sock: &UdpSocket) -> usize {
+    let mut val: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `val` and `len` are live and sized for the option.
+    let r = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&mut val as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if r == 0 {
+        usize::try_from(val).unwrap_or(0)
+    } else {
+        0
+    }
+}
+
 pub(crate) fn to_storage(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
     // SAFETY: sockaddr_storage is plain old data; all-zero is a valid value.
     let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };

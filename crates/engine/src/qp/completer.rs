@@ -149,23 +149,21 @@ impl Completer {
     /// How far past una the requester may send: `configured` PSNs, bounded by half
     /// the PSN space whatever the configuration, by how far a responder doing
     /// selective repeat keeps packets ahead, and by the in-flight cap the measured
-    /// bandwidth-delay product gives — which new READ requests are not held to on a
-    /// path that lost nothing lately.
+    /// bandwidth-delay product gives — which new READ requests may pass by up to
+    /// `read_psns` (the requester's receive buffer, `EngineConfig::read_budget`) on
+    /// a path that lost nothing lately.
     ///
-    /// Why: a READ's responses come back as one burst the responder paces, and the
-    /// cap's rate samples end at a READ's first response, so every sample a READ
-    /// stream gives is at most what the cap let through and the cap stays at its
-    /// floor (measured on loopback: 16–36 PSNs, one or two 64 KiB READs
-    /// outstanding where max_rd_atomic allows 16; ib_read_bw a third of
-    /// ib_write_bw). What bounds a READ burst instead is max_rd_atomic
-    /// (ibv_modify_qp(3): the READs and atomics the requester keeps outstanding)
-    /// and the window below, whose bytes the requester's own receive buffer holds.
-    /// After a resend, until everything then in flight is acknowledged, the cap
-    /// applies to READs too: a burst that overflowed a queue is not repeated, and
-    /// fewer READs in flight are answered twice when a lost request sends the
-    /// requester back.
+    /// Why: the cap keeps a sender from overrunning the receiver's buffer, and for a
+    /// READ the receiver is the requester itself, which knows its buffer. The cap
+    /// cannot measure a READ stream: a READ's responses come back as one burst the
+    /// responder paces, and its rate samples end at a READ's first response, so
+    /// every sample is at most what the cap let through and the cap stays at its
+    /// floor (measured on loopback: 16–36 PSNs, one or two 64 KiB READs outstanding
+    /// where max_rd_atomic allows 16; ib_read_bw a third of ib_write_bw). After a
+    /// resend, until everything then in flight is acknowledged, the cap applies to
+    /// READs too: a burst that overflowed a queue on the way is not repeated.
     #[inline]
-    pub fn window(&self, configured: u32) -> super::requester::Window {
+    pub fn window(&self, configured: u32, read_psns: u32) -> super::requester::Window {
         let mut uncapped = configured.min(Psn::HALF_SPACE);
         if self.sr.peer == Peer::Selective {
             // A responder doing selective repeat keeps at most this far ahead: more
@@ -174,10 +172,15 @@ impl Completer {
         }
         let size = self.recovery.cap().min(uncapped);
         let recovering = self.resent || self.reads_capped_until.is_some();
+        let reads = if recovering {
+            size
+        } else {
+            size.max(read_psns.min(uncapped))
+        };
         super::requester::Window {
             una: self.una,
             size,
-            reads: if recovering { size } else { uncapped },
+            reads,
         }
     }
 
@@ -241,6 +244,28 @@ impl Completer {
         let end = w.first_psn.add(w.npsn);
         self.read_asked = Some((from, end));
         v.selective = Some((from, end));
+    }
+
+    /// The early timer's probe, with a selective-repeat peer, when the READ at
+    /// una still lacks responses: what it asked for again (or the responder's
+    /// answer) may have been lost with nothing after it to show that, and the
+    /// newest packet's answer would not show it either. The READ is asked again
+    /// from its first missing response instead (one request, its answer shows
+    /// the loss). Returns whether it was.
+    fn probe_read_at_una(&mut self, ctx: &CompleteCtx<'_>, v: &mut Verdict, now: Instant) -> bool {
+        if self.sr.peer != Peer::Selective {
+            return false;
+        }
+        let Some(seq) = wqe_with_psn(ctx, self.una) else {
+            return false;
+        };
+        let w = ctx.sq.get(seq);
+        if !matches!(w.op, SendOp::RdmaRead { .. }) || w.done.is_some() {
+            return false;
+        }
+        let una = self.una;
+        self.ask_read_again(ctx, v, now, seq, una);
+        true
     }
 
     /// Selective repeat: whether a READ after READ `seq` got responses while
@@ -794,7 +819,9 @@ impl Completer {
         match self.recovery.on_timeout(now, self.ack_deadline) {
             Some(EarlyAction::Probe) => {
                 ctx.shared.counters.tail_loss_probes += 1;
-                v.probe = true;
+                if !self.probe_read_at_una(ctx, &mut v, now) {
+                    v.probe = true;
+                }
             }
             Some(EarlyAction::Retransmit) => {
                 ctx.shared.counters.early_retransmits += 1;

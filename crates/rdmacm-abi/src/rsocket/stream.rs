@@ -34,10 +34,11 @@ pub const RDMA_INLINE: c_int = 2;
 pub const RDMA_IOMAPSIZE: c_int = 3;
 pub const RDMA_ROUTE: c_int = 4;
 
-/// rsocket.c's defaults (`rs_configure` without files in /etc/rdma/rsocket).
+/// rsocket.c's defaults (`rs_configure` without files in /etc/rdma/rsocket), but for the
+/// rings: 1 MiB where rsocket.c has 128 KiB (`softverbs_sock::DEFAULT_RING` says why).
 const DEFAULT_QUEUE: u32 = 384;
 const DEFAULT_INLINE: u32 = 64;
-const DEFAULT_MEM: u32 = 128 * 1024;
+const DEFAULT_MEM: u32 = softverbs_sock::DEFAULT_RING;
 /// The send ring's low-water mark (`RS_SNDLOWAT`).
 const SNDLOWAT: u32 = 2048;
 /// The largest queue rsocket.c allows (`RS_QP_MAX_SIZE`).

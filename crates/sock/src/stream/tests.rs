@@ -34,7 +34,8 @@ fn advertises_what_rsocket_expects() {
     assert_eq!(d.flags & CONN_FLAG_IOMAP, CONN_FLAG_IOMAP);
     assert_eq!(d.credits, 384);
     assert_eq!(d.target_sgl.length, 2);
-    assert_eq!(d.data_buf.length, 64 * 1024);
+    // The first half of the receive ring.
+    assert_eq!(d.data_buf.length, DEFAULT_RING / 2);
     assert_eq!(d.data_buf.addr, 0x1000_0000);
 }
 

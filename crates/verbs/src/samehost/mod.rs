@@ -23,7 +23,7 @@ pub mod vm;
 
 use crate::config::SameHostMode;
 use hello::{Hello, Kind};
-use softverbs_engine::{AccessFlags, Engine, PlacedTarget, QpHandle, QpState, SendWr};
+use softverbs_engine::{AccessFlags, Engine, Payload, PlacedTarget, QpHandle, QpState, SendWr};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -438,7 +438,8 @@ impl SameHost {
         let mut placing = true;
         for (i, wr) in wrs.iter().enumerate() {
             if placing {
-                if let Some(read) = self.place_one(table, &link, qp, wr, st, pending.len(), engine)
+                if let Some(read) =
+                    self.place_one(table, &link, qp, wr, None, st, pending.len(), engine)
                 {
                     pending.push((i, read.map_or(Pending::Write, Pending::Read)));
                     continue;
@@ -450,9 +451,61 @@ impl SameHost {
         Some(self.flush(qp, wrs, &mut pending, st, engine))
     }
 
+    /// Posts the RDMA WRITE (with or without immediate) `wr` placed, its bytes taken from
+    /// `source` (memory of the caller, in order) instead of its payload, which then only
+    /// gives the length: a stream writes from its caller's buffer without staging the
+    /// bytes in its registered send ring first. `None` when the QP has no path, or the
+    /// write cannot be placed now: then nothing was posted, and the caller posts `wr`
+    /// the usual way with its payload holding the bytes (which may have reached the
+    /// peer's memory already: the usual write then carries the same bytes over them,
+    /// into a range the peer granted and does not read before the write's completion).
+    pub fn post_write_from(
+        &self,
+        qp: QpHandle,
+        wr: &SendWr<'_>,
+        source: &[&[u8]],
+        engine: &dyn EngineAccess,
+    ) -> Option<Result<(), softverbs_engine::PostError>> {
+        let table = self.table.as_ref()?;
+        let target = PlacedTarget::of(wr)?;
+        if !target.write || source.iter().map(|s| s.len()).sum::<usize>() != target.len {
+            return None;
+        }
+        let link = {
+            let qps = lock(&self.qps);
+            let l = qps.get(&qp)?;
+            (Arc::clone(&l.peer), l.remote_pd, l.remote_qp_access)
+        };
+        let mut st = lock(&self.place);
+        self.place_one(table, &link, qp, wr, Some(source), &mut st, 0, engine)?;
+        let c = &self.counters;
+        let mut result = None;
+        engine.with(&mut |e| {
+            // Another WR may have gone the usual way since the check: then this one must
+            // too, after it (ordering), from its payload.
+            if !e.placement_ready(qp) {
+                return;
+            }
+            result = Some(e.post_send_placed(qp, wr, None));
+        });
+        match result {
+            Some(Ok(())) => {
+                c.writes.fetch_add(1, Ordering::Relaxed);
+                c.bytes_written
+                    .fetch_add(target.len as u64, Ordering::Relaxed);
+            }
+            Some(Err(_)) => {}
+            None => {
+                c.fallbacks.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        result
+    }
+
     /// Moves the bytes of `wr` if it is an RDMA WRITE or READ that can be placed now,
     /// `pending` placed WRs not yet posted before it; `Some(read buffer index)` if it
-    /// was (`None` inside for a WRITE).
+    /// was (`None` inside for a WRITE). A WRITE's bytes come from `source` when given,
+    /// else from its payload.
     #[allow(clippy::too_many_arguments)]
     fn place_one(
         &self,
@@ -460,6 +513,7 @@ impl SameHost {
         (peer, remote_pd, remote_qp_access): &(Arc<PeerTable>, u64, AccessFlags),
         qp: QpHandle,
         wr: &SendWr<'_>,
+        source: Option<&[&[u8]]>,
         st: &mut PlaceState,
         pending: usize,
         engine: &dyn EngineAccess,
@@ -468,6 +522,12 @@ impl SameHost {
         if target.len == 0 {
             return None;
         }
+        // Inline data is this process's memory too: no need to copy it first.
+        let source = source.or(match &wr.payload {
+            Payload::Inline(d) => Some(std::slice::from_ref(d)),
+            Payload::InlineParts(parts) => Some(*parts),
+            Payload::Sges(_) => None,
+        });
         let c = &self.counters;
         let fallback = || {
             c.fallbacks.fetch_add(1, Ordering::Relaxed);
@@ -489,9 +549,19 @@ impl SameHost {
         engine.read(&mut |e| {
             ok = e.placement_room(qp) > pending
                 && (!target.write
+                    || source.is_some()
                     || e.placement_source(qp, wr, &mut st.sources)
                     || e.gather_for_placement(qp, wr, &mut st.bounce));
         });
+        if let (true, Some(pieces)) = (target.write, source) {
+            st.sources.clear();
+            st.sources.extend(
+                pieces
+                    .iter()
+                    .filter(|p| !p.is_empty())
+                    .map(|p| (p.as_ptr() as u64, p.len())),
+            );
+        }
         if !ok {
             return fallback();
         }

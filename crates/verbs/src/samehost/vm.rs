@@ -26,8 +26,9 @@ pub fn write_to(pid: u32, remote_addr: u64, local: &[u8]) -> io::Result<usize> {
 }
 
 /// Copies the local pieces `sources` (address, length), in order, to `remote_addr` in
-/// process `pid`; the count copied. The pieces are registered memory of this process,
-/// checked against their memory regions under the device lock just before.
+/// process `pid`; the count copied. The pieces are memory of this process the caller
+/// keeps valid for the call: registered memory checked against its memory regions under
+/// the device lock just before, or a caller's buffer (inline data, a stream's write).
 pub fn write_gather(pid: u32, remote_addr: u64, sources: &[(u64, usize)]) -> io::Result<usize> {
     const MAX: usize = 32;
     if sources.len() > MAX {
@@ -47,9 +48,9 @@ pub fn write_gather(pid: u32, remote_addr: u64, sources: &[(u64, usize)]) -> io:
         iov_base: remote_addr as *mut libc::c_void,
         iov_len: total,
     };
-    // SAFETY: the kernel reads the local pieces (our registered memory: were a piece
-    // deregistered and unmapped meanwhile by a racing thread, the kernel reports
-    // EFAULT; no Rust reference to it exists) and writes the remote range, which the
+    // SAFETY: the kernel only reads the local pieces (a caller's live buffer, or our
+    // registered memory: were a piece deregistered and unmapped meanwhile by a racing
+    // thread, the kernel reports EFAULT) and writes the remote range, which the
     // caller checked against the peer's published, fenced region table.
     let n = unsafe {
         libc::process_vm_writev(

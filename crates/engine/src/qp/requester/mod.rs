@@ -393,7 +393,19 @@ impl Requester {
     /// While going back, steps the cursor over packets the responder holds, and
     /// once past the end of a selective walk, back to where sending was. Returns
     /// how many packets it stepped over.
+    ///
+    /// Called after every packet sent and every answer: sending new packets (no
+    /// loss) it returns at once, without a call.
+    #[inline]
     pub fn skip_held(&mut self, sq: &SendQueue, board: &Scoreboard, una: Psn) -> u32 {
+        if !matches!(self.mode, Mode::Retransmit { .. }) {
+            return 0;
+        }
+        self.skip_held_going_back(sq, board, una)
+    }
+
+    #[inline(never)]
+    fn skip_held_going_back(&mut self, sq: &SendQueue, board: &Scoreboard, una: Psn) -> u32 {
         let mut skipped = 0;
         loop {
             let Mode::Retransmit { until } = self.mode else {
