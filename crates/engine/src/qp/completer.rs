@@ -264,7 +264,11 @@ impl Completer {
             return false;
         }
         let una = self.una;
+        let resent = self.resent;
         self.ask_read_again(ctx, v, now, seq, una);
+        // A probe is no evidence of loss: new READs keep their read budget (see
+        // `Completer::window`; on a loaded host probes fire for late answers).
+        self.resent = resent;
         true
     }
 
