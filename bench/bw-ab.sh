@@ -2,7 +2,7 @@
 # 64 KiB RDMA WRITE and READ bandwidth of two softverbs builds on the UDP path, against
 # iperf3 (one TCP stream), interleaved in one run (issue 16's bandwidth and CPU rows,
 # before / after a change). Per repetition: iperf3, then for WRITE and READ the
-# baseline A and this tree's build B (`softverbs perf OP --bw --size 65536 --duration S`,
+# baseline A and this tree's build B (in turn first) (`softverbs perf OP --bw --size 65536 --duration S`,
 # both ends local, SOFTVERBS_SAME_HOST=0). Prints each run, then the medians: GB/s,
 # the ratio to iperf3, CPU seconds per GB (user + system of both ends, from
 # getrusage of the children) and context switches per 64 KiB message (voluntary +
@@ -97,8 +97,11 @@ cpu = sum(float(open(f"{tmp}/iperf-{s}").read().split()[0]) for s in ("server", 
 print(f"  iperf3 TCP      {gb / d['seconds']:.3f} GB/s  {cpu / gb:.3f} CPU s/GB")
 open(results, "a").write(f"iperf gbs {gb / d['seconds']}\niperf cpu {cpu / gb}\n")
 EOF
+    # Which build goes first alternates, so neither always follows iperf3.
+    order="A B"
+    if [ $((rep % 2)) = 0 ]; then order="B A"; fi
     for op in write read; do
-        for build in A B; do
+        for build in $order; do
             bin=$A
             [ "$build" = B ] && bin=$B
             usage "$TMP/sv" timeout "$BOUND" "$bin" perf "$op" --bw --size 65536 --json --duration "$SECS"
