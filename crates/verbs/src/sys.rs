@@ -879,6 +879,19 @@ mod tests {
 7f0000001000-7f0000003000 rw-p 00000000 00:00 0
 ";
 
+    /// The read budget the driver gives the engine comes from here: the buffer a
+    /// socket was granted, as set (the kernel reports twice what it holds).
+    #[test]
+    fn receive_buffer_reports_what_was_granted() {
+        let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+        set_buffers(&sock, 64 * 1024);
+        let granted = receive_buffer(&sock);
+        assert!(
+            (128 * 1024..=256 * 1024).contains(&granted),
+            "{granted} bytes for 64 KiB asked"
+        );
+    }
+
     #[test]
     fn ranges_are_checked_against_the_mappings() {
         assert_eq!(covered(MAPS, 0x400100, 0x400200, false), Ok(()));
