@@ -90,7 +90,32 @@ impl Net {
     }
 
     fn with_mtu(seed: u64, faults: Faults, sr: [bool; 2], buf_len: usize, mtu: Mtu) -> Net {
+        Net::build(
+            seed,
+            faults,
+            sr,
+            buf_len,
+            mtu,
+            PairOpts::default().max_rd_atomic,
+            0,
+        )
+    }
+
+    /// A pair whose QPs have `rd_atomic` READs outstanding (max_rd_atomic and
+    /// max_dest_rd_atomic), with `read_budget` bytes of READ responses allowed past
+    /// the in-flight cap (`EngineConfig::read_budget`).
+    fn build(
+        seed: u64,
+        faults: Faults,
+        sr: [bool; 2],
+        buf_len: usize,
+        mtu: Mtu,
+        rd_atomic: u8,
+        read_budget: u32,
+    ) -> Net {
         let opts = PairOpts {
+            max_rd_atomic: rd_atomic,
+            max_dest_rd_atomic: rd_atomic,
             mtu,
             cap: QpCap {
                 max_send_wr: 64,
@@ -107,6 +132,7 @@ impl Net {
         for i in 0..2 {
             let config = EngineConfig {
                 selective_repeat: sr[i],
+                read_budget,
                 ..EngineConfig::new(addrs[i])
             };
             let mut e = Engine::new(config);
@@ -228,10 +254,19 @@ struct Run {
 /// to A), at most `depth` outstanding, as perftest's bandwidth tests do; checks
 /// every completion and byte; returns the virtual time it took.
 fn transfer(seed: u64, faults: Faults, sr: [bool; 2], stream: Stream, n: usize) -> Run {
-    transfer_deep(seed, faults, sr, stream, n, 16)
+    transfer_deep(
+        seed,
+        faults,
+        sr,
+        stream,
+        n,
+        16,
+        PairOpts::default().max_rd_atomic,
+    )
 }
 
-/// [`transfer`] with `depth` messages outstanding (at most the send queue's 64).
+/// [`transfer`] with `depth` messages outstanding (at most the send queue's 64),
+/// and `rd_atomic` of them READs at once.
 fn transfer_deep(
     seed: u64,
     faults: Faults,
@@ -239,9 +274,34 @@ fn transfer_deep(
     stream: Stream,
     n: usize,
     depth: usize,
+    rd_atomic: u8,
+) -> Run {
+    transfer_budget(seed, faults, sr, stream, n, depth, rd_atomic, 0)
+}
+
+/// [`transfer_deep`] with `read_budget` bytes of READ responses allowed past the
+/// in-flight cap (`EngineConfig::read_budget`).
+#[allow(clippy::too_many_arguments)]
+fn transfer_budget(
+    seed: u64,
+    faults: Faults,
+    sr: [bool; 2],
+    stream: Stream,
+    n: usize,
+    depth: usize,
+    rd_atomic: u8,
+    read_budget: u32,
 ) -> Run {
     let buf_len = 2 * n * SIZE;
-    let mut net = Net::new(seed, faults, sr, buf_len);
+    let mut net = Net::build(
+        seed,
+        faults,
+        sr,
+        buf_len,
+        Mtu::Mtu4096,
+        rd_atomic,
+        read_budget,
+    );
     // The source half of the side the data comes from.
     let src = if stream == Stream::Read { 1 } else { 0 };
     fill(&mut net.ends[src].buf[..n * SIZE], seed);
@@ -525,8 +585,9 @@ fn selective_repeat_keeps_in_flight_within_what_the_peer_holds_ahead() {
         delay: Duration::from_millis(1),
         ..Faults::none().with_rate(1_250_000_000, 16 << 20)
     };
-    let gbn = transfer_deep(12, faults, NEITHER, Stream::Write, 96, 64);
-    let sr = transfer_deep(12, faults, BOTH, Stream::Write, 96, 64);
+    let rd_atomic = PairOpts::default().max_rd_atomic;
+    let gbn = transfer_deep(12, faults, NEITHER, Stream::Write, 96, 64, rd_atomic);
+    let sr = transfer_deep(12, faults, BOTH, Stream::Write, 96, 64, rd_atomic);
     assert!(
         gbn.most_in_flight > 256,
         "go-back-N: {}",
@@ -538,6 +599,42 @@ fn selective_repeat_keeps_in_flight_within_what_the_peer_holds_ahead() {
         sr.most_in_flight
     );
     assert_eq!(sr.a.ack_timeouts, 0, "{:?}", sr.a);
+}
+
+/// With a read budget (the requester's receive buffer, `EngineConfig::read_budget`;
+/// 16 MiB here, the link's queue) a READ stream keeps every READ max_rd_atomic
+/// allows outstanding: new READ requests may pass the in-flight cap, which learns
+/// its rate from acknowledged PSNs and for READs sees each one's responses only as
+/// a burst at its end, so its samples never showed more than the cap let through
+/// and it stayed at its floor (on loopback: one or two 64 KiB READs outstanding of
+/// the 16 allowed; ib_read_bw at a third of ib_write_bw). On a path of 1 ms each
+/// way, 64 READs of 64 KiB, 16 at a time, take about four round trips plus the wire
+/// time (virtual time: 9.0 ms against a model of 11.4; 21.0 ms without the budget),
+/// and no more than those 16 READs' responses are ever in flight.
+#[test]
+fn reads_keep_max_rd_atomic_outstanding() {
+    let faults = Faults {
+        delay: Duration::from_millis(1),
+        ..Faults::none().with_rate(1_250_000_000, 16 << 20)
+    };
+    const RD_ATOMIC: u8 = 16;
+    let n = 64;
+    let r = transfer_budget(16, faults, BOTH, Stream::Read, n, 64, RD_ATOMIC, 16 << 20);
+    let per_read = (SIZE / 4096) as u64;
+    assert_eq!(
+        r.most_in_flight,
+        u64::from(RD_ATOMIC) * per_read,
+        "PSNs in flight"
+    );
+    let round_trips = n as u32 / u32::from(RD_ATOMIC);
+    let wire = Duration::from_nanos((n * SIZE) as u64 * 1_000_000_000 / 1_250_000_000);
+    let model = Duration::from_millis(2) * round_trips + wire;
+    assert!(
+        r.elapsed < model * 5 / 4,
+        "{:?} against {model:?}",
+        r.elapsed
+    );
+    assert_eq!(r.a.retransmitted_packets, 0, "{:?}", r.a);
 }
 
 /// READs longer than the selective-repeat window (2 MiB: 512 responses of 4 KiB,
@@ -998,8 +1095,9 @@ fn a_re_request_lost_before_the_first_rtt_sample_is_found_by_the_early_timer() {
 /// READs after it are not answered twice (before, every later outstanding READ was
 /// asked again too: 1.9x to 3.3x the responses needed over these seeds, now under
 /// 1.3x). It is no slower than go-back-N on the same losses. (In virtual time it
-/// takes 2.2x to 3.2x the lossless time over these seeds, as before: the 2x target
-/// of issue 15 is not met at this delay.)
+/// takes 2.0x to 2.5x the lossless time over these seeds, 2.2x to 3.2x before the
+/// probe asked the READ at una again: the 2x target of issue 15 is not met at
+/// this delay.)
 #[test]
 fn a_read_that_lost_responses_is_asked_again_alone() {
     let far = |loss: f64| Faults {
@@ -1036,4 +1134,77 @@ fn a_read_that_lost_responses_is_asked_again_alone() {
         );
         assert_eq!(lossy.a.ack_timeouts, 0, "seed {seed}: {:?}", lossy.a);
     }
+}
+
+/// A READ stream as `ib_read_bw` runs it (64 KiB READs, 16 outstanding:
+/// perftest's `--outs` defaults to the device's `max_qp_rd_atom`, 16 here), 5 %
+/// loss each way, 25 µs each way, seeds 1-6: per seed, the lossy run and its
+/// time against the lossless one.
+fn read_stream_at_5_percent() -> Vec<(u64, f64, Run)> {
+    let far = |loss: f64| Faults {
+        delay: Duration::from_micros(25),
+        ..link(loss)
+    };
+    let n = 64;
+    (1..=6)
+        .map(|seed| {
+            let lossless = transfer_deep(seed, far(0.0), BOTH, Stream::Read, n, 16, 16);
+            let lossy = transfer_deep(seed, far(0.05), BOTH, Stream::Read, n, 16, 16);
+            let ratio = lossy.elapsed.as_secs_f64() / lossless.elapsed.as_secs_f64();
+            eprintln!(
+                "seed {seed}: lossless {:?}, 5 % {:?} ({ratio:.2}x), lost {}, {} responses, \
+                 {} requests resent, {} early retransmissions, {} probes",
+                lossless.elapsed,
+                lossy.elapsed,
+                lossy.sim.lost,
+                lossy.a.rx_packets,
+                lossy.a.retransmitted_packets,
+                lossy.a.early_retransmits,
+                lossy.a.tail_loss_probes
+            );
+            assert!(lossy.sim.lost > 0);
+            assert_eq!(lossy.a.ack_timeouts, 0, "seed {seed}: {:?}", lossy.a);
+            (seed, ratio, lossy)
+        })
+        .collect()
+}
+
+/// With a selective-repeat peer, the early timer's probe asks the READ at una
+/// again from its first missing response when that READ still lacks some: a
+/// re-request lost, or its answer, leaves nothing after it to show the loss, and
+/// the newest packet (what the probe sent before) brings no answer that does.
+/// Before, each such loss waited for the RTO (200 µs at least) and a go-back
+/// over the READs after it: 27 early retransmissions over these seeds and
+/// 2.11x-3.23x lossless; now 4, and 2.02x-2.52x.
+#[test]
+fn the_probe_asks_the_read_at_una_again_so_lost_re_requests_wait_for_no_rto() {
+    let runs = read_stream_at_5_percent();
+    let rtos: u64 = runs.iter().map(|(_, _, r)| r.a.early_retransmits).sum();
+    let probes: u64 = runs.iter().map(|(_, _, r)| r.a.tail_loss_probes).sum();
+    assert!(probes > 0, "the probe did the work");
+    assert!(rtos <= 8, "{rtos} early retransmissions over 6 seeds");
+    for (seed, ratio, _) in &runs {
+        assert!(*ratio < 2.7, "seed {seed}: {ratio:.2}x lossless");
+    }
+}
+
+/// Issue 15's target for `ib_read_bw` in virtual time: the READ stream of
+/// [`read_stream_at_5_percent`] within twice the lossless time on every seed.
+///
+/// Ignored: it fails, at 2.02x-2.52x (2.11x-3.23x before the probe asked the
+/// READ at una again). What the traces of these runs show, and what session 4
+/// tried (docs/loss-recovery.md): the in-flight cap stops learning at the
+/// first loss (a re-request marks the READ being timed as resent, Karn's rule;
+/// a READ timed to its first response counts one response delivered); holes in
+/// READs after the one at una wait for una. Fixing those and counting what
+/// arrived ahead as out of flight gave the same times; with the cap fixed at
+/// 32 to 128 PSNs, 2.6x-4.1x.
+#[test]
+#[ignore = "issue 15: a READ stream at 5 % loss takes 2.0x-2.5x lossless"]
+fn a_read_stream_at_5_percent_loss_within_twice_lossless() {
+    let worst = read_stream_at_5_percent()
+        .iter()
+        .map(|(_, ratio, _)| *ratio)
+        .fold(0.0, f64::max);
+    assert!(worst <= 2.0, "READ stream at 5 %: {worst:.2}x lossless");
 }

@@ -296,6 +296,10 @@ impl Driver {
         ecfg.icrc = config.icrc;
         ecfg.port_mtu = active_mtu;
         ecfg.selective_repeat = config.selective_repeat;
+        // READ responses asked for past the in-flight cap must fit the receive
+        // buffer: a quarter of what SO_RCVBUF reports (it reports twice the data it
+        // holds), half the data, the rest left for other traffic.
+        ecfg.read_budget = u32::try_from(sys::receive_buffer(&socket) / 4).unwrap_or(u32::MAX);
         let state = State {
             engine: Engine::new(ecfg.clone()),
             tx: SendBatch::new(MAX_DATAGRAM, gso),
@@ -1217,7 +1221,11 @@ fn progress_thread(d: Arc<Driver>) {
             // POLLOUT (or the ENOBUFS retry time): send what is left.
             d.flush_outbox(true);
         }
-        d.wake.take();
+        // The wake-up counter is read only when it was signalled (it is level-triggered:
+        // a signal the wait did not report ends the next wait at once).
+        if pfds[1].revents & libc::POLLIN != 0 {
+            d.wake.take();
+        }
         d.socket_unwatched.store(false, Ordering::Release);
         d.sleeping_until.store(0, Ordering::Release);
     }

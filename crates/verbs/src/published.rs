@@ -3,7 +3,7 @@
 //! can show every live device on the host. `<dir>` is `$XDG_RUNTIME_DIR/softverbs`
 //! or `/tmp/softverbs-<uid>`.
 
-use std::io::Write;
+use std::fmt::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -30,13 +30,13 @@ pub(crate) fn publish(local: SocketAddr, lines: &[(&str, u64)]) -> std::io::Resu
     let dir = stats_dir();
     std::fs::create_dir_all(&dir)?;
     let tmp = dir.join(format!(".{}.{}.tmp", stem(local), std::process::id()));
-    let mut f = std::fs::File::create(&tmp)?;
-    writeln!(f, "pid {}", std::process::id())?;
-    writeln!(f, "addr {local}")?;
+    // The whole text in one write: an unbuffered line at a time was some 200 system
+    // calls per publication, ten times a second per device, on the data path's threads.
+    let mut text = format!("pid {}\naddr {local}\n", std::process::id());
     for (name, value) in lines {
-        writeln!(f, "{name} {value}")?;
+        let _ = writeln!(text, "{name} {value}");
     }
-    drop(f);
+    std::fs::write(&tmp, text)?;
     std::fs::rename(&tmp, file_for(local))
 }
 

@@ -45,7 +45,14 @@ impl Engine {
             index: 0,
             generation: 0,
         });
-        let qp = Qp::new(placeholder, Qpn::new(0), init, cfg.send_window, cfg.min_rto);
+        let qp = Qp::new(
+            placeholder,
+            Qpn::new(0),
+            init,
+            cfg.send_window,
+            cfg.read_budget,
+            cfg.min_rto,
+        );
         let h = self.qps.insert(qp).ok_or(ResourceError::LimitReached)?;
         let handle = QpHandle(h);
         let qpn = qpn_of(h);

@@ -4,10 +4,12 @@
 use super::Engine;
 use crate::closed::FarewellAck;
 use crate::node::{Transmit, MAX_DATAGRAM};
+use crate::qp::Qp;
 use crate::time::Instant;
 use crate::types::QpHandle;
 use softverbs_wire::{packet, AethRepr, AethSyndrome, BthRepr, Opcode, PacketRepr};
 use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 
 impl Engine {
     /// Timers due at `now` fire.
@@ -63,15 +65,27 @@ impl Engine {
             } else {
                 None
             };
-            let room = q.device_room(self.inflight, self.shared.config.device_window);
+            let window = self.shared.config.device_window;
+            let room = q.device_room(self.inflight, window);
             let produced = produced.or_else(|| {
                 room.then(|| q.poll_request(&mut self.shared, now, buf))
                     .flatten()
             });
             q.stop_if_completion_lost(&mut self.shared);
-            self.account(qp);
-            self.schedule_after_poll(qp);
-            self.rearm(qp);
+            // With the one borrow of the QP (this runs once per packet sent).
+            account_qp(&mut self.inflight, q);
+            let answers = q.resp.has_output(q.state());
+            let requests = !answers && q.requester_ready();
+            if answers || requests && q.device_room(self.inflight, window) {
+                self.ready.push_back(qp);
+            } else {
+                q.scheduled = false;
+                if requests && !q.device_blocked {
+                    q.device_blocked = true;
+                    self.blocked.push_back(qp);
+                }
+            }
+            rearm_qp(&mut self.timers, qp, q);
             if let Some((len, dst)) = produced {
                 self.shared.counters.tx_packets += 1;
                 self.shared.counters.tx_bytes += len as u64;
@@ -97,13 +111,11 @@ impl Engine {
             // Memory window binds and local invalidates take effect as soon as
             // the send queue reaches them, not at the next poll_transmit.
             q.run_local_ops_now(&mut self.shared);
-        }
-        self.account(qp);
-        if let Some(q) = self.qps.get_mut(qp.0) {
+            account_qp(&mut self.inflight, q);
             if !q.scheduled {
                 let answers = q.resp.has_output(q.state());
+                let requests = !answers && q.requester_ready();
                 let room = q.device_room(self.inflight, self.shared.config.device_window);
-                let requests = q.requester_ready();
                 if answers || requests && room {
                     q.scheduled = true;
                     self.ready.push_back(qp);
@@ -112,42 +124,17 @@ impl Engine {
                     self.blocked.push_back(qp);
                 }
             }
+            rearm_qp(&mut self.timers, qp, q);
         }
         self.wake_blocked();
-        self.rearm(qp);
-    }
-
-    /// A QP just polled: it stays in the transmit queue if it has more to send now,
-    /// or waits for room under the device window.
-    fn schedule_after_poll(&mut self, qp: QpHandle) {
-        let Some(q) = self.qps.get_mut(qp.0) else {
-            return;
-        };
-        let room = q.device_room(self.inflight, self.shared.config.device_window);
-        let requests = q.requester_ready();
-        if q.resp.has_output(q.state()) || requests && room {
-            self.ready.push_back(qp);
-            return;
-        }
-        q.scheduled = false;
-        if requests && !q.device_blocked {
-            q.device_blocked = true;
-            self.blocked.push_back(qp);
-        }
-    }
-
-    /// Counts a QP's packets in flight into the device's total anew.
-    pub(super) fn account(&mut self, qp: QpHandle) {
-        if let Some(q) = self.qps.get_mut(qp.0) {
-            let now = q.outstanding();
-            self.inflight = self.inflight - u64::from(q.inflight) + u64::from(now);
-            q.inflight = now;
-        }
     }
 
     /// Room opened under the device window: QPs waiting for it go back to the
     /// transmit queue, oldest first, while it lasts.
     fn wake_blocked(&mut self) {
+        if self.blocked.is_empty() {
+            return;
+        }
         let window = u64::from(self.shared.config.device_window);
         while self.inflight < window {
             let Some(qp) = self.blocked.pop_front() else {
@@ -163,19 +150,26 @@ impl Engine {
             }
         }
     }
+}
 
-    pub(super) fn rearm(&mut self, qp: QpHandle) {
-        let Some(q) = self.qps.get_mut(qp.0) else {
-            return;
-        };
-        let Some(deadline) = q.next_deadline() else {
-            return;
-        };
-        // One heap entry per QP at its earliest deadline; later moves are lazy.
-        if q.timer_entry.is_none_or(|t| deadline < t) {
-            q.timer_entry = Some(deadline);
-            self.timers.push(Reverse((deadline, qp)));
-        }
+/// Counts `q`'s packets in flight into the device's total `inflight` anew.
+#[inline]
+fn account_qp(inflight: &mut u64, q: &mut Qp) {
+    let now = q.outstanding();
+    *inflight = *inflight - u64::from(q.inflight) + u64::from(now);
+    q.inflight = now;
+}
+
+/// Puts QP `qp`'s earliest deadline in the timer heap: one entry per QP at its
+/// earliest deadline; later moves are lazy.
+#[inline]
+fn rearm_qp(timers: &mut BinaryHeap<Reverse<(Instant, QpHandle)>>, qp: QpHandle, q: &mut Qp) {
+    let Some(deadline) = q.next_deadline() else {
+        return;
+    };
+    if q.timer_entry.is_none_or(|t| deadline < t) {
+        q.timer_entry = Some(deadline);
+        timers.push(Reverse((deadline, qp)));
     }
 }
 

@@ -110,6 +110,9 @@ pub(crate) enum Peer {
 pub(crate) struct Scoreboard {
     pub peer: Peer,
     held: [u64; (WINDOW / 64) as usize],
+    /// Bits set in `held`: none on the lossless path, where acknowledging then
+    /// has nothing to clear.
+    count: u32,
     /// Selective walks have covered the holes before this PSN.
     pub walked_to: Psn,
 }
@@ -142,6 +145,7 @@ impl Scoreboard {
 
     pub fn set_held(&mut self, psn: Psn) {
         let (w, b) = Self::bit(psn);
+        self.count += u32::from(self.held[w] & b == 0);
         self.held[w] |= b;
     }
 
@@ -149,25 +153,31 @@ impl Scoreboard {
     /// commit it).
     pub fn clear_held(&mut self, psn: Psn) {
         let (w, b) = Self::bit(psn);
+        self.count -= u32::from(self.held[w] & b != 0);
         self.held[w] &= !b;
     }
 
     /// una moved from `from` to `to`: their bits are free for later PSNs.
+    #[inline]
     pub fn acked(&mut self, from: Psn, to: Psn) {
+        if self.count == 0 {
+            return;
+        }
         let n = from.distance_to(to);
         if n >= WINDOW {
             self.held = [0; (WINDOW / 64) as usize];
+            self.count = 0;
             return;
         }
         for k in 0..n {
-            let (w, b) = Self::bit(from.add(k));
-            self.held[w] &= !b;
+            self.clear_held(from.add(k));
         }
     }
 
     /// Forgets everything held (the PSNs start over).
     pub fn clear(&mut self, una: Psn) {
         self.held = [0; (WINDOW / 64) as usize];
+        self.count = 0;
         self.walked_to = una;
     }
 }
@@ -419,6 +429,16 @@ mod tests {
         s.acked(una, una.add(4));
         assert!(!s.holds(una.add(4), una.add(4 + 255)), "its bit was freed");
         assert!(s.holds(una.add(4), una.add(255)));
+        assert_eq!(s.count, 1, "one held bit left");
+        s.set_held(una.add(255));
+        assert_eq!(s.count, 1, "set twice, counted once");
+        s.acked(una.add(4), una.add(4 + WINDOW));
+        assert_eq!(s.count, 0);
+        assert!(
+            !s.has(una.add(255)),
+            "acknowledged past the window: all cleared"
+        );
+        s.set_held(una.add(300));
         s.peer = Peer::Plain;
         assert!(!s.holds(una.add(4), una.add(255)));
     }

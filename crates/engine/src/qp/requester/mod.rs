@@ -74,6 +74,8 @@ pub(crate) struct Requester {
 pub(crate) struct Window {
     pub una: Psn,
     pub size: u32,
+    /// The size that applies to an RDMA READ request (see `Completer::window`).
+    pub reads: u32,
 }
 
 /// What sending needs of the QP, lent for one call.
@@ -228,7 +230,12 @@ impl Requester {
                 return false;
             }
         }
-        w.una.distance_to(self.cursor_psn(sq)) < w.size
+        // A new READ request goes under the READ window; READs asked again after a
+        // loss stay under the cap, which recovery shrank for them.
+        let new_read = self.cursor == self.started
+            && matches!(sq.get(self.cursor).op, SendOp::RdmaRead { .. });
+        let size = if new_read { w.reads } else { w.size };
+        w.una.distance_to(self.cursor_psn(sq)) < size
     }
 
     /// PSN of the packet at the cursor.
@@ -386,7 +393,19 @@ impl Requester {
     /// While going back, steps the cursor over packets the responder holds, and
     /// once past the end of a selective walk, back to where sending was. Returns
     /// how many packets it stepped over.
+    ///
+    /// Called after every packet sent and every answer: sending new packets (no
+    /// loss) it returns at once, without a call.
+    #[inline]
     pub fn skip_held(&mut self, sq: &SendQueue, board: &Scoreboard, una: Psn) -> u32 {
+        if !matches!(self.mode, Mode::Retransmit { .. }) {
+            return 0;
+        }
+        self.skip_held_going_back(sq, board, una)
+    }
+
+    #[inline(never)]
+    fn skip_held_going_back(&mut self, sq: &SendQueue, board: &Scoreboard, una: Psn) -> u32 {
         let mut skipped = 0;
         loop {
             let Mode::Retransmit { until } = self.mode else {
