@@ -55,6 +55,11 @@ pub struct EngineConfig {
     /// socket buffer holds. Each QP is capped besides by twice the
     /// bandwidth-delay product it measures.
     pub device_window: u32,
+    /// Bytes of READ responses a requester may have asked for beyond its in-flight
+    /// cap: what its own receive buffer holds (the driver says; 0, the default: READ
+    /// requests stay under the cap like every other request). See
+    /// `Completer::window`.
+    pub read_budget: u32,
     /// Selective repeat with softverbs peers that offer it too (the responder keeps
     /// out-of-order packets it can place and says so; the requester resends only
     /// what is missing). With any other peer, or when off, RC is plain IBTA
@@ -83,6 +88,7 @@ impl EngineConfig {
             port_mtu: crate::types::Mtu::Mtu4096,
             min_rto: Duration::from_micros(200),
             device_window: 1024,
+            read_budget: 0,
             selective_repeat: true,
         }
     }

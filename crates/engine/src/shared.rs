@@ -20,6 +20,10 @@ pub(crate) struct Shared {
     pub counters: Counters,
     /// Shared receive queues (QPs take receive WQEs from them).
     pub srqs: Slab<crate::srq::Srq>,
+    /// QPs whose acceptance of same-host placed WRITEs may have changed (state,
+    /// access flags, the acceptance itself): the driver republishes them
+    /// (`engine/placed.rs`).
+    pub placed_changes: VecDeque<crate::types::QpHandle>,
 }
 
 impl Shared {

@@ -42,7 +42,7 @@ fn placed_write_with_imm_is_one_packet_and_completes_at_the_target_with_its_leng
     );
     place_write(&mut p, &wr, 1000);
     let before = p.sim.stats().delivered;
-    p.engine(End::A).post_send_placed(qp, &wr, None).unwrap();
+    p.engine(End::A).post_send_placed(qp, &wr).unwrap();
     p.run_until_cqes(End::B, 0, 1).unwrap();
     p.run_until_send_cqes(End::A, 1).unwrap();
     // One request and one ACK, not 40 packets of 1 KiB.
@@ -55,40 +55,132 @@ fn placed_write_with_imm_is_one_packet_and_completes_at_the_target_with_its_leng
     assert_eq!(p.bytes(End::A, 0, 40_000), p.bytes(End::B, 1000, 40_000));
 }
 
+/// What the driver does for a READ: find where it lands at A, put B's bytes there.
+fn place_read(p: &mut Pair, wr: &SendWr<'_>, b_offset: usize) {
+    let qp = p.a.qp;
+    let mut sinks = Vec::new();
+    assert!(p.engine(End::A).placement_sink(qp, wr, &mut sinks));
+    let base = p.addr(End::A, 0);
+    let mut from = b_offset;
+    for (addr, len) in sinks {
+        let at = (addr - base) as usize;
+        let bytes = p.bytes(End::B, from, len).to_vec();
+        p.a.buf[at..at + len].copy_from_slice(&bytes);
+        from += len;
+    }
+}
+
 #[test]
 fn placed_read_lands_its_bytes_and_completes() {
     let mut p = Pair::lossless();
     same_host(&mut p);
     p.fill(End::B, 0, 9000, 5);
     let data = p.bytes(End::B, 0, 9000).to_vec();
-    let sge = p.sge(End::A, 100, 9000);
+    // Two SGEs: the bytes land straight in both pieces, in order.
+    let sges = [p.sge(End::A, 100, 5000), p.sge(End::A, 20_000, 4000)];
     let (remote_addr, rkey) = (p.addr(End::B, 0), p.rkey(End::B));
-    let wr = SendWr::new(
-        2,
-        SendOp::RdmaRead { remote_addr, rkey },
-        std::slice::from_ref(&sge),
-    );
+    let wr = SendWr::new(2, SendOp::RdmaRead { remote_addr, rkey }, &sges);
     let qp = p.a.qp;
-    // A READ's data must be given, and fit.
+    let mut sinks = Vec::new();
+    assert!(p.engine(End::A).placement_sink(qp, &wr, &mut sinks));
     assert_eq!(
-        p.engine(End::A).post_send_placed(qp, &wr, None),
-        Err(PostError::InvalidOpcode)
+        sinks,
+        vec![(p.addr(End::A, 100), 5000), (p.addr(End::A, 20_000), 4000)]
     );
-    assert_eq!(
-        p.engine(End::A)
-            .post_send_placed(qp, &wr, Some(&data[..10])),
-        Err(PostError::InvalidOpcode)
-    );
+    place_read(&mut p, &wr, 0);
     let before = p.sim.stats().delivered;
-    p.engine(End::A)
-        .post_send_placed(qp, &wr, Some(&data))
-        .unwrap();
+    p.engine(End::A).post_send_placed(qp, &wr).unwrap();
     p.run_until_send_cqes(End::A, 1).unwrap();
     // Carried out locally: nothing went on the wire.
     assert_eq!(p.sim.stats().delivered, before);
     let s = p.poll_send(End::A);
     assert_eq!((s[0].status, s[0].byte_len), (WcStatus::Success, 9000));
-    assert_eq!(p.bytes(End::A, 100, 9000), &data[..]);
+    assert_eq!(p.bytes(End::A, 100, 5000), &data[..5000]);
+    assert_eq!(p.bytes(End::A, 20_000, 4000), &data[5000..]);
+}
+
+#[test]
+fn a_placed_read_lands_only_where_local_writes_are_allowed() {
+    // A READ's local SGEs need LOCAL_WRITE: without it (or with a bad
+    // key) the driver gets no place to put the bytes, and the UDP path reports it.
+    let opts = PairOpts {
+        mr_access: AccessFlags::REMOTE_READ,
+        ..PairOpts::default()
+    };
+    let mut p = Pair::new(1, softverbs_sim::Faults::none(), opts);
+    same_host(&mut p);
+    let qp = p.a.qp;
+    let (remote_addr, rkey) = (p.addr(End::B, 0), p.rkey(End::B));
+    let sge = p.sge(End::A, 0, 64);
+    let wr = SendWr::new(
+        1,
+        SendOp::RdmaRead { remote_addr, rkey },
+        std::slice::from_ref(&sge),
+    );
+    let mut sinks = vec![(1, 1)];
+    assert!(!p.engine(End::A).placement_sink(qp, &wr, &mut sinks));
+    assert!(sinks.is_empty());
+    let mut bad = sge;
+    bad.lkey ^= 0x100;
+    let wr = SendWr::new(
+        1,
+        SendOp::RdmaRead { remote_addr, rkey },
+        std::slice::from_ref(&bad),
+    );
+    assert!(!p.engine(End::A).placement_sink(qp, &wr, &mut sinks));
+    // Inline data is no place for a READ.
+    let inline = SendWr {
+        wr_id: 1,
+        op: SendOp::RdmaRead { remote_addr, rkey },
+        payload: Payload::Inline(&[0; 8]),
+        flags: SendFlags::EMPTY,
+    };
+    assert_eq!(
+        p.engine(End::A).post_send_placed(qp, &inline),
+        Err(PostError::InvalidOpcode)
+    );
+}
+
+#[test]
+fn a_placed_read_whose_region_went_away_fails_with_a_local_protection_error() {
+    let mut p = Pair::lossless();
+    same_host(&mut p);
+    let qp = p.a.qp;
+    let (remote_addr, rkey) = (p.addr(End::B, 0), p.rkey(End::B));
+    // A placed inline WRITE with immediate ahead (a packet, acknowledged later) keeps
+    // the READ from running at once.
+    p.post_recv(End::B, 7, &[]).unwrap();
+    let write = SendWr {
+        wr_id: 1,
+        op: SendOp::RdmaWriteWithImm {
+            remote_addr,
+            rkey,
+            imm: 3,
+        },
+        payload: Payload::Inline(&[7; 8]),
+        flags: SendFlags::INLINE | SendFlags::SIGNALED,
+    };
+    p.engine(End::A).post_send_placed(qp, &write).unwrap();
+    let sge = p.sge(End::A, 0, 4096);
+    let wr = SendWr::new(
+        2,
+        SendOp::RdmaRead { remote_addr, rkey },
+        std::slice::from_ref(&sge),
+    );
+    place_read(&mut p, &wr, 0);
+    p.engine(End::A).post_send_placed(qp, &wr).unwrap();
+    let mr = p.a.mr.handle;
+    p.engine(End::A).dereg_mr(mr).unwrap();
+    p.run_until_send_cqes(End::A, 2).unwrap();
+    let s = p.poll_send(End::A);
+    let got: Vec<_> = s.iter().map(|w| (w.wr_id, w.status)).collect();
+    // The failure moves the QP to ERR, which flushes the WRITE still unacknowledged
+    // before it (IBA 10.8.3.3), as a failed local operation does.
+    assert_eq!(
+        got,
+        vec![(1, WcStatus::WrFlushErr), (2, WcStatus::LocProtErr)]
+    );
+    assert_eq!(p.qp_state(End::A), QpState::Err);
 }
 
 #[test]
@@ -111,14 +203,14 @@ fn placement_waits_for_earlier_packet_borne_requests() {
         std::slice::from_ref(&sge),
     );
     assert_eq!(
-        p.engine(End::A).post_send_placed(qp, &wr, None),
+        p.engine(End::A).post_send_placed(qp, &wr),
         Err(PostError::InvalidOpcode)
     );
     p.run_until_send_cqes(End::A, 1).unwrap();
     assert!(p.engine(End::A).placement_ready(qp));
     // Placed WRs do not hold later placements back.
     place_write(&mut p, &wr, 100);
-    p.engine(End::A).post_send_placed(qp, &wr, None).unwrap();
+    p.engine(End::A).post_send_placed(qp, &wr).unwrap();
     assert!(p.engine(End::A).placement_ready(qp));
     // Only RC QPs with the path take placed work.
     p.engine(End::A).set_same_host(qp, false).unwrap();
@@ -126,22 +218,24 @@ fn placement_waits_for_earlier_packet_borne_requests() {
 }
 
 #[test]
-fn responder_still_checks_a_placed_writes_range() {
-    // A placed WRITE naming memory the target may not write is refused there too
-    // (the driver checks the published table first; this is the second check).
+fn responder_still_checks_a_placed_write_with_imms_range() {
+    // A placed WRITE with immediate naming memory the target may not write is refused
+    // there too (the driver checks the published table first; this is the second check).
     let mut p = Pair::lossless();
     same_host(&mut p);
     let qp = p.a.qp;
+    p.post_recv(End::B, 7, &[]).unwrap();
     let sge = p.sge(End::A, 0, 4096);
     let wr = SendWr::new(
         3,
-        SendOp::RdmaWrite {
+        SendOp::RdmaWriteWithImm {
             remote_addr: p.addr(End::B, p.opts.buf_len - 100),
             rkey: p.rkey(End::B),
+            imm: 1,
         },
         std::slice::from_ref(&sge),
     );
-    p.engine(End::A).post_send_placed(qp, &wr, None).unwrap();
+    p.engine(End::A).post_send_placed(qp, &wr).unwrap();
     p.run_until_send_cqes(End::A, 1).unwrap();
     assert_eq!(p.poll_send(End::A)[0].status, WcStatus::RemAccessErr);
     assert_eq!(p.qp_state(End::A), QpState::Err);
@@ -153,18 +247,83 @@ fn a_header_only_write_to_a_qp_without_the_path_is_a_length_error() {
     let mut p = Pair::lossless();
     let qp = p.a.qp;
     p.engine(End::A).set_same_host(qp, true).unwrap(); // B did not agree
+    p.post_recv(End::B, 7, &[]).unwrap();
     let sge = p.sge(End::A, 0, 4096);
     let wr = SendWr::new(
         4,
-        SendOp::RdmaWrite {
+        SendOp::RdmaWriteWithImm {
             remote_addr: p.addr(End::B, 0),
             rkey: p.rkey(End::B),
+            imm: 2,
         },
         std::slice::from_ref(&sge),
     );
-    p.engine(End::A).post_send_placed(qp, &wr, None).unwrap();
+    p.engine(End::A).post_send_placed(qp, &wr).unwrap();
     p.run_until_send_cqes(End::A, 1).unwrap();
     assert_eq!(p.poll_send(End::A)[0].status, WcStatus::RemInvReqErr);
+}
+
+/// A placed WRITE without immediate is done when its bytes landed: no packet, no ACK
+/// to wait for; it completes in order, and a SEND posted after it is received after
+/// its bytes are there.
+#[test]
+fn a_placed_write_completes_locally_and_a_later_send_follows_it() {
+    let mut p = Pair::lossless();
+    same_host(&mut p);
+    let qp = p.a.qp;
+    p.fill(End::A, 0, 8192, 4);
+    let (remote_addr, rkey) = (p.addr(End::B, 0), p.rkey(End::B));
+    let sge = p.sge(End::A, 0, 8192);
+    let wr = SendWr::new(
+        1,
+        SendOp::RdmaWrite { remote_addr, rkey },
+        std::slice::from_ref(&sge),
+    );
+    place_write(&mut p, &wr, 0);
+    let before = p.sim.stats().delivered;
+    p.engine(End::A).post_send_placed(qp, &wr).unwrap();
+    // Done at once: its completion is there before any packet moved.
+    let s = p.poll_send(End::A);
+    assert_eq!(
+        s.iter()
+            .map(|w| (w.wr_id, w.status, w.opcode))
+            .collect::<Vec<_>>(),
+        vec![(1, WcStatus::Success, WcOpcode::RdmaWrite)]
+    );
+    p.settle();
+    assert_eq!(p.sim.stats().delivered, before, "nothing on the wire");
+    // Still placement-ready: nothing is outstanding.
+    assert!(p.engine(End::A).placement_ready(qp));
+    let rsge = p.sge(End::B, 16_384, 64);
+    p.post_recv(End::B, 9, &[rsge]).unwrap();
+    let small = p.sge(End::A, 0, 64);
+    p.post_send(End::A, &SendWr::new(2, SendOp::Send, &[small]))
+        .unwrap();
+    p.run_until_cqes(End::B, 0, 1).unwrap();
+    assert_eq!(p.poll_recv(End::B)[0].status, WcStatus::Success);
+    assert_eq!(p.bytes(End::B, 0, 8192), p.bytes(End::A, 0, 8192));
+}
+
+/// The driver publishes whether a QP accepts placed WRITEs: the engine reports every
+/// change, its entering ERR included.
+#[test]
+fn acceptance_changes_are_reported_for_the_driver_to_publish() {
+    let mut p = Pair::lossless();
+    let qp = p.b.qp;
+    while p.engine(End::B).poll_placed_change().is_some() {}
+    assert!(!p.engine(End::B).accepts_placed(qp));
+    p.engine(End::B).set_accepts_placed(qp, true).unwrap();
+    assert_eq!(p.engine(End::B).poll_placed_change(), Some(qp));
+    assert!(p.engine(End::B).accepts_placed(qp));
+    let attr = QpAttr {
+        qp_state: QpState::Err,
+        ..QpAttr::default()
+    };
+    p.engine(End::B)
+        .modify_qp(qp, &attr, QpAttrMask::STATE, Instant::ZERO)
+        .unwrap();
+    assert_eq!(p.engine(End::B).poll_placed_change(), Some(qp));
+    assert!(!p.engine(End::B).accepts_placed(qp));
 }
 
 #[test]
@@ -185,7 +344,7 @@ fn placed_writes_survive_loss_in_order() {
                 std::slice::from_ref(&sge),
             );
             place_write(&mut p, &wr, i as usize * 4096);
-            p.engine(End::A).post_send_placed(qp, &wr, None).unwrap();
+            p.engine(End::A).post_send_placed(qp, &wr).unwrap();
         }
         p.run_until_send_cqes(End::A, 8).unwrap();
         let s = p.poll_send(End::A);
@@ -205,23 +364,27 @@ fn a_placed_read_completes_after_the_writes_before_it() {
     p.fill(End::A, 0, 4096, 8);
     let sge = p.sge(End::A, 0, 4096);
     let (remote_addr, rkey) = (p.addr(End::B, 0), p.rkey(End::B));
+    // With immediate: a packet whose ACK the READ's completion must wait for.
+    p.post_recv(End::B, 7, &[]).unwrap();
     let wr = SendWr::new(
         1,
-        SendOp::RdmaWrite { remote_addr, rkey },
+        SendOp::RdmaWriteWithImm {
+            remote_addr,
+            rkey,
+            imm: 4,
+        },
         std::slice::from_ref(&sge),
     );
     place_write(&mut p, &wr, 0);
-    p.engine(End::A).post_send_placed(qp, &wr, None).unwrap();
-    let back = p.bytes(End::B, 0, 4096).to_vec();
+    p.engine(End::A).post_send_placed(qp, &wr).unwrap();
     let rsge = p.sge(End::A, 8192, 4096);
     let rd = SendWr::new(
         2,
         SendOp::RdmaRead { remote_addr, rkey },
         std::slice::from_ref(&rsge),
     );
-    p.engine(End::A)
-        .post_send_placed(qp, &rd, Some(&back))
-        .unwrap();
+    place_read(&mut p, &rd, 0);
+    p.engine(End::A).post_send_placed(qp, &rd).unwrap();
     // The READ is done, but completes only after the WRITE before it.
     assert!(p.poll_send(End::A).is_empty());
     p.run_until_send_cqes(End::A, 2).unwrap();
@@ -236,4 +399,31 @@ fn a_placed_read_completes_after_the_writes_before_it() {
     );
     assert_eq!(s[1].byte_len, 4096);
     assert_eq!(p.bytes(End::A, 8192, 4096), p.bytes(End::A, 0, 4096));
+}
+
+/// A post may wait for WRITEs and READs that went by UDP (they need nothing of the peer
+/// application) before placing, but not for a SEND (it may wait for a receive).
+#[test]
+fn placement_may_wait_for_one_sided_udp_requests_only() {
+    let mut p = Pair::lossless();
+    same_host(&mut p);
+    let qp = p.a.qp;
+    assert!(!p.engine(End::A).placement_waits_for_one_sided(qp));
+    let (remote_addr, rkey) = (p.addr(End::B, 0), p.rkey(End::B));
+    let sge = p.sge(End::A, 0, 4096);
+    p.post_send(
+        End::A,
+        &SendWr::new(1, SendOp::RdmaRead { remote_addr, rkey }, &[sge]),
+    )
+    .unwrap();
+    assert!(!p.engine(End::A).placement_ready(qp));
+    assert!(p.engine(End::A).placement_waits_for_one_sided(qp));
+    p.post_send(End::A, &SendWr::new(2, SendOp::Send, &[sge]))
+        .unwrap();
+    assert!(!p.engine(End::A).placement_waits_for_one_sided(qp));
+    p.post_recv(End::B, 1, &[p.sge(End::B, 8192, 4096)])
+        .unwrap();
+    p.run_until_send_cqes(End::A, 2).unwrap();
+    assert!(!p.engine(End::A).placement_waits_for_one_sided(qp));
+    assert!(p.engine(End::A).placement_ready(qp));
 }

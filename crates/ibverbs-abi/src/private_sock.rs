@@ -13,7 +13,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use softverbs::sock::{RdmaListener, RdmaStream, StreamConfig, StreamOptions};
+use softverbs::sock::{
+    BindOptions, RdmaListener, RdmaSocket, RdmaStream, StreamConfig, StreamOptions,
+};
 use softverbs_private_abi::{
     SockHandle, StreamOps, StreamSettings, IO_BLOCK, IO_PEEK, READY_ERR, READY_HUP, READY_IN,
     READY_OUT,
@@ -22,6 +24,8 @@ use softverbs_private_abi::{
 use crate::private_cm::{manager, socket_addr, storage};
 
 enum Sock {
+    /// Bound by `rbind`, until it listens or connects (`None` once taken).
+    Bound(Mutex<Option<RdmaSocket>>),
     Listener(RdmaListener),
     Stream(Arc<RdmaStream>),
 }
@@ -47,7 +51,19 @@ fn lookup(handle: SockHandle) -> Result<Arc<Sock>, c_int> {
 fn stream(handle: SockHandle) -> Result<Arc<RdmaStream>, c_int> {
     match &*lookup(handle)? {
         Sock::Stream(st) => Ok(st.clone()),
-        Sock::Listener(_) => Err(libc::ENOTCONN),
+        Sock::Listener(_) | Sock::Bound(_) => Err(libc::ENOTCONN),
+    }
+}
+
+/// Takes the bound socket behind `handle` (`EINVAL` when it is not one).
+fn take_bound(handle: SockHandle) -> Result<RdmaSocket, c_int> {
+    match &*lookup(handle)? {
+        Sock::Bound(b) => b
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .ok_or(libc::EINVAL),
+        _ => Err(libc::EINVAL),
     }
 }
 
@@ -262,6 +278,8 @@ unsafe extern "C" fn readiness(
     status((|| {
         let s = lookup(sock)?;
         let (bits, fds): (u32, Vec<c_int>) = match &*s {
+            // Neither listening nor connected: ready for nothing, and nothing will change.
+            Sock::Bound(_) => (0, Vec::new()),
             Sock::Listener(l) => {
                 // The listening id's event channel is readable exactly while an event (a
                 // connection request) waits.
@@ -315,6 +333,13 @@ unsafe extern "C" fn addrs(
         let s = lookup(sock)?;
         let (l, p) = match &*s {
             Sock::Listener(l) => (l.local_addr(), None),
+            Sock::Bound(b) => (
+                b.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .as_ref()
+                    .and_then(RdmaSocket::local_addr),
+                None,
+            ),
             Sock::Stream(st) => (st.local_addr(), st.peer_addr()),
         };
         // SAFETY: writable (caller).
@@ -383,6 +408,68 @@ unsafe extern "C" fn iowrite(
     })())
 }
 
+unsafe extern "C" fn bind(
+    addr: *const libc::sockaddr,
+    len: libc::socklen_t,
+    reuse_addr: u8,
+    v6only: u8,
+    out: *mut SockHandle,
+) -> c_int {
+    status((|| {
+        // SAFETY: readable for `len` bytes (caller).
+        let addr = unsafe { socket_addr(addr, len) }?;
+        let cm = manager()?;
+        let opts = BindOptions {
+            reuse_addr: reuse_addr != 0,
+            v6only: v6only != 0,
+        };
+        let sock = RdmaSocket::bind_with(cm.context(), addr, opts).map_err(|e| errno_of(&e))?;
+        let handle = insert(Sock::Bound(Mutex::new(Some(sock))));
+        // SAFETY: writable (caller).
+        unsafe { out.write(handle) };
+        Ok(())
+    })())
+}
+
+unsafe extern "C" fn listen_bound(sock: SockHandle, backlog: c_int) -> c_int {
+    status((|| {
+        let bound = take_bound(sock)?;
+        match bound.listen(backlog, StreamOptions::default()) {
+            Ok(l) => {
+                socks().insert(sock, Arc::new(Sock::Listener(l)));
+                Ok(())
+            }
+            Err((e, bound)) => {
+                socks().insert(sock, Arc::new(Sock::Bound(Mutex::new(Some(bound)))));
+                Err(errno_of(&e))
+            }
+        }
+    })())
+}
+
+unsafe extern "C" fn connect_bound(
+    sock: SockHandle,
+    addr: *const libc::sockaddr,
+    len: libc::socklen_t,
+    settings: *const StreamSettings,
+    out: *mut SockHandle,
+) -> c_int {
+    status((|| {
+        let bound = take_bound(sock);
+        socks().remove(&sock);
+        let bound = bound?;
+        // SAFETY: readable for `len` bytes (caller).
+        let addr = unsafe { socket_addr(addr, len) }?;
+        // SAFETY: NULL or readable (caller).
+        let opts = unsafe { options(settings) };
+        let stream = bound.connect(addr, &opts).map_err(|e| errno_of(&e))?;
+        let handle = insert(Sock::Stream(Arc::new(stream)));
+        // SAFETY: writable (caller).
+        unsafe { out.write(handle) };
+        Ok(())
+    })())
+}
+
 /// The table `CmOps::stream` points to.
 pub static STREAM_OPS: StreamOps = StreamOps {
     size: size_of::<StreamOps>() as u32,
@@ -399,4 +486,7 @@ pub static STREAM_OPS: StreamOps = StreamOps {
     iomap,
     iounmap,
     iowrite,
+    bind,
+    listen_bound,
+    connect_bound,
 };

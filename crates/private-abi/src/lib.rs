@@ -374,6 +374,30 @@ pub struct StreamOps {
         offset: u64,
         block: u8,
     ) -> isize,
+    /// `rbind`: binds a new socket at `addr` at once (`rdma_bind_addr`; port 0: ephemeral)
+    /// with the reuse-address and IPv6-only options (nonzero: on); `-EADDRINUSE` when
+    /// another socket holds the address. The bound socket's handle goes to `*out`; it
+    /// listens with `listen_bound` or connects with `connect_bound`.
+    pub bind: unsafe extern "C" fn(
+        addr: *const sockaddr,
+        len: socklen_t,
+        reuse_addr: u8,
+        v6only: u8,
+        out: *mut SockHandle,
+    ) -> c_int,
+    /// Makes a bound socket listen (the handle stays; it is a listener from then on). On
+    /// failure it stays bound.
+    pub listen_bound: unsafe extern "C" fn(sock: SockHandle, backlog: c_int) -> c_int,
+    /// Connects a bound socket to `addr` from its address, as `connect` does otherwise;
+    /// the bound handle is gone afterwards whatever the outcome, the connection's is in
+    /// `*out`.
+    pub connect_bound: unsafe extern "C" fn(
+        sock: SockHandle,
+        addr: *const sockaddr,
+        len: socklen_t,
+        settings: *const StreamSettings,
+        out: *mut SockHandle,
+    ) -> c_int,
 }
 
 /// The number of bytes of [`CmOps`] a table must provide for this crate's version.

@@ -709,6 +709,25 @@ mod tests {
             -(libc::ENOSYS as isize)
         }
 
+        unsafe extern "C" fn no_bind(
+            _: *const libc::sockaddr,
+            _: libc::socklen_t,
+            _: u8,
+            _: u8,
+            _: *mut u64,
+        ) -> i32 {
+            -libc::ENOSYS
+        }
+        unsafe extern "C" fn no_connect_bound(
+            _: u64,
+            _: *const libc::sockaddr,
+            _: libc::socklen_t,
+            _: *const softverbs_private_abi::StreamSettings,
+            _: *mut u64,
+        ) -> i32 {
+            -libc::ENOSYS
+        }
+
         static NO_STREAMS: softverbs_private_abi::StreamOps = softverbs_private_abi::StreamOps {
             size: size_of::<softverbs_private_abi::StreamOps>() as u32,
             listen: no_listen,
@@ -724,6 +743,9 @@ mod tests {
             iomap: no_iomap,
             iounmap: no_iounmap,
             iowrite: no_iowrite,
+            bind: no_bind,
+            listen_bound: no_shutdown,
+            connect_bound: no_connect_bound,
         };
     }
 

@@ -51,6 +51,49 @@ static short wait_for(int fd, short events) {
     return p.revents;
 }
 
+/* SO_REUSEADDR and IPV6_V6ONLY take effect at rbind, as rsocket.c's rdma_set_option
+ * (RDMA_OPTION_ID_REUSEADDR, RDMA_OPTION_ID_AFONLY) does. */
+static void reuse_and_v6only(void) {
+    /* A port nobody uses on either family: the kernel's pick for a dual-stack UDP socket,
+     * given back. */
+    int probe = socket(AF_INET6, SOCK_DGRAM, 0);
+    struct sockaddr_in6 any6 = { .sin6_family = AF_INET6, .sin6_addr = IN6ADDR_ANY_INIT };
+    socklen_t len = sizeof any6;
+    CHECK(probe >= 0 && bind(probe, (struct sockaddr *)&any6, sizeof any6) == 0);
+    CHECK(getsockname(probe, (struct sockaddr *)&any6, &len) == 0);
+    close(probe);
+    int port = ntohs(any6.sin6_port);
+
+    int one = 1, zero = 0;
+    int r1 = rsocket(AF_INET, SOCK_STREAM, 0), r2 = rsocket(AF_INET, SOCK_STREAM, 0);
+    CHECK(r1 >= 0 && r2 >= 0);
+    CHECK(rsetsockopt(r1, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) == 0);
+    CHECK(rsetsockopt(r2, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) == 0);
+    struct sockaddr_in sin = loopback(port);
+    SHOW("rbind_reuse_first", rbind(r1, (struct sockaddr *)&sin, sizeof sin));
+    SHOW("rbind_reuse_second", rbind(r2, (struct sockaddr *)&sin, sizeof sin));
+    SHOW("reuseaddr_after_bind", rsetsockopt(r2, SOL_SOCKET, SO_REUSEADDR, &zero, sizeof zero));
+    CHECK(rclose(r1) == 0 && rclose(r2) == 0);
+
+    /* An IPv6 wildcard with IPV6_V6ONLY leaves the IPv4 wildcard of its port free. */
+    struct sockaddr_in any4 = { .sin_family = AF_INET, .sin_port = htons(port) };
+    int v6 = rsocket(AF_INET6, SOCK_STREAM, 0), v4 = rsocket(AF_INET, SOCK_STREAM, 0);
+    CHECK(v6 >= 0 && v4 >= 0);
+    SHOW("v6only", rsetsockopt(v6, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one));
+    SHOW("rbind_v6only", rbind(v6, (struct sockaddr *)&any6, sizeof any6));
+    SHOW("v6only_changed_after_bind",
+         rsetsockopt(v6, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero));
+    SHOW("rbind_v4_beside_v6only", rbind(v4, (struct sockaddr *)&any4, sizeof any4));
+    CHECK(rclose(v6) == 0 && rclose(v4) == 0);
+    /* Without it the IPv6 wildcard covers IPv4 too. */
+    v6 = rsocket(AF_INET6, SOCK_STREAM, 0);
+    v4 = rsocket(AF_INET, SOCK_STREAM, 0);
+    CHECK(v6 >= 0 && v4 >= 0);
+    SHOW("rbind_dual", rbind(v6, (struct sockaddr *)&any6, sizeof any6));
+    SHOW("rbind_v4_beside_dual", rbind(v4, (struct sockaddr *)&any4, sizeof any4));
+    CHECK(rclose(v6) == 0 && rclose(v4) == 0);
+}
+
 static int local(void) {
     /* A listener on an ephemeral port. */
     int lrs = rsocket(AF_INET, SOCK_STREAM, 0);
@@ -69,6 +112,21 @@ static int local(void) {
     SHOW("raccept_none", raccept(lrs, NULL, NULL));
     struct pollfd lp = { .fd = lrs, .events = POLLIN };
     SHOW("rpoll_listener_idle", rpoll(&lp, 1, 0));
+
+    /* rbind binds at once (rsocket.c's rdma_bind_addr): the port is picked there, and a
+     * second rbind to the same address and port fails there, before anything listens. */
+    int b1 = rsocket(AF_INET, SOCK_STREAM, 0), b2 = rsocket(AF_INET, SOCK_STREAM, 0);
+    CHECK(b1 >= 0 && b2 >= 0);
+    struct sockaddr_in bsin = loopback(0);
+    SHOW("rbind_first", rbind(b1, (struct sockaddr *)&bsin, sizeof bsin));
+    len = sizeof bsin;
+    CHECK(rgetsockname(b1, (struct sockaddr *)&bsin, &len) == 0);
+    printf("bound port nonzero %d\n", bsin.sin_port != 0);
+    SHOW("rbind_taken", rbind(b2, (struct sockaddr *)&bsin, sizeof bsin));
+    SHOW("rclose_b1", rclose(b1));
+    SHOW("rbind_freed", rbind(b2, (struct sockaddr *)&bsin, sizeof bsin));
+    SHOW("rclose_b2", rclose(b2));
+    reuse_and_v6only();
 
     /* Options before connecting. */
     int rs = rsocket(AF_INET, SOCK_STREAM, 0);
@@ -104,6 +162,13 @@ static int local(void) {
     SHOW("rsend_unconnected", rsend(rs, "x", 1, 0));
     SHOW("rfcntl_getfl", rfcntl(rs, F_GETFL));
     SHOW("rfcntl_bad_cmd", rfcntl(rs, F_GETOWN));
+
+    /* The client binds first: its connection leaves from that address and port. */
+    struct sockaddr_in csin = loopback(0);
+    SHOW("rbind_client", rbind(rs, (struct sockaddr *)&csin, sizeof csin));
+    len = sizeof csin;
+    CHECK(rgetsockname(rs, (struct sockaddr *)&csin, &len) == 0);
+    printf("client bound port nonzero %d\n", csin.sin_port != 0);
 
     /* Non-blocking connect: EINPROGRESS, then the listener sees the request, raccept
      * accepts it, and the connecting socket turns writable with SO_ERROR 0. */
@@ -144,6 +209,8 @@ static int local(void) {
     CHECK(rgetsockname(rs, (struct sockaddr *)&a, &la) == 0);
     CHECK(rgetpeername(srv, (struct sockaddr *)&b, &lb) == 0);
     printf("client name is server's peer %d\n", a.sin_port == b.sin_port && a.sin_port != 0);
+    printf("client name is its rbind address %d\n",
+           a.sin_port == csin.sin_port && a.sin_addr.s_addr == csin.sin_addr.s_addr);
     CHECK(rgetpeername(rs, (struct sockaddr *)&a, &la) == 0);
     printf("client peer port is listener's %d\n", ntohs(a.sin_port) == port);
 
@@ -203,8 +270,19 @@ static int local(void) {
         sent += n;
     }
     printf("partial %d then eagain %d, some sent %d\n", partial, eagain, sent > 0 && sent < total);
+    /* With the peer reading nothing the writer ends up not writable; a grant or send
+     * completion already on its way when EAGAIN came may still let a little more go
+     * first (so this takes what goes until rpoll says no, a bounded number of times). */
     struct pollfd w = { .fd = rs, .events = POLLOUT };
-    SHOW("rpoll_not_writable", rpoll(&w, 1, 0));
+    int writable = 1;
+    for (int i = 0; i < 1000 && (writable = rpoll(&w, 1, 0)) > 0; i++) {
+        ssize_t n = rsend(rs, out + sent, total - sent, 0);
+        if (n > 0)
+            sent += n;
+        else
+            CHECK(errno == EAGAIN);
+    }
+    printf("rpoll_not_writable %d -\n", writable);
     while (got < total) {
         ssize_t n = rrecv(srv, in + got, total - got, MSG_DONTWAIT);
         if (n > 0)
@@ -220,6 +298,27 @@ static int local(void) {
         }
     }
     printf("moved %zu intact %d\n", got, memcmp(in, out, total) == 0);
+
+    /* MSG_PEEK spans every queued message, as rsocket.c's rs_peek: three sends, each its
+     * own message; once all have arrived one peek shows them all, and takes nothing. */
+    SHOW("rsend_one", rsend(rs, "one", 3, 0));
+    SHOW("rsend_two", rsend(rs, "two", 3, 0));
+    SHOW("rsend_three", rsend(rs, "three", 5, 0));
+    /* Each peek returns what has arrived; wait (bounded) until all three have. */
+    ssize_t peeked = 0;
+    for (int i = 0; i < 20000 && peeked < 11; i++) {
+        memset(buf, 0, sizeof buf);
+        peeked = rrecv(srv, buf, sizeof buf, MSG_PEEK);
+        if (peeked < 11)
+            usleep(1000);
+    }
+    printf("peeked %zd %s\n", peeked, buf);
+    memset(buf, 0, sizeof buf);
+    SHOW("rrecv_peek_some", rrecv(srv, buf, 5, MSG_PEEK));
+    printf("peeked %s\n", buf);
+    memset(buf, 0, sizeof buf);
+    SHOW("rrecv_all", rrecv(srv, buf, sizeof buf, 0));
+    printf("got %s\n", buf);
 
     /* rwritev / rreadv. */
     SHOW("rfcntl_block", rfcntl(rs, F_SETFL, 0));

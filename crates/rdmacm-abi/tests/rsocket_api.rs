@@ -104,6 +104,21 @@ listening port nonzero 1 len 16
 rfcntl_setfl_listener 0 -
 raccept_none -1 EAGAIN
 rpoll_listener_idle 0 -
+rbind_first 0 -
+bound port nonzero 1
+rbind_taken -1 EADDRINUSE
+rclose_b1 0 -
+rbind_freed 0 -
+rclose_b2 0 -
+rbind_reuse_first 0 -
+rbind_reuse_second 0 -
+reuseaddr_after_bind 0 -
+v6only 0 -
+rbind_v6only 0 -
+v6only_changed_after_bind -1 EINVAL
+rbind_v4_beside_v6only 0 -
+rbind_dual 0 -
+rbind_v4_beside_dual -1 EADDRINUSE
 sndbuf 0 -
 get_sndbuf 0 -
 sndbuf 131072 len 4
@@ -125,6 +140,8 @@ keepidle_zero -1 EINVAL
 rsend_unconnected -1 ENOTCONN
 rfcntl_getfl 2 -
 rfcntl_bad_cmd -1 EOPNOTSUPP
+rbind_client 0 -
+client bound port nonzero 1
 rfcntl_setfl 0 -
 getfl nonblock 1
 rconnect -1 EINPROGRESS
@@ -145,6 +162,7 @@ get_keepidle 0 -
 keepidle 7
 sqsize_after_connect -1 EINVAL
 client name is server's peer 1
+client name is its rbind address 1
 client peer port is listener's 1
 rpoll_nothing 0 -
 rpoll_pipe 1 -
@@ -169,6 +187,14 @@ rrecv_empty_nonblocking -1 EAGAIN
 partial 1 then eagain 1, some sent 1
 rpoll_not_writable 0 -
 moved 4194304 intact 1
+rsend_one 3 -
+rsend_two 3 -
+rsend_three 5 -
+peeked 11 onetwothree
+rrecv_peek_some 5 -
+peeked onetw
+rrecv_all 11 -
+got onetwothree
 rfcntl_block 0 -
 rwritev 5 -
 rrecv_waitall 5 -

@@ -810,6 +810,33 @@ impl StreamCore {
         })
     }
 
+    /// Where the received bytes are, in order, up to `max` of them: one contiguous chunk
+    /// per message piece (a message split where the ring wraps gives two), across every
+    /// queued message. For `MSG_PEEK`, which rsocket.c's `rs_peek` serves from all the
+    /// messages queued, leaving them in place.
+    pub fn peek_chunks(&self, max: usize) -> Vec<RecvChunk> {
+        let mut chunks = Vec::new();
+        let mut left = u64::try_from(max).unwrap_or(u64::MAX);
+        let mut offset = self.rbuf_offset;
+        for &msg in &self.rmsg {
+            let mut len = u64::from(msg).min(left) as u32;
+            left -= u64::from(len);
+            while len > 0 {
+                let n = len.min(self.cfg.rbuf_size - offset);
+                chunks.push(RecvChunk { offset, len: n });
+                len -= n;
+                offset += n;
+                if offset == self.cfg.rbuf_size {
+                    offset = 0;
+                }
+            }
+            if left == 0 {
+                break;
+            }
+        }
+        chunks
+    }
+
     /// The caller read `n` bytes from [`Self::recv_chunk`] (at most its `len`).
     pub fn consume(&mut self, n: u32) {
         let Some(chunk) = self.recv_chunk() else {

@@ -76,6 +76,9 @@ pub struct Config {
     pub cm_packet_life_time: u8,
     /// The same-host path (`crate::samehost`).
     pub same_host: SameHostMode,
+    /// Fault injection for tests: the first this many same-host handshake datagrams
+    /// the device sends are dropped (the handshake's resend must recover).
+    pub drop_first_hellos: u32,
 }
 
 /// Whether RC QPs whose peer is a softverbs process on this host move RDMA WRITE and
@@ -122,6 +125,7 @@ impl Default for Config {
             selective_repeat: true,
             cm_packet_life_time: 18,
             same_host: SameHostMode::Auto,
+            drop_first_hellos: 0,
         }
     }
 }

@@ -405,6 +405,10 @@ impl Driver {
         ecfg.icrc = config.icrc;
         ecfg.port_mtu = active_mtu;
         ecfg.selective_repeat = config.selective_repeat;
+        // READ responses asked for past the in-flight cap must fit the receive
+        // buffer: a quarter of what SO_RCVBUF reports (it reports twice the data it
+        // holds), half the data, the rest left for other traffic.
+        ecfg.read_budget = u32::try_from(sys::receive_buffer(&socket) / 4).unwrap_or(u32::MAX);
         let state = State {
             engine: Engine::new(ecfg.clone()),
             tx: SendBatch::new(MAX_DATAGRAM, gso),
@@ -458,6 +462,7 @@ impl Driver {
             same_host: crate::samehost::SameHost::new(
                 config.same_host,
                 &format!("{}-{}", local.ip(), local.port()),
+                config.drop_first_hellos,
             ),
         });
         let for_thread = Arc::clone(&driver);
@@ -505,10 +510,14 @@ impl Driver {
         self.dispatch(st, now, &mut d);
         self.cm_pump(st, now, &mut d);
         self.transmit(st, now);
+        while let Some(qp) = st.engine.poll_placed_change() {
+            self.same_host.republish_qp(&st.engine, qp);
+        }
         while let Some(qp) = st.engine.poll_entered_rtr() {
             d.hellos.extend(self.same_host.offer_for(&st.engine, qp));
         }
-        let next = Self::next_deadline(st).map_or(u64::MAX, |t| t.as_nanos());
+        d.hellos.extend(self.same_host.due_offers(&st.engine, now));
+        let next = self.next_deadline(st).map_or(u64::MAX, |t| t.as_nanos());
         self.next_timer.store(next, Ordering::Release);
         // A progress thread that left the socket to pollers sleeps no longer than the
         // hand-off, and the pollers fire due timers meanwhile: waking it for an earlier
@@ -519,17 +528,17 @@ impl Driver {
         d
     }
 
-    /// The earliest timer of the engine and the cm.
-    fn next_deadline(st: &State) -> Option<Instant> {
+    /// The earliest timer of the engine, the cm and the same-host handshake.
+    fn next_deadline(&self, st: &State) -> Option<Instant> {
         let cm = st
             .cm
             .cm
             .poll_timeout()
             .map(|t| Instant::from_nanos(t.as_nanos()));
-        match (st.engine.poll_timeout(), cm) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [st.engine.poll_timeout(), cm, self.same_host.poll_timeout()]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Fires the engine's and the cm's due timers.
@@ -595,14 +604,28 @@ impl Driver {
 
     /// Sends same-host handshake datagrams (without the device lock).
     fn send_hellos(&self, hellos: Vec<crate::samehost::Outgoing>) {
+        let mut armed = false;
         for h in hellos {
-            if h.offer && !crate::samehost::peer_may_be_softverbs(h.to) {
+            if h.offer.is_some() && !crate::samehost::peer_may_be_softverbs(h.to) {
+                continue;
+            }
+            if let Some(qp) = h.offer {
+                // Resent if no answer comes (`samehost/retry.rs`).
+                self.same_host.offer_sent(qp, self.now());
+                armed = true;
+            }
+            if self.same_host.drop_injected() {
+                self.counters.injected_drops.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
             note_syscall();
             if let Err(e) = self.socket.send_to(&h.datagram, h.to) {
                 tracing::debug!(error = %e, to = %h.to, "cannot send a same-host handshake");
             }
+        }
+        // The progress thread may sleep past the new timer.
+        if armed {
+            self.wake_progress();
         }
     }
 
@@ -1336,7 +1359,7 @@ fn progress_thread(d: Arc<Driver>) {
             let handoff = d.poller_handoff();
             Driver::fire_timers(&mut st, now);
             let deferred = d.pump(&mut st);
-            let deadline = Driver::next_deadline(&st);
+            let deadline = d.next_deadline(&st);
             // The thread wakes by then anyway: at its next timer or when the pollers'
             // hand-off ends. A poster arming a later timer need not wake it.
             // While another thread reads the socket, what it has not read yet would
@@ -1399,7 +1422,7 @@ fn progress_thread(d: Arc<Driver>) {
             });
         }
         let _ = sys::poll(&mut pfds, timeout);
-        let signalled = pfds[1].revents != 0;
+        let signalled = pfds[1].revents & libc::POLLIN != 0;
         if signalled {
             d.counters.progress_wakes.fetch_add(1, Ordering::Relaxed);
         }
@@ -1414,7 +1437,8 @@ fn progress_thread(d: Arc<Driver>) {
             // POLLOUT (or the ENOBUFS retry time): send what is left.
             d.flush_outbox(true);
         }
-        // (A read per wake-up otherwise, mostly finding nothing.)
+        // The wake-up counter is read only when it was signalled (it is level-triggered:
+        // a signal the wait did not report ends the next wait at once).
         if signalled {
             d.wake.take();
         }

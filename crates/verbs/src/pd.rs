@@ -94,6 +94,10 @@ impl PdInner {
         if let Ok(Ok(())) = self.ctx.read(|st| st.engine.dereg_mr(info.handle)) {
             self.refund(info.length);
         }
+        // A same-host READ may be landing in it: wait until it is in.
+        if let Ok(d) = self.ctx.device.driver() {
+            d.same_host.quiesce_local();
+        }
     }
 }
 

@@ -57,6 +57,28 @@ pub fn set_buffers(sock: &UdpSocket, bytes: usize) {
     }
 }
 
+/// The receive buffer the kernel granted (SO_RCVBUF: twice the bytes of data it
+/// holds, the rest being its bookkeeping); 0 if it cannot be read.
+pub fn receive_buffer(sock: &UdpSocket) -> usize {
+    let mut val: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `val` and `len` are live and sized for the option.
+    let r = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&mut val as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if r == 0 {
+        usize::try_from(val).unwrap_or(0)
+    } else {
+        0
+    }
+}
+
 pub(crate) fn to_storage(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
     // SAFETY: sockaddr_storage is plain old data; all-zero is a valid value.
     let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
@@ -904,6 +926,19 @@ mod tests {
 7f0000000000-7f0000001000 ---p 00000000 00:00 0
 7f0000001000-7f0000003000 rw-p 00000000 00:00 0
 ";
+
+    /// The read budget the driver gives the engine comes from here: the buffer a
+    /// socket was granted, as set (the kernel reports twice what it holds).
+    #[test]
+    fn receive_buffer_reports_what_was_granted() {
+        let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+        set_buffers(&sock, 64 * 1024);
+        let granted = receive_buffer(&sock);
+        assert!(
+            (128 * 1024..=256 * 1024).contains(&granted),
+            "{granted} bytes for 64 KiB asked"
+        );
+    }
 
     #[test]
     fn ranges_are_checked_against_the_mappings() {

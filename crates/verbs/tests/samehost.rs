@@ -128,6 +128,10 @@ fn target_process() {
                 kept = Some(buf);
             }
             "check" => println!("@@ check {}", checksum(kept.as_ref().unwrap())),
+            "error" => {
+                qp.to_error().unwrap();
+                println!("@@ error");
+            }
             "sum" => {
                 let mut now = vec![0u8; LEN];
                 mr1.as_ref().unwrap().read(0, &mut now);
@@ -377,6 +381,8 @@ fn write_send_write_imm_read_by_the_same_host_path() {
     let r = requester(&mut t, Config::default());
     wait_until("the same-host path", || r.qp.uses_same_host());
     ordered_exchange(&r, &mut t);
+    // The bytes moved by system calls made without the device lock.
+    assert_eq!(softverbs::syscalls_under_device_lock(), 0);
     assert_eq!(counter(&r.ctx, "same_host_qps"), 1);
     assert_eq!(counter(&r.ctx, "same_host_writes"), 2);
     assert_eq!(counter(&r.ctx, "same_host_bytes_written"), 2 * LEN as u64);
@@ -486,6 +492,167 @@ fn no_write_lands_after_dereg_returns() {
     );
     let after = t.ask("check");
     assert_eq!(after[1], at_dereg[1], "nothing landed after dereg returned");
+}
+
+/// The handshake travels in plain datagrams: with the requester's first three lost
+/// (its offer, its answer to the target's offer, its offer again), an offer is
+/// resent (the target's, unanswered, or the requester's) and the QP still takes the
+/// path.
+#[test]
+fn a_lost_handshake_is_resent() {
+    let mut t = Target::spawn(&[]);
+    let lossy = Config {
+        drop_first_hellos: 3,
+        ..Config::default()
+    };
+    let r = requester(&mut t, lossy);
+    wait_until("the same-host path", || r.qp.uses_same_host());
+    ordered_exchange(&r, &mut t);
+    assert_eq!(counter(&r.ctx, "same_host_bytes_written"), 2 * LEN as u64);
+}
+
+/// A placed WRITE completes at the requester without a packet, but only while the
+/// target's QP accepts it: once that QP is in ERR, a WRITE goes by UDP and fails as
+/// there (the target drops it; the requester retries, then gives up), writing nothing.
+#[test]
+fn writes_complete_locally_only_while_the_target_qp_accepts_them() {
+    let mut t = Target::spawn(&[]);
+    let r = requester(&mut t, Config::default());
+    wait_until("the same-host path", || r.qp.uses_same_host());
+    let data = pattern(4096, 3);
+    r.mr.write(0, &data);
+    let sges = [r.mr.sge(0, 4096)];
+    let before = r.ctx.counters().tx_packets;
+    for id in 0..8 {
+        r.qp.post_send(&write_wr(id, &sges, t.mr1, None)).unwrap();
+        let wc = one(&r.cq);
+        assert_eq!((wc.wr_id, wc.status), (id, WcStatus::Success));
+    }
+    assert_eq!(r.ctx.counters().tx_packets, before, "no packet per WRITE");
+    assert_eq!(counter(&r.ctx, "same_host_writes"), 8);
+
+    assert_eq!(t.ask("error")[0], "error");
+    let sum = t.ask("sum");
+    r.mr.write(0, &pattern(4096, 4));
+    r.qp.post_send(&write_wr(9, &sges, t.mr1, None)).unwrap();
+    let wc = one(&r.cq);
+    assert_eq!(wc.status, WcStatus::RetryExcErr);
+    assert_eq!(counter(&r.ctx, "same_host_writes"), 8, "not placed");
+    assert_eq!(t.ask("sum"), sum, "nothing written");
+}
+
+/// READs posted before the path is up go by UDP; an application that keeps its send
+/// queue full (as perftest does) must not keep the QP off the path for good: a post
+/// waits for those to complete, then places.
+#[test]
+fn reads_sent_by_udp_before_the_path_do_not_keep_the_queue_off_it() {
+    let mut t = Target::spawn(&[]);
+    // The handshake ends only after a resend (20 ms): the first READs go by UDP.
+    let late = Config {
+        drop_first_hellos: 3,
+        ..Config::default()
+    };
+    let r = requester(&mut t, late);
+    // perftest's ib_read_bw: 64 KiB READs, 64 outstanding, one in 16 signaled, new ones
+    // posted as soon as a signaled one completes: the queue never empties by itself.
+    let sge = r.mr.sge(0, LEN as u32);
+    let (mut posted, mut done) = (0u64, 0u64);
+    let mut wcs = [WorkCompletion::default(); 16];
+    let deadline = Instant::now() + WAIT;
+    while counter(&r.ctx, "same_host_reads") == 0 && posted < 20_000 {
+        assert!(Instant::now() < deadline, "timed out");
+        while posted - done < 64 {
+            let mut rd = SendWr::new(
+                posted + 1,
+                SendOp::RdmaRead {
+                    remote_addr: t.mr1.0,
+                    rkey: Rkey(t.mr1.1),
+                },
+                std::slice::from_ref(&sge),
+            );
+            rd.flags = if (posted + 1) % 16 == 0 {
+                SendFlags::SIGNALED
+            } else {
+                SendFlags::EMPTY
+            };
+            r.qp.post_send(&rd).unwrap();
+            posted += 1;
+        }
+        let n = r.cq.poll(&mut wcs);
+        for wc in &wcs[..n] {
+            assert_eq!(wc.status, WcStatus::Success);
+            done = wc.wr_id;
+        }
+    }
+    assert!(
+        counter(&r.ctx, "same_host_reads") > 0,
+        "{posted} READs posted, none by the same-host path"
+    );
+}
+
+/// READs land straight in local registered memory, outside the device lock: once
+/// `dereg_mr` of that memory returns, none lands there any more.
+#[test]
+fn no_read_lands_after_the_local_dereg_returns() {
+    let mut t = Target::spawn(&[]);
+    let r = Arc::new(requester(&mut t, Config::default()));
+    wait_until("the same-host path", || r.qp.uses_same_host());
+    // Something other than zeros to read.
+    let data = pattern(LEN, 9);
+    r.mr.write(0, &data);
+    let sges = [r.mr.sge(0, LEN as u32)];
+    r.qp.post_send(&write_wr(1, &sges, t.mr1, None)).unwrap();
+    assert_eq!(one(&r.cq).status, WcStatus::Success);
+    let sink = r._pd.reg_mr(vec![0u8; LEN], all_access()).unwrap();
+    let sge = sink.sge(0, LEN as u32);
+    let source = t.mr1;
+    let reads = {
+        let r = Arc::clone(&r);
+        std::thread::spawn(move || -> (u64, WcStatus) {
+            let (mut posted, mut done) = (0u64, 0u64);
+            while posted < 200_000 {
+                while posted - done < 16 {
+                    let rd = SendWr::new(
+                        posted,
+                        SendOp::RdmaRead {
+                            remote_addr: source.0,
+                            rkey: Rkey(source.1),
+                        },
+                        std::slice::from_ref(&sge),
+                    );
+                    if r.qp.post_send(&rd).is_err() {
+                        return (posted, WcStatus::GeneralErr);
+                    }
+                    posted += 1;
+                }
+                let wc = r.cq.wait_for(1, WAIT);
+                let Some(w) = wc.first() else {
+                    return (posted, WcStatus::GeneralErr);
+                };
+                done += 1;
+                if w.status != WcStatus::Success {
+                    return (posted, w.status);
+                }
+            }
+            (posted, WcStatus::Success)
+        })
+    };
+    wait_until("reads under way", || {
+        counter(&r.ctx, "same_host_reads") > 200
+    });
+    let mut buf = sink.into_inner();
+    buf.fill(0);
+    let (posted, last) = reads.join().unwrap();
+    assert_eq!(
+        last,
+        WcStatus::LocProtErr,
+        "reads into the deregistered region fail ({posted} posted)"
+    );
+    assert!(
+        buf.iter().all(|&b| b == 0),
+        "nothing landed after dereg returned"
+    );
+    assert_eq!(softverbs::syscalls_under_device_lock(), 0);
 }
 
 #[test]

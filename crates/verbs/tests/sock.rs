@@ -346,3 +346,33 @@ fn iomap_and_iowrite_land_in_the_published_region() {
         "the region differs from what was written"
     );
 }
+
+/// `rbind` semantics: the bind holds the address at once (a second bind fails there, a
+/// listen takes the binding over), and a connect from a bound socket leaves from its
+/// address.
+#[test]
+fn a_bound_socket_holds_its_address_then_listens_or_connects_from_it() {
+    use softverbs::sock::{BindOptions, RdmaSocket};
+    let server_ctx = device(Config::default());
+    let client_ctx = device(Config::default());
+    let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let bound = RdmaSocket::bind_with(&server_ctx, any, BindOptions::default()).unwrap();
+    let at = bound.local_addr().unwrap();
+    assert_ne!(at.port(), 0, "the port is picked at the bind");
+    let e = RdmaSocket::bind_with(&server_ctx, at, BindOptions::default()).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::AddrInUse);
+    let listener = bound.listen(0, StreamOptions::default()).unwrap();
+    assert_eq!(listener.local_addr(), Some(at));
+
+    let from = RdmaSocket::bind_with(&client_ctx, any, BindOptions::default()).unwrap();
+    let source = from.local_addr().unwrap();
+    let server = std::thread::spawn(move || listener.accept().unwrap());
+    let client = from.connect(at, &StreamOptions::default()).unwrap();
+    let (stream, peer) = server.join().unwrap();
+    assert_eq!(client.local_addr(), Some(source));
+    assert_eq!(peer, source);
+    (&client).write_all(b"hi").unwrap();
+    let mut buf = [0u8; 2];
+    (&stream).read_exact(&mut buf).unwrap();
+    assert_eq!(&buf, b"hi");
+}

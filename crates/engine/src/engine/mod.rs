@@ -88,6 +88,7 @@ impl Engine {
                 notifications: VecDeque::with_capacity(16),
                 counters: Counters::default(),
                 srqs: Slab::new(config.max_qp as usize, 0),
+                placed_changes: VecDeque::new(),
                 config,
             },
         }

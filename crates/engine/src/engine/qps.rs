@@ -45,7 +45,14 @@ impl Engine {
             index: 0,
             generation: 0,
         });
-        let qp = Qp::new(placeholder, Qpn::new(0), init, cfg.send_window, cfg.min_rto);
+        let qp = Qp::new(
+            placeholder,
+            Qpn::new(0),
+            init,
+            cfg.send_window,
+            cfg.read_budget,
+            cfg.min_rto,
+        );
         let h = self.qps.insert(qp).ok_or(ResourceError::LimitReached)?;
         let handle = QpHandle(h);
         let qpn = qpn_of(h);
@@ -171,7 +178,11 @@ impl Engine {
     ) -> Result<(), ModifyQpError> {
         let q = self.qps.get_mut(qp.0).ok_or(ModifyQpError::UnknownQp)?;
         let before = q.state();
+        let accepted = q.resp.accept_placed;
         q.modify(&mut self.shared, attr, mask, now)?;
+        if accepted || q.resp.accept_placed {
+            self.shared.placed_changes.push_back(qp);
+        }
         if q.state() == QpState::Rtr && before != QpState::Rtr && q.init.qp_type == QpType::Rc {
             self.entered_rtr.push_back(qp);
         }

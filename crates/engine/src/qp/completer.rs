@@ -38,6 +38,12 @@ pub(crate) struct Completer {
     /// the same loss, e.g. from every READ response after a gap); cleared on
     /// progress past it.
     rewound_to: Option<Psn>,
+    /// Something was resent and the requester's frontier at that time is not noted
+    /// yet (the next acknowledgement notes it in `reads_capped_until`).
+    resent: bool,
+    /// Until una reaches this PSN (the frontier when something was last resent),
+    /// new READ requests stay under the in-flight cap (see [`Completer::window`]).
+    reads_capped_until: Option<Psn>,
     /// RTT, the early retransmission timer and the in-flight cap.
     recovery: Recovery,
     /// Selective repeat: what the peer is, and which packets it holds.
@@ -103,6 +109,8 @@ impl Completer {
         self.ack_deadline = None;
         self.recovery = Recovery::new(self.recovery.min_rto());
         self.rewound_to = None;
+        self.resent = false;
+        self.reads_capped_until = None;
         self.newest_response = None;
         self.read_asked = None;
         self.sr = Scoreboard::default();
@@ -139,20 +147,40 @@ impl Completer {
     }
 
     /// How far past una the requester may send: `configured` PSNs, bounded by half
-    /// the PSN space whatever the configuration, by the in-flight cap the measured
-    /// bandwidth-delay product gives, and by how far a responder doing selective
-    /// repeat keeps packets ahead.
+    /// the PSN space whatever the configuration, by how far a responder doing
+    /// selective repeat keeps packets ahead, and by the in-flight cap the measured
+    /// bandwidth-delay product gives — which new READ requests may pass by up to
+    /// `read_psns` (the requester's receive buffer, `EngineConfig::read_budget`) on
+    /// a path that lost nothing lately.
+    ///
+    /// Why: the cap keeps a sender from overrunning the receiver's buffer, and for a
+    /// READ the receiver is the requester itself, which knows its buffer. The cap
+    /// cannot measure a READ stream: a READ's responses come back as one burst the
+    /// responder paces, and its rate samples end at a READ's first response, so
+    /// every sample is at most what the cap let through and the cap stays at its
+    /// floor (measured on loopback: 16–36 PSNs, one or two 64 KiB READs outstanding
+    /// where max_rd_atomic allows 16; ib_read_bw a third of ib_write_bw). After a
+    /// resend, until everything then in flight is acknowledged, the cap applies to
+    /// READs too: a burst that overflowed a queue on the way is not repeated.
     #[inline]
-    pub fn window(&self, configured: u32) -> super::requester::Window {
-        let mut size = self.recovery.cap().min(configured.min(Psn::HALF_SPACE));
+    pub fn window(&self, configured: u32, read_psns: u32) -> super::requester::Window {
+        let mut uncapped = configured.min(Psn::HALF_SPACE);
         if self.sr.peer == Peer::Selective {
             // A responder doing selective repeat keeps at most this far ahead: more
             // in flight would be dropped there after a loss and sent again.
-            size = size.min(selective::WINDOW);
+            uncapped = uncapped.min(selective::WINDOW);
         }
+        let size = self.recovery.cap().min(uncapped);
+        let recovering = self.resent || self.reads_capped_until.is_some();
+        let reads = if recovering {
+            size
+        } else {
+            size.max(read_psns.min(uncapped))
+        };
         super::requester::Window {
             una: self.una,
             size,
+            reads,
         }
     }
 
@@ -183,6 +211,7 @@ impl Completer {
         // restarting the responder's burst).
         self.newest_response = None;
         self.recovery.on_resend(now);
+        self.resent = true;
         v.rewind = Some(psn);
     }
 
@@ -211,6 +240,7 @@ impl Completer {
         // that what it asked for was lost again.
         self.newest_response = None;
         self.recovery.on_resend(now);
+        self.resent = true;
         let end = w.first_psn.add(w.npsn);
         self.read_asked = Some((from, end));
         v.selective = Some((from, end));
@@ -234,7 +264,11 @@ impl Completer {
             return false;
         }
         let una = self.una;
+        let resent = self.resent;
         self.ask_read_again(ctx, v, now, seq, una);
+        // A probe is no evidence of loss: new READs keep their read budget (see
+        // `Completer::window`; on a loaded host probes fire for late answers).
+        self.resent = resent;
         true
     }
 
@@ -371,6 +405,7 @@ impl Completer {
             self.sr.walked_to = until;
             self.walked_at = Some(now);
             self.recovery.on_resend_range(now, from, until);
+            self.resent = true;
             v.selective = Some((from, until));
         }
     }
@@ -431,6 +466,12 @@ impl Completer {
         }
         if self.rewound_to.is_some_and(|r| r.before(una)) {
             self.rewound_to = None;
+        }
+        if std::mem::take(&mut self.resent) {
+            self.reads_capped_until = Some(ctx.next_psn);
+        }
+        if self.reads_capped_until.is_some_and(|p| !una.before(p)) {
+            self.reads_capped_until = None;
         }
         v.progress = true;
         let outstanding = self.una != ctx.next_psn;

@@ -39,6 +39,10 @@ impl Qp {
 
     /// Moves the QP to ERR and flushes every outstanding work request.
     pub fn enter_error(&mut self, shared: &mut Shared) {
+        if self.resp.accept_placed {
+            // Its peer must stop completing WRITEs locally (`engine/placed.rs`).
+            shared.placed_changes.push_back(self.handle);
+        }
         self.attr.qp_state = QpState::Err;
         self.attr.sq_draining = false;
         self.comp.stop_timer();

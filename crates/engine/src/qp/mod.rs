@@ -57,6 +57,9 @@ pub(crate) struct Qp {
     pub timer_entry: Option<Instant>,
     /// Most unacknowledged PSNs in flight.
     pub req_window: u32,
+    /// Bytes of READ responses that may be asked for beyond the in-flight cap
+    /// (`EngineConfig::read_budget`).
+    pub read_budget: u32,
     /// The port's MTU (UD messages are at most this long).
     pub port_mtu: crate::types::Mtu,
     /// The shared receive queue this QP takes receive WQEs from, if any.
@@ -80,6 +83,7 @@ impl Qp {
         qpn: Qpn,
         init: QpInitAttr,
         req_window: u32,
+        read_budget: u32,
         min_rto: core::time::Duration,
     ) -> Qp {
         let cap = init.cap;
@@ -103,6 +107,7 @@ impl Qp {
             scheduled: false,
             timer_entry: None,
             req_window,
+            read_budget,
             port_mtu: crate::types::Mtu::Mtu4096,
             srq: None,
             lost_completion: false,
@@ -147,7 +152,9 @@ impl Qp {
 
     #[inline]
     fn send_ctx<'a>(&'a mut self, shared: &'a mut Shared) -> (&'a mut Requester, SendCtx<'a>) {
-        let window = self.comp.window(self.req_window);
+        let window = self
+            .comp
+            .window(self.req_window, self.read_budget / self.mtu());
         let (state, transport, mtu) = (self.state(), self.transport(), self.mtu());
         let offer_sr = transport == Transport::Rc
             && shared.config.selective_repeat
@@ -228,7 +235,9 @@ impl Qp {
     /// Whether the requester has a packet it may send now.
     #[inline]
     pub fn requester_ready(&self) -> bool {
-        let window = self.comp.window(self.req_window);
+        let window = self
+            .comp
+            .window(self.req_window, self.read_budget / self.mtu());
         self.req
             .ready_with(self.state(), &self.sq, &self.attr, window)
     }

@@ -46,10 +46,12 @@ impl SendWqe {
     };
 
     /// Whether the requester carries it out itself, with no packet: a local
-    /// operation (memory window bind, local invalidate) or a placed READ, whose bytes
-    /// are in place already (`engine/placed.rs`).
+    /// operation (memory window bind, local invalidate) or a placed READ or WRITE
+    /// (without immediate), whose bytes are in place already (`engine/placed.rs`).
     pub fn runs_locally(&self) -> bool {
-        self.op.is_local() || (self.placed && matches!(self.op, SendOp::RdmaRead { .. }))
+        self.op.is_local()
+            || (self.placed
+                && matches!(self.op, SendOp::RdmaRead { .. } | SendOp::RdmaWrite { .. }))
     }
 
     pub fn last_psn(&self) -> Psn {

@@ -45,7 +45,12 @@ const SNDLOWAT: u32 = 2048;
 const QP_MAX: u32 = 0xFFFE;
 
 fn ops() -> Result<&'static StreamOps, Errno> {
-    Ok(cm_ops()?.stream)
+    let ops = cm_ops()?.stream;
+    // A table from an older build lacks the later entries (`bind` and after).
+    if (ops.size as usize) < size_of::<StreamOps>() {
+        return Err(libc::ENOSYS);
+    }
+    Ok(ops)
 }
 
 /// A connect running on its own thread (non-blocking `rconnect`).
@@ -55,9 +60,10 @@ struct Pending {
 }
 
 enum Phase {
-    /// Created (`rs_init`) or bound (`rs_bound`, the address kept for `rlisten`).
+    /// Created (`rs_init`) or bound (`rs_bound`: its address held from `rbind` on, as
+    /// rsocket.c's `rdma_bind_addr`).
     Init,
-    Bound(sockaddr_storage, socklen_t),
+    Bound(SockHandle),
     Listening(SockHandle),
     Connecting(Arc<Pending>),
     Connected(SockHandle),
@@ -177,6 +183,28 @@ unsafe fn int_val(val: *const c_void, len: socklen_t) -> Res<c_int> {
     }
     // SAFETY: readable for an int (checked length, caller).
     Ok(unsafe { core::ptr::read_unaligned(val.cast::<c_int>()) })
+}
+
+/// Connects from the bound socket `bound` (rbind's address is the source) or from none.
+///
+/// # Safety
+/// `dst` holds a socket address of `len` bytes; `handle` is writable.
+unsafe fn connect_from(
+    ops: &StreamOps,
+    bound: Option<SockHandle>,
+    dst: &sockaddr_storage,
+    len: socklen_t,
+    settings: &StreamSettings,
+    handle: &mut SockHandle,
+) -> c_int {
+    let dst = (dst as *const sockaddr_storage).cast();
+    // SAFETY: table calls with valid pointers (caller).
+    unsafe {
+        match bound {
+            Some(b) => (ops.connect_bound)(b, dst, len, settings, handle),
+            None => (ops.connect)(dst, len, settings, handle),
+        }
+    }
 }
 
 /// Makes the eventfd `fd` readable and remembers it in `signalled`.
@@ -308,7 +336,8 @@ impl StreamSocket {
         }
     }
 
-    /// `rbind`: keeps the address for `rlisten` (the listener binds when it listens).
+    /// `rbind`: binds at once (rsocket.c's `rdma_bind_addr`), with `SO_REUSEADDR` and
+    /// `IPV6_V6ONLY` as set so far, so a taken address fails here with `EADDRINUSE`.
     ///
     /// # Safety
     /// `addr` is readable for `len` bytes.
@@ -327,17 +356,23 @@ impl StreamSocket {
         if (len as usize) < need {
             return Err(libc::EINVAL);
         }
+        let ops = ops()?;
         let mut st = self.lock();
         if !matches!(st.phase, Phase::Init) {
             return Err(libc::EINVAL);
         }
-        // SAFETY: all-zero is a valid sockaddr_storage.
-        let mut storage: sockaddr_storage = unsafe { core::mem::zeroed() };
-        // SAFETY: `need` bytes are readable (checked) and fit the storage.
-        unsafe {
-            core::ptr::copy_nonoverlapping(addr.cast::<u8>(), (&raw mut storage).cast::<u8>(), need)
-        };
-        st.phase = Phase::Bound(storage, need as socklen_t);
+        let mut handle = 0;
+        // SAFETY: a table call; `need` bytes of `addr` are readable (checked, caller).
+        neg(unsafe {
+            (ops.bind)(
+                addr,
+                need as socklen_t,
+                u8::from(st.opts.reuse_addr),
+                u8::from(st.opts.v6only),
+                &mut handle,
+            )
+        })?;
+        st.phase = Phase::Bound(handle);
         Ok(())
     }
 
@@ -345,9 +380,9 @@ impl StreamSocket {
     pub fn listen(&self, backlog: c_int) -> Res<()> {
         let ops = ops()?;
         let mut st = self.lock();
-        let (addr, len) = match &st.phase {
+        let bound = match &st.phase {
             Phase::Listening(_) => return Ok(()),
-            Phase::Bound(a, l) => (*a, *l),
+            Phase::Bound(h) => *h,
             Phase::Init => {
                 // Unbound: any address of the socket's family, an ephemeral port.
                 // SAFETY: all-zero is a valid sockaddr_storage.
@@ -357,14 +392,25 @@ impl StreamSocket {
                 } else {
                     libc::AF_INET6 as libc::sa_family_t
                 };
-                (a, size_of::<sockaddr_storage>() as socklen_t)
+                let mut handle = 0;
+                // SAFETY: a table call with a valid address and out pointer.
+                neg(unsafe {
+                    (ops.bind)(
+                        (&raw const a).cast(),
+                        size_of::<sockaddr_storage>() as socklen_t,
+                        u8::from(st.opts.reuse_addr),
+                        u8::from(st.opts.v6only),
+                        &mut handle,
+                    )
+                })?;
+                st.phase = Phase::Bound(handle);
+                handle
             }
             _ => return Err(libc::EINVAL),
         };
-        let mut handle = 0;
-        // SAFETY: a table call with a valid address and out pointer.
-        neg(unsafe { (ops.listen)((&raw const addr).cast(), len, backlog, &mut handle) })?;
-        st.phase = Phase::Listening(handle);
+        // SAFETY: a table call with a handle it gave out.
+        neg(unsafe { (ops.listen_bound)(bound, backlog) })?;
+        st.phase = Phase::Listening(bound);
         Ok(())
     }
 
@@ -426,13 +472,14 @@ impl StreamSocket {
     pub unsafe fn connect(&self, addr: *const sockaddr, len: socklen_t) -> Res<()> {
         let ops = ops()?;
         let mut st = self.settled();
-        match st.phase {
-            Phase::Init | Phase::Bound(..) => {}
+        let bound = match st.phase {
+            Phase::Init => None,
+            Phase::Bound(h) => Some(h),
             Phase::Connected(_) => return Ok(()),
             Phase::Connecting(_) => return Err(libc::EINPROGRESS),
             Phase::ConnectError | Phase::Closed => return Err(libc::ENOTCONN),
             Phase::Listening(_) => return Err(libc::EINVAL),
-        }
+        };
         if addr.is_null() || (len as usize) > size_of::<sockaddr_storage>() {
             return Err(libc::EINVAL);
         }
@@ -456,8 +503,7 @@ impl StreamSocket {
             drop(st);
             let mut handle = 0;
             // SAFETY: a table call with valid pointers.
-            let r =
-                neg(unsafe { (ops.connect)((&raw const dst).cast(), len, &settings, &mut handle) });
+            let r = neg(unsafe { connect_from(ops, bound, &dst, len, &settings, &mut handle) });
             let mut st = self.lock();
             // Pollers of the connecting socket look again.
             self.signal();
@@ -501,9 +547,7 @@ impl StreamSocket {
             .spawn(move || {
                 let mut handle = 0;
                 // SAFETY: a table call with valid pointers (`dst` moved into the thread).
-                let r = neg(unsafe {
-                    (ops.connect)((&raw const dst).cast(), len, &settings, &mut handle)
-                });
+                let r = neg(unsafe { connect_from(ops, bound, &dst, len, &settings, &mut handle) });
                 let mut outcome = theirs.outcome.lock().unwrap_or_else(|e| e.into_inner());
                 if outcome.1 {
                     // Closed meanwhile: nobody will take the connection.
@@ -543,7 +587,7 @@ impl StreamSocket {
     pub fn close(&self) -> Res<()> {
         let phase = std::mem::replace(&mut self.lock().phase, Phase::Closed);
         let handle = match phase {
-            Phase::Listening(h) | Phase::Connected(h) => h,
+            Phase::Bound(h) | Phase::Listening(h) | Phase::Connected(h) => h,
             Phase::Connecting(pending) => {
                 let mut outcome = pending.outcome.lock().unwrap_or_else(|e| e.into_inner());
                 outcome.1 = true;
@@ -649,13 +693,12 @@ impl StreamSocket {
         local.ss_family = self.domain as libc::sa_family_t;
         let st = self.settled();
         match &st.phase {
-            Phase::Listening(h) | Phase::Connected(h) => {
+            Phase::Bound(h) | Phase::Listening(h) | Phase::Connected(h) => {
                 let h = *h;
                 drop(st);
                 // SAFETY: a table call with valid out pointers.
                 neg(unsafe { (ops()?.addrs)(h, &mut local, &mut peer) })?;
             }
-            Phase::Bound(a, _) => local = *a,
             _ => {}
         }
         Ok((local, peer))
@@ -684,6 +727,9 @@ impl StreamSocket {
             Phase::Init | Phase::Bound(..) | Phase::Listening(_)
         );
         match (level, name) {
+            // rsocket.c passes it to rdma_set_option(RDMA_OPTION_ID_REUSEADDR) and ignores a
+            // refusal once the id is past rs_init on an IB-transport device (RoCE is one):
+            // it takes effect at rbind (or rlisten's implicit bind).
             (libc::SOL_SOCKET, libc::SO_REUSEADDR) => st.opts.reuse_addr = int()? != 0,
             (libc::SOL_SOCKET, libc::SO_RCVBUF) => {
                 let v = int()? as u32;
@@ -736,7 +782,17 @@ impl StreamSocket {
             }
             (libc::IPPROTO_TCP, libc::TCP_NODELAY) => st.opts.nodelay = int()? != 0,
             (libc::IPPROTO_TCP, libc::TCP_MAXSEG) => {}
-            (libc::IPPROTO_IPV6, libc::IPV6_V6ONLY) => st.opts.v6only = int()? != 0,
+            // rsocket.c: rdma_set_option(RDMA_OPTION_ID_AFONLY), taking effect at the bind;
+            // the kernel refuses it (EINVAL) once the id listens or connects, and this
+            // connection manager already once it is bound (unless unchanged).
+            (libc::IPPROTO_IPV6, libc::IPV6_V6ONLY) => {
+                let on = int()? != 0;
+                match st.phase {
+                    Phase::Init => st.opts.v6only = on,
+                    Phase::Bound(_) if on == st.opts.v6only => {}
+                    _ => return Err(libc::EINVAL),
+                }
+            }
             (SOL_RDMA, _) if opening => return Err(libc::EINVAL),
             (SOL_RDMA, RDMA_SQSIZE) => st.opts.settings.sq_size = (int()? as u32).min(QP_MAX),
             (SOL_RDMA, RDMA_RQSIZE) => st.opts.settings.rq_size = (int()? as u32).min(QP_MAX),

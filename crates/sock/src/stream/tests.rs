@@ -153,6 +153,30 @@ fn hostile_data_lengths_end_the_connection() {
 }
 
 #[test]
+fn peeking_spans_every_queued_message_and_leaves_them() {
+    let mut a = connected(small());
+    let area = vec![0u8; small().target_area_len()];
+    for len in [100, 200, 50] {
+        a.handle_recv(Some(Msg::Data(len).to_imm()), len, &area)
+            .unwrap();
+    }
+    let chunk = |offset, len| RecvChunk { offset, len };
+    assert_eq!(
+        a.peek_chunks(1000),
+        [chunk(0, 100), chunk(100, 200), chunk(300, 50)]
+    );
+    assert_eq!(a.peek_chunks(250), [chunk(0, 100), chunk(100, 150)]);
+    assert_eq!(a.peek_chunks(0), []);
+    // Peeking took nothing; a partly read message peeks from where reading stopped.
+    assert_eq!(a.available(), 350);
+    a.consume(40);
+    assert_eq!(
+        a.peek_chunks(usize::MAX),
+        [chunk(40, 60), chunk(100, 200), chunk(300, 50)]
+    );
+}
+
+#[test]
 fn more_messages_than_credits_end_the_connection() {
     let mut a = connected(small());
     let area = vec![0u8; small().target_area_len()];

@@ -534,9 +534,10 @@ impl Driver {
         }
     }
 
-    /// Binds a rendezvous socket at `addr` (the cm's [`softverbs_cm::Reservation::Needed`]).
-    pub(crate) fn cm_bind_rendezvous(&self, addr: SocketAddr) -> io::Result<()> {
-        let sock = cmsys::cm_socket(addr)?;
+    /// Binds a rendezvous socket at `addr` (the cm's [`softverbs_cm::Reservation::Needed`]);
+    /// IPv6 only with `v6only` (the id's AF-only option).
+    pub(crate) fn cm_bind_rendezvous(&self, addr: SocketAddr, v6only: bool) -> io::Result<()> {
+        let sock = cmsys::cm_socket_with(addr, v6only)?;
         crate::fork::register_socket(std::os::fd::AsRawFd::as_raw_fd(&sock));
         lock(&self.cm_io.sockets).push((addr, Arc::new(sock)));
         self.cm_io.sockets_gen.fetch_add(1, Ordering::AcqRel);

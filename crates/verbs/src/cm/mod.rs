@@ -217,7 +217,8 @@ impl ConnectionManager {
         let softverbs_cm::Reservation::Needed(addr) = r else {
             return Ok(());
         };
-        let bound = self.core().driver()?.cm_bind_rendezvous(addr);
+        let v6only = self.query(|cm| cm.options(id))?.afonly;
+        let bound = self.core().driver()?.cm_bind_rendezvous(addr, v6only);
         let granted = bound.is_ok();
         let answer = self.call(|cm, _| cm.complete_reservation(id, granted));
         match bound {

@@ -185,6 +185,12 @@ impl RcListener {
         Ok(RcListener { id })
     }
 
+    /// Wraps an id that listens already (bound first on its own, as `rbind` then
+    /// `rlisten` do).
+    pub fn from_listening(id: CmId) -> RcListener {
+        RcListener { id }
+    }
+
     /// The address it listens at.
     pub fn local_addr(&self) -> Option<SocketAddr> {
         self.id.local_addr()

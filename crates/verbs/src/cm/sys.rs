@@ -73,7 +73,18 @@ pub fn set_recverr(sock: &UdpSocket, v6: bool) -> io::Result<()> {
 /// IP_PKTINFO (so a wildcard socket learns where each datagram was sent) and IP_RECVERR.
 /// Fails with `EADDRINUSE` when another socket holds the address and port.
 pub fn cm_socket(addr: SocketAddr) -> io::Result<UdpSocket> {
-    let sock = UdpSocket::bind(addr)?;
+    cm_socket_with(addr, false)
+}
+
+/// [`cm_socket`]; with `v6only` an IPv6 socket takes IPv6 only (`IPV6_V6ONLY`, set before
+/// the bind), so it leaves the IPv4 address of its port to another socket: the rendezvous
+/// of an id with the AF-only option (`RDMA_OPTION_ID_AFONLY`).
+pub fn cm_socket_with(addr: SocketAddr, v6only: bool) -> io::Result<UdpSocket> {
+    let sock = if v6only && addr.is_ipv6() {
+        bind_v6only(addr)?
+    } else {
+        UdpSocket::bind(addr)?
+    };
     sock.set_nonblocking(true)?;
     let v6 = addr.is_ipv6();
     if v6 {
@@ -85,6 +96,28 @@ pub fn cm_socket(addr: SocketAddr) -> io::Result<UdpSocket> {
     }
     set_recverr(&sock, v6)?;
     crate::sys::set_dont_fragment(&sock, v6)?;
+    Ok(sock)
+}
+
+/// A UDP socket with `IPV6_V6ONLY` bound at the IPv6 `addr`.
+fn bind_v6only(addr: SocketAddr) -> io::Result<UdpSocket> {
+    use std::os::fd::FromRawFd;
+    crate::driver::note_syscall();
+    // SAFETY: plain syscall; the result is checked.
+    let fd =
+        cvt(unsafe { libc::socket(libc::AF_INET6, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })?;
+    // SAFETY: a fresh descriptor nothing else owns.
+    let sock = unsafe { UdpSocket::from_raw_fd(fd) };
+    set_int(&sock, libc::IPPROTO_IPV6, libc::IPV6_V6ONLY, 1)?;
+    let (ss, len) = to_storage(&addr);
+    // SAFETY: `ss` is a live socket address of `len` bytes; the fd is open.
+    cvt(unsafe {
+        libc::bind(
+            sock.as_raw_fd(),
+            (&ss as *const libc::sockaddr_storage).cast(),
+            len,
+        )
+    })?;
     Ok(sock)
 }
 

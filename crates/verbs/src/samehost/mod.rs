@@ -1,7 +1,7 @@
 //! The same-host path: RDMA WRITE and READ between two softverbs processes on one
 //! host move straight between their registered memory with `process_vm_writev` /
-//! `process_vm_readv`, with no copy through UDP and no work by the target's CPU beyond
-//! one header-only packet per operation.
+//! `process_vm_readv`, with no copy through UDP and no work by the target's CPU (a
+//! WRITE with immediate excepted: one header-only packet brings its completion).
 //!
 //! - `table`: each device publishes its memory regions in a shared file that peers
 //!   map read-only; deregistration fences peers' accesses (why it is sound: there).
@@ -9,24 +9,31 @@
 //!   a probe (`process_vm_readv` of a nonce) that proves the peer shares our PID
 //!   namespace and the kernel lets us read it (the peer may be in another network
 //!   namespace of this kernel: only the probe decides).
+//! - `retry`: an offer that got no answer is resent (sans-IO timers).
 //! - here: what the driver keeps (its table, the peers' tables, which QPs place into
-//!   which peer) and the post path: check the peer's entry, move the bytes, post the
-//!   WR *placed* (the engine's `engine/placed.rs`: PSN order, completions, ordering).
+//!   which peer, which of ours accept placed work) and the post path: check the peer
+//!   QP's word and region entry, move the bytes (a READ's straight into the local
+//!   region), post the WR *placed* (the engine's `engine/placed.rs`: order,
+//!   completions, why ordering holds).
 //!
 //! `SOFTVERBS_SAME_HOST=0` turns it off, `1` warns when a QP cannot have it. Counters:
 //! `same_host_*` in `softverbs stat`, with one `same_host_qp_<qpn>` line per QP that
 //! uses the path.
 
 pub use softverbs_wire::samehost as hello;
+pub mod retry;
 pub mod table;
 pub mod vm;
 
 use crate::config::SameHostMode;
 use hello::{Hello, Kind};
-use softverbs_engine::{AccessFlags, Engine, Payload, PlacedTarget, QpHandle, QpState, SendWr};
+use retry::OfferTimers;
+use softverbs_engine::{
+    AccessFlags, Engine, Instant, Payload, PlacedTarget, QpHandle, QpState, SendWr,
+};
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use table::{Entry, OwnTable, PeerTable};
 
@@ -53,17 +60,35 @@ pub struct SameHostCounters {
     pub probe_failures: AtomicU64,
     /// Deregistrations that waited for a peer's access under way.
     pub dereg_waits: AtomicU64,
+    /// Offers sent again because no answer came (`retry.rs`).
+    pub offers_resent: AtomicU64,
+    /// Posts that waited for earlier WRITEs and READs sent by UDP to complete before
+    /// placing.
+    pub udp_drains: AtomicU64,
 }
+
+/// The longest a post waits for RDMA WRITEs and READs that went by UDP before it may
+/// place (`SameHost::wait_for_udp_one_sided`).
+const UDP_DRAIN_BOUND: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// A QP that places into its peer.
 struct QpLink {
     peer: Arc<PeerTable>,
     /// The peer QP's PD id: regions of other PDs are refused.
     remote_pd: u64,
-    /// The peer QP's access flags when it accepted: operations it does not enable
-    /// are not placed (its responder refuses them, IBA 10.2.4.2 qp_access_flags; the
-    /// engine's check 3). A later change of the peer QP's access flags is not seen here.
-    remote_qp_access: AccessFlags,
+    /// The peer's QP: its word in the peer's table says whether it accepts placed
+    /// work from ours now and which operations it enables (its responder refuses the
+    /// others, IBA 10.2.4.2 qp_access_flags; the engine's check 3).
+    remote_qpn: u32,
+    /// Our QP.
+    qpn: u32,
+}
+
+/// What `place_one` needs of a link.
+struct Link {
+    peer: Arc<PeerTable>,
+    remote_pd: u64,
+    remote_qpn: u32,
     qpn: u32,
 }
 
@@ -75,10 +100,19 @@ pub(crate) struct SameHost {
     /// accepted by, or accepted, one of our QPs) is here, for the fence.
     peers: Mutex<HashMap<String, Arc<PeerTable>>>,
     qps: Mutex<HashMap<QpHandle, QpLink>>,
-    /// Offers sent per QP (a few at most: see `handle_hello`).
-    offers: Mutex<HashMap<QpHandle, u8>>,
+    /// QPs whose last wait for UDP-borne WRITEs and READs ran out
+    /// (`wait_for_udp_one_sided`): no more waits until one of their WRs is placed.
+    drain_gave_up: Mutex<std::collections::HashSet<QpHandle>>,
+    /// Our QPs whose acceptance is published in our table (their QPNs).
+    published_qps: Mutex<HashMap<QpHandle, u32>>,
+    /// Offers made per QP, and their resend timers (`retry.rs`).
+    offers: Mutex<OfferTimers<QpHandle>>,
+    /// Handshake datagrams still to drop (fault injection for tests).
+    hello_drops: AtomicU32,
     /// Held while WRs are placed: accesses of this device never overlap (the fence
-    /// relies on it); the buffers placement uses.
+    /// relies on it), and a local region a READ's bytes are landing in is not
+    /// deregistered before they are in ([`SameHost::quiesce_local`]); the buffers
+    /// placement uses.
     place: Mutex<PlaceState>,
     ptrace_granted: AtomicBool,
     pub counters: SameHostCounters,
@@ -98,10 +132,8 @@ pub(crate) trait EngineAccess {
 /// A WR of a list waiting to be posted.
 #[derive(Debug, Clone, Copy)]
 enum Pending {
-    /// A WRITE whose bytes moved.
-    Write,
-    /// A READ whose bytes are in the read buffer of this index.
-    Read(usize),
+    /// A WRITE or READ whose bytes moved.
+    Placed,
     /// The usual way (UDP).
     Usual,
 }
@@ -109,22 +141,20 @@ enum Pending {
 /// The buffers of placement, reused.
 #[derive(Default)]
 struct PlaceState {
-    /// A WRITE's local pieces (address, length).
-    sources: Vec<(u64, usize)>,
+    /// A WRITE's local pieces, or where a READ lands (address, length).
+    pieces: Vec<(u64, usize)>,
     /// A WRITE's inline bytes.
     bounce: Vec<u8>,
-    /// READ data waiting to be scattered when its WR is posted, and how many are used.
-    reads: Vec<Vec<u8>>,
-    reads_used: usize,
 }
 
 /// A handshake datagram to send, and where.
 pub(crate) struct Outgoing {
     pub to: SocketAddr,
     pub datagram: Vec<u8>,
-    /// An offer: sent only if a softverbs device at `to` published a table on this
-    /// host ([`peer_may_be_softverbs`]).
-    pub offer: bool,
+    /// An offer (of this QP): sent only if a softverbs device at `to` published a
+    /// table on this host ([`peer_may_be_softverbs`]); then its resend timer is armed
+    /// ([`SameHost::offer_sent`]).
+    pub offer: Option<QpHandle>,
 }
 
 /// Whether this process runs under valgrind (its preload libraries are in
@@ -152,7 +182,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl SameHost {
     /// The path for a device whose files go by `stem` (`address-port`).
-    pub fn new(mode: SameHostMode, stem: &str) -> SameHost {
+    pub fn new(mode: SameHostMode, stem: &str, drop_first_hellos: u32) -> SameHost {
         let table = match mode {
             SameHostMode::Off => None,
             // Under valgrind, bytes a peer's process_vm_writev puts into our memory
@@ -179,7 +209,10 @@ impl SameHost {
             table,
             peers: Mutex::new(HashMap::new()),
             qps: Mutex::new(HashMap::new()),
-            offers: Mutex::new(HashMap::new()),
+            published_qps: Mutex::new(HashMap::new()),
+            drain_gave_up: Mutex::new(std::collections::HashSet::new()),
+            offers: Mutex::new(OfferTimers::default()),
+            hello_drops: AtomicU32::new(drop_first_hellos),
             place: Mutex::new(PlaceState::default()),
             ptrace_granted: AtomicBool::new(false),
             counters: SameHostCounters::default(),
@@ -216,6 +249,37 @@ impl SameHost {
             .fetch_add(waited as u64, Ordering::Relaxed);
     }
 
+    /// Publishes or withdraws a QP's acceptance of placed WRITEs after the engine
+    /// reported a change ([`Engine::poll_placed_change`]; call under the device lock,
+    /// before anything the change makes leaves).
+    pub fn republish_qp(&self, engine: &Engine, qp: QpHandle) {
+        let Some(t) = &self.table else { return };
+        let mut published = lock(&self.published_qps);
+        match (engine.query_qp(qp), engine.qp_num(qp)) {
+            (Some((attr, _)), Some(qpn)) if engine.accepts_placed(qp) => {
+                t.publish_qp(qpn.value(), attr.dest_qp_num, attr.qp_access_flags);
+                published.insert(qp, qpn.value());
+            }
+            _ => {
+                if let Some(qpn) = published.remove(&qp) {
+                    t.withdraw_qp(qpn);
+                }
+            }
+        }
+    }
+
+    /// Called after a local memory region left the engine, before its deregistration
+    /// returns: waits until no READ may still be landing in it. A READ's bytes go
+    /// straight into local registered memory, outside the device lock; its SGEs are
+    /// checked (under the device lock) and its bytes moved while the placement lock is
+    /// held, so once this lock has been taken after the region left the engine, every
+    /// READ that found the region has landed and no later one can find it.
+    pub fn quiesce_local(&self) {
+        if self.table.is_some() {
+            drop(lock(&self.place));
+        }
+    }
+
     /// The offer for a QP that entered RTR (call under the device lock; send after).
     pub fn offer_for(&self, engine: &Engine, qp: QpHandle) -> Option<Outgoing> {
         self.hello_for(engine, qp, Kind::Offer)
@@ -226,13 +290,8 @@ impl SameHost {
         let (attr, init) = engine.query_qp(qp)?;
         let to = attr.av?;
         let qpn = engine.qp_num(qp)?;
-        if kind == Kind::Offer {
-            let mut offers = lock(&self.offers);
-            let n = offers.entry(qp).or_insert(0);
-            if *n >= 3 {
-                return None;
-            }
-            *n += 1;
+        if kind == Kind::Offer && !lock(&self.offers).may_offer(qp) {
+            return None;
         }
         let (nonce_addr, nonce) = t.nonce();
         let h = Hello {
@@ -249,8 +308,51 @@ impl SameHost {
         Some(Outgoing {
             to,
             datagram: h.emit(),
-            offer: kind == Kind::Offer,
+            offer: (kind == Kind::Offer).then_some(qp),
         })
+    }
+
+    /// An offer of `qp` left at `now`: its resend timer runs until an answer comes.
+    pub fn offer_sent(&self, qp: QpHandle, now: Instant) {
+        lock(&self.offers).sent(qp, now);
+    }
+
+    /// When the next unanswered offer is due again.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.table.as_ref()?;
+        lock(&self.offers).poll_timeout()
+    }
+
+    /// The offers due again at `now` (call under the device lock; send after): for QPs
+    /// still connected (RTR or RTS) that do not place yet.
+    pub fn due_offers(&self, engine: &Engine, now: Instant) -> Vec<Outgoing> {
+        let mut out = Vec::new();
+        if self.table.is_none() {
+            return out;
+        }
+        loop {
+            let Some(qp) = lock(&self.offers).poll_due(now) else {
+                break;
+            };
+            let connected = engine
+                .query_qp(qp)
+                .is_some_and(|(a, _)| matches!(a.qp_state, QpState::Rtr | QpState::Rts));
+            if !connected || self.places(qp) {
+                continue;
+            }
+            if let Some(o) = self.hello_for(engine, qp, Kind::Offer) {
+                self.counters.offers_resent.fetch_add(1, Ordering::Relaxed);
+                out.push(o);
+            }
+        }
+        out
+    }
+
+    /// Whether fault injection drops this handshake datagram.
+    pub fn drop_injected(&self) -> bool {
+        self.hello_drops
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+            .is_ok()
     }
 
     /// Before an offer or an answer leaves: a peer must be able to read our memory.
@@ -330,7 +432,7 @@ impl SameHost {
                 table: String::new(),
             }
             .emit(),
-            offer: false,
+            offer: None,
         };
         match h.kind {
             Kind::Offer => {
@@ -357,6 +459,8 @@ impl SameHost {
             }
             Kind::Accept => {
                 let Some(qp) = ours else { return out };
+                // Answered: whether or not it checks out, offering again would not help.
+                lock(&self.offers).settle(qp);
                 if !self.enabled() {
                     return out;
                 }
@@ -372,7 +476,7 @@ impl SameHost {
                             QpLink {
                                 peer,
                                 remote_pd: h.pd,
-                                remote_qp_access: AccessFlags(h.qp_access),
+                                remote_qpn: h.src_qpn.value(),
                                 qpn: h.dest_qpn.value(),
                             },
                         )
@@ -384,6 +488,11 @@ impl SameHost {
                 }
             }
             Kind::Decline => {
+                // Answered. (A peer that was not connected yet offers itself when it
+                // is, and the answer to that offer comes with ours again.)
+                if let Some(qp) = ours {
+                    lock(&self.offers).settle(qp);
+                }
                 if self.mode == SameHostMode::On {
                     tracing::warn!(
                         qpn = h.dest_qpn.value(),
@@ -403,7 +512,11 @@ impl SameHost {
     /// Forgets a destroyed QP.
     pub fn forget_qp(&self, qp: QpHandle) {
         lock(&self.qps).remove(&qp);
-        lock(&self.offers).remove(&qp);
+        lock(&self.drain_gave_up).remove(&qp);
+        if let (Some(t), Some(qpn)) = (&self.table, lock(&self.published_qps).remove(&qp)) {
+            t.withdraw_qp(qpn);
+        }
+        lock(&self.offers).forget(qp);
     }
 
     /// Which QPs use the path (their QPNs), for `softverbs stat`.
@@ -428,27 +541,38 @@ impl SameHost {
         let link = {
             let qps = lock(&self.qps);
             let l = qps.get(&qp)?;
-            (Arc::clone(&l.peer), l.remote_pd, l.remote_qp_access)
+            Link {
+                peer: Arc::clone(&l.peer),
+                remote_pd: l.remote_pd,
+                remote_qpn: l.remote_qpn,
+                qpn: l.qpn,
+            }
         };
-        let mut st = lock(&self.place);
-        let st = &mut *st;
+        if wrs.first().and_then(PlacedTarget::of).is_some() {
+            self.wait_for_udp_one_sided(qp, engine);
+        }
+        let mut guard = lock(&self.place);
+        let st = &mut *guard;
         let mut pending: Vec<(usize, Pending)> = Vec::with_capacity(wrs.len());
         // Once a WR goes the usual way, the later ones of the list do too: their
         // bytes must not land before it executes (ordering, `engine/placed.rs`).
         let mut placing = true;
         for (i, wr) in wrs.iter().enumerate() {
-            if placing {
-                if let Some(read) =
-                    self.place_one(table, &link, qp, wr, None, st, pending.len(), engine)
-                {
-                    pending.push((i, read.map_or(Pending::Write, Pending::Read)));
-                    continue;
-                }
+            if placing && self.place_one(table, &link, qp, wr, None, st, pending.len(), engine) {
+                pending.push((i, Pending::Placed));
+                continue;
             }
             placing = false;
             pending.push((i, Pending::Usual));
         }
-        Some(self.flush(qp, wrs, &mut pending, st, engine))
+        if pending.iter().any(|&(_, k)| matches!(k, Pending::Placed)) {
+            lock(&self.drain_gave_up).remove(&qp);
+        }
+        // Posted under the placement lock too: another thread's placements cannot
+        // take the send queue slots these were counted on.
+        let r = self.flush(qp, wrs, &mut pending, engine);
+        drop(guard);
+        Some(r)
     }
 
     /// Posts the RDMA WRITE (with or without immediate) `wr` placed, its bytes taken from
@@ -474,10 +598,17 @@ impl SameHost {
         let link = {
             let qps = lock(&self.qps);
             let l = qps.get(&qp)?;
-            (Arc::clone(&l.peer), l.remote_pd, l.remote_qp_access)
+            Link {
+                peer: Arc::clone(&l.peer),
+                remote_pd: l.remote_pd,
+                remote_qpn: l.remote_qpn,
+                qpn: l.qpn,
+            }
         };
         let mut st = lock(&self.place);
-        self.place_one(table, &link, qp, wr, Some(source), &mut st, 0, engine)?;
+        if !self.place_one(table, &link, qp, wr, Some(source), &mut st, 0, engine) {
+            return None;
+        }
         let c = &self.counters;
         let mut result = None;
         engine.with(&mut |e| {
@@ -486,7 +617,7 @@ impl SameHost {
             if !e.placement_ready(qp) {
                 return;
             }
-            result = Some(e.post_send_placed(qp, wr, None));
+            result = Some(e.post_send_placed(qp, wr));
         });
         match result {
             Some(Ok(())) => {
@@ -502,25 +633,54 @@ impl SameHost {
         result
     }
 
+    /// Before placing: if only RDMA WRITEs and READs that went by UDP hold placement
+    /// back ([`Engine::placement_waits_for_one_sided`]), waits for them (at most
+    /// [`UDP_DRAIN_BOUND`]). Else an application that keeps its send queue full (as
+    /// perftest's bandwidth tests do) would send every later WR by UDP behind the
+    /// earlier ones, for good: those posted before the handshake ended would keep
+    /// the QP off the path. They complete without the peer application's help, in the
+    /// time UDP takes to move them.
+    /// A wait that runs out is not tried again for the QP until one of its WRs is
+    /// placed: many large WRs by UDP may take longer, and every post must not pay it.
+    fn wait_for_udp_one_sided(&self, qp: QpHandle, engine: &dyn EngineAccess) {
+        let mut waits = false;
+        engine.read(&mut |e| waits = e.placement_waits_for_one_sided(qp));
+        if !waits || lock(&self.drain_gave_up).contains(&qp) {
+            return;
+        }
+        self.counters.udp_drains.fetch_add(1, Ordering::Relaxed);
+        let deadline = std::time::Instant::now() + UDP_DRAIN_BOUND;
+        while waits && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_micros(20));
+            engine.read(&mut |e| waits = e.placement_waits_for_one_sided(qp));
+        }
+        if waits {
+            lock(&self.drain_gave_up).insert(qp);
+        }
+    }
+
     /// Moves the bytes of `wr` if it is an RDMA WRITE or READ that can be placed now,
-    /// `pending` placed WRs not yet posted before it; `Some(read buffer index)` if it
-    /// was (`None` inside for a WRITE). A WRITE's bytes come from `source` when given,
-    /// else from its payload.
+    /// `pending` placed WRs not yet posted before it; whether it was. A WRITE's bytes
+    /// come from `source` when given, else from its payload. The system calls happen
+    /// here, without the device lock (a READ lands straight in the local registered
+    /// memory its SGEs name).
     #[allow(clippy::too_many_arguments)]
     fn place_one(
         &self,
         table: &OwnTable,
-        (peer, remote_pd, remote_qp_access): &(Arc<PeerTable>, u64, AccessFlags),
+        link: &Link,
         qp: QpHandle,
         wr: &SendWr<'_>,
         source: Option<&[&[u8]]>,
         st: &mut PlaceState,
         pending: usize,
         engine: &dyn EngineAccess,
-    ) -> Option<Option<usize>> {
-        let target = PlacedTarget::of(wr)?;
+    ) -> bool {
+        let Some(target) = PlacedTarget::of(wr) else {
+            return false;
+        };
         if target.len == 0 {
-            return None;
+            return false;
         }
         // Inline data is this process's memory too: no need to copy it first.
         let source = source.or(match &wr.payload {
@@ -531,31 +691,30 @@ impl SameHost {
         let c = &self.counters;
         let fallback = || {
             c.fallbacks.fetch_add(1, Ordering::Relaxed);
-            None
+            false
         };
         let need = if target.write {
             AccessFlags::REMOTE_WRITE
         } else {
             AccessFlags::REMOTE_READ
         };
-        if !remote_qp_access.contains(need) {
-            // The peer QP does not enable it: UDP, where its responder refuses it.
-            c.refusals.fetch_add(1, Ordering::Relaxed);
-            return fallback();
-        }
         // The send queue must take it (bytes never move for a WR that is not posted),
-        // and nothing packet-borne may be outstanding before it (ordering).
+        // nothing packet-borne may be outstanding before it (ordering), and its local
+        // memory must resolve: where a WRITE's bytes come from, where a READ's land.
         let mut ok = false;
         engine.read(&mut |e| {
             ok = e.placement_room(qp) > pending
-                && (!target.write
-                    || source.is_some()
-                    || e.placement_source(qp, wr, &mut st.sources)
-                    || e.gather_for_placement(qp, wr, &mut st.bounce));
+                && if target.write {
+                    source.is_some()
+                        || e.placement_source(qp, wr, &mut st.pieces)
+                        || e.gather_for_placement(qp, wr, &mut st.bounce)
+                } else {
+                    e.placement_sink(qp, wr, &mut st.pieces)
+                };
         });
         if let (true, Some(pieces)) = (target.write, source) {
-            st.sources.clear();
-            st.sources.extend(
+            st.pieces.clear();
+            st.pieces.extend(
                 pieces
                     .iter()
                     .filter(|p| !p.is_empty())
@@ -565,46 +724,44 @@ impl SameHost {
         if !ok {
             return fallback();
         }
-        let read_index = (!target.write).then(|| {
-            let k = st.reads_used;
-            if st.reads.len() <= k {
-                st.reads.push(Vec::new());
-            }
-            st.reads_used += 1;
-            k
-        });
         let moved = {
             let _access = table.begin_access();
-            match peer
-                .lookup(target.rkey)
-                .and_then(|e| e.check(*remote_pd, target.remote_addr, target.len, need))
+            let peer = &link.peer;
+            // The peer QP must accept placed work from ours now (not in ERR, say) and
+            // enable the operation, or UDP, where its responder answers as IBA says.
+            let entry = if peer.qp_accepts(link.remote_qpn, link.qpn, need) {
+                peer.lookup(target.rkey)
+            } else {
+                Err(table::Refusal::QpRefuses)
+            };
+            match entry.and_then(|e| e.check(link.remote_pd, target.remote_addr, target.len, need))
             {
                 Err(_) => {
                     c.refusals.fetch_add(1, Ordering::Relaxed);
                     false
                 }
-                Ok(()) if target.write && !st.sources.is_empty() => {
-                    vm::write_gather(peer.pid(), target.remote_addr, &st.sources).ok()
+                Ok(()) if target.write && !st.pieces.is_empty() => {
+                    vm::write_gather(peer.pid(), target.remote_addr, &st.pieces).ok()
                         == Some(target.len)
                 }
                 Ok(()) if target.write => {
                     vm::write_to(peer.pid(), target.remote_addr, &st.bounce).ok()
                         == Some(target.len)
                 }
+                // Straight into the local region (`quiesce_local` keeps it registered
+                // until the bytes are in).
                 Ok(()) => {
-                    let buf = &mut st.reads[read_index.unwrap_or(0)];
-                    buf.resize(target.len, 0);
-                    vm::read_from(peer.pid(), target.remote_addr, buf).ok() == Some(target.len)
+                    vm::read_scatter(peer.pid(), target.remote_addr, &st.pieces).ok()
+                        == Some(target.len)
                 }
             }
         };
+        // A READ that failed part way may have changed some of its local bytes: they
+        // are the READ's to write, and the UDP path writes them again.
         if !moved {
-            if read_index.is_some() {
-                st.reads_used -= 1;
-            }
             return fallback();
         }
-        Some(read_index)
+        true
     }
 
     /// Posts the WRs waiting in `pending` (indices into `wrs`), in order, under one
@@ -614,7 +771,6 @@ impl SameHost {
         qp: QpHandle,
         wrs: &[SendWr<'_>],
         pending: &mut Vec<(usize, Pending)>,
-        st: &mut PlaceState,
         engine: &dyn EngineAccess,
     ) -> Result<(), (usize, softverbs_engine::PostError)> {
         if pending.is_empty() {
@@ -625,23 +781,18 @@ impl SameHost {
         engine.with(&mut |e| {
             for &(i, kind) in pending.iter() {
                 let wr = &wrs[i];
-                let read = match kind {
-                    Pending::Usual => {
-                        if let Err(err) = e.post_send(qp, wr) {
-                            result = Err((i, err));
-                            return;
-                        }
-                        continue;
+                if let Pending::Usual = kind {
+                    if let Err(err) = e.post_send(qp, wr) {
+                        result = Err((i, err));
+                        return;
                     }
-                    Pending::Write => None,
-                    Pending::Read(k) => Some(k),
-                };
-                let data = read.map(|k| &st.reads[k][..]);
+                    continue;
+                }
                 // Another thread may have posted meanwhile: then the usual way (the
                 // bytes moved already; moving them again is harmless).
                 let placed = e.placement_ready(qp);
                 let r = if placed {
-                    e.post_send_placed(qp, wr, data)
+                    e.post_send_placed(qp, wr)
                 } else {
                     e.post_send(qp, wr)
                 };
@@ -649,16 +800,19 @@ impl SameHost {
                     result = Err((i, err));
                     return;
                 }
-                let len = PlacedTarget::of(wr).map_or(0, |t| t.len as u64);
-                match (placed, read) {
+                let Some(t) = PlacedTarget::of(wr) else {
+                    continue;
+                };
+                let len = t.len as u64;
+                match (placed, t.write) {
                     (false, _) => {
                         c.fallbacks.fetch_add(1, Ordering::Relaxed);
                     }
-                    (true, None) => {
+                    (true, true) => {
                         c.writes.fetch_add(1, Ordering::Relaxed);
                         c.bytes_written.fetch_add(len, Ordering::Relaxed);
                     }
-                    (true, Some(_)) => {
+                    (true, false) => {
                         c.reads.fetch_add(1, Ordering::Relaxed);
                         c.bytes_read.fetch_add(len, Ordering::Relaxed);
                     }
@@ -666,7 +820,6 @@ impl SameHost {
             }
         });
         pending.clear();
-        st.reads_used = 0;
         result
     }
 
@@ -687,6 +840,8 @@ impl SameHost {
                 get(&c.probe_failures),
             ),
             ("same_host_dereg_waits".to_string(), get(&c.dereg_waits)),
+            ("same_host_offers_resent".to_string(), get(&c.offers_resent)),
+            ("same_host_udp_drains".to_string(), get(&c.udp_drains)),
         ];
         for qpn in self.qpns() {
             v.push((format!("same_host_qp_{qpn:#x}"), 1));

@@ -10,7 +10,12 @@
 //! key has slot index `i` (key >> 8): seq (a seqlock: odd while the owner rewrites
 //! the entry), rkey (0: empty), base, length, access flags, PD id, generation.
 //! Regions whose slot index is past the table, and memory windows, are not
-//! published: operations on them take the UDP path.
+//! published: operations on them take the UDP path. Then [`QP_SLOTS`] words, word `i`
+//! for the QP whose QPN has slot index `i` (its low 14 bits, unique among a device's
+//! live QPs): zero, or the QP's acceptance of placed WRITEs (bit 63), its access flags
+//! (bits 48-55), the QPN it is connected to (bits 24-47) and its own QPN (bits 0-23).
+//! A peer completes a placed WRITE itself only while it reads there that the QP it is
+//! connected to accepts them from it and allows remote writes (`engine/placed.rs`).
 //!
 //! # The deregistration fence, and why it is sound
 //!
@@ -50,12 +55,15 @@ use std::sync::atomic::{fence, AtomicU64, Ordering};
 pub const SLOTS: usize = 16384;
 const HEADER_WORDS: usize = 8;
 const ENTRY_WORDS: usize = 8;
-const WORDS: usize = HEADER_WORDS + SLOTS * ENTRY_WORDS;
+/// QP words in a table (a QPN's slot index has 14 bits: the engine's QPN layout).
+pub const QP_SLOTS: usize = 16384;
+const QP_WORDS_AT: usize = HEADER_WORDS + SLOTS * ENTRY_WORDS;
+const WORDS: usize = QP_WORDS_AT + QP_SLOTS;
 const BYTES: usize = WORDS * 8;
 /// Memory window keys have this bit set (the engine's `mw.rs`); windows are not
 /// published.
 const MW_KEY_BIT: u32 = 1 << 31;
-const MAGIC: u64 = u64::from_le_bytes(*b"SVMRT\x001\x00");
+const MAGIC: u64 = u64::from_le_bytes(*b"SVMRT\x002\x00");
 
 // Header words.
 const H_MAGIC: usize = 0;
@@ -120,6 +128,10 @@ impl Mapping {
     fn entry(&self, slot: usize, field: usize) -> &AtomicU64 {
         self.word(HEADER_WORDS + slot * ENTRY_WORDS + field)
     }
+
+    fn qp_word(&self, qpn: u32) -> &AtomicU64 {
+        self.word(QP_WORDS_AT + (qpn as usize & (QP_SLOTS - 1)))
+    }
 }
 
 impl Drop for Mapping {
@@ -150,6 +162,10 @@ pub struct Entry {
 /// responder gives the status IBA defines).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
+    /// The peer QP does not accept placed work from ours now, or does not enable
+    /// the operation.
+    #[error("the peer QP does not accept this operation by the same-host path now")]
+    QpRefuses,
     /// No published region has this key (never published, withdrawn, or not
     /// publishable).
     #[error("no published region has this R_Key")]
@@ -188,6 +204,17 @@ impl Entry {
         }
         Ok(())
     }
+}
+
+const QP_ACCEPTS: u64 = 1 << 63;
+const QPN_MASK: u64 = 0xff_ffff;
+
+/// A QP's word: it accepts placed WRITEs from `dest_qpn`, with `access`.
+fn qp_word(qpn: u32, dest_qpn: u32, access: AccessFlags) -> u64 {
+    QP_ACCEPTS
+        | (u64::from(access.0 & 0xff) << 48)
+        | ((u64::from(dest_qpn) & QPN_MASK) << 24)
+        | (u64::from(qpn) & QPN_MASK)
 }
 
 fn slot_of(rkey: u32) -> Option<usize> {
@@ -307,6 +334,23 @@ impl OwnTable {
         AccessGuard(w)
     }
 
+    /// Publishes that QP `qpn` accepts placed WRITEs from its peer `dest_qpn` with
+    /// `access` (its qp_access_flags).
+    pub fn publish_qp(&self, qpn: u32, dest_qpn: u32, access: AccessFlags) {
+        self.map
+            .qp_word(qpn)
+            .store(qp_word(qpn, dest_qpn, access), Ordering::SeqCst);
+    }
+
+    /// Withdraws QP `qpn`'s acceptance (if its word is still its own).
+    pub fn withdraw_qp(&self, qpn: u32) {
+        let w = self.map.qp_word(qpn);
+        let v = w.load(Ordering::Relaxed);
+        if v & QPN_MASK == u64::from(qpn) & QPN_MASK {
+            w.store(0, Ordering::SeqCst);
+        }
+    }
+
     /// Seqlock write of one entry (one writer per slot: the region holding the slot).
     fn write_entry(&self, slot: usize, f: impl FnOnce(&Mapping)) {
         let seq = self.map.entry(slot, E_SEQ);
@@ -381,6 +425,16 @@ impl PeerTable {
         // SAFETY: kill with signal 0 only checks that the process exists.
         let r = unsafe { libc::kill(self.pid as libc::pid_t, 0) };
         r == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+    }
+
+    /// Whether the peer's QP `qpn` accepts placed WRITEs from our QP `from_qpn` and
+    /// allows `access`.
+    pub fn qp_accepts(&self, qpn: u32, from_qpn: u32, access: AccessFlags) -> bool {
+        let v = self.map.qp_word(qpn).load(Ordering::SeqCst);
+        v & QP_ACCEPTS != 0
+            && v & QPN_MASK == u64::from(qpn) & QPN_MASK
+            && (v >> 24) & QPN_MASK == u64::from(from_qpn) & QPN_MASK
+            && AccessFlags(((v >> 48) & 0xff) as u32).contains(access)
     }
 
     /// The published region with `rkey` (a consistent snapshot of its entry).
@@ -489,6 +543,18 @@ mod tests {
         // Memory window keys and slots past the table are never published.
         assert!(!own.publish(&entry(MW_KEY_BIT | 0x100)));
         assert!(!own.publish(&entry((SLOTS as u32) << 8)));
+        // QP words: only the QP connected to ours, accepting, with the access.
+        let w = AccessFlags::REMOTE_WRITE;
+        assert!(!peer.qp_accepts(0x4002, 0x77, w));
+        own.publish_qp(0x4002, 0x77, w | AccessFlags::REMOTE_READ);
+        assert!(peer.qp_accepts(0x4002, 0x77, w));
+        assert!(!peer.qp_accepts(0x4002, 0x78, w), "another peer QP");
+        assert!(!peer.qp_accepts(0x8002, 0x77, w), "another QP in the slot");
+        assert!(!peer.qp_accepts(0x4002, 0x77, AccessFlags::REMOTE_ATOMIC));
+        own.withdraw_qp(0x8002); // not its word
+        assert!(peer.qp_accepts(0x4002, 0x77, w));
+        own.withdraw_qp(0x4002);
+        assert!(!peer.qp_accepts(0x4002, 0x77, w));
         // A table is only accepted as the pid's that wrote it.
         assert!(PeerTable::open(own.path(), 1).is_err());
     }

@@ -14,6 +14,7 @@ pub fn write_to(pid: u32, remote_addr: u64, local: &[u8]) -> io::Result<usize> {
         iov_base: remote_addr as *mut libc::c_void,
         iov_len: local.len(),
     };
+    crate::driver::note_syscall();
     // SAFETY: the local iovec covers `local`, which the kernel only reads; the remote
     // one names memory of another process, which the kernel checks (EFAULT) and which
     // the caller checked against the peer's published, fenced region table.
@@ -48,6 +49,7 @@ pub fn write_gather(pid: u32, remote_addr: u64, sources: &[(u64, usize)]) -> io:
         iov_base: remote_addr as *mut libc::c_void,
         iov_len: total,
     };
+    crate::driver::note_syscall();
     // SAFETY: the kernel only reads the local pieces (a caller's live buffer, or our
     // registered memory: were a piece deregistered and unmapped meanwhile by a racing
     // thread, the kernel reports EFAULT) and writes the remote range, which the
@@ -80,9 +82,58 @@ pub fn read_from(pid: u32, remote_addr: u64, out: &mut [u8]) -> io::Result<usize
         iov_base: remote_addr as *mut libc::c_void,
         iov_len: out.len(),
     };
+    crate::driver::note_syscall();
     // SAFETY: the local iovec covers `out`, a buffer we own exclusively, which the
     // kernel writes at most `out.len()` bytes of; the remote side is only read.
     let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &liov, 1, &riov, 1, 0) };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// Copies `total` bytes at `remote_addr` in process `pid` into the local pieces
+/// `sinks` (address, length), in order; the count copied. The pieces are registered
+/// memory of this process that allows local writes, checked against their memory
+/// regions under the device lock just before (deregistration waits for this copy:
+/// `SameHost::quiesce_local`).
+pub fn read_scatter(pid: u32, remote_addr: u64, sinks: &[(u64, usize)]) -> io::Result<usize> {
+    const MAX: usize = 32;
+    if sinks.len() > MAX {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    let mut liov = [libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    }; MAX];
+    let mut total = 0usize;
+    for (v, &(addr, len)) in liov.iter_mut().zip(sinks) {
+        v.iov_base = addr as *mut libc::c_void;
+        v.iov_len = len;
+        total += len;
+    }
+    let riov = libc::iovec {
+        iov_base: remote_addr as *mut libc::c_void,
+        iov_len: total,
+    };
+    crate::driver::note_syscall();
+    // SAFETY: the kernel writes the local pieces: registered memory of this process
+    // whose regions allow local writes, which stay registered until the copy is over
+    // (a deregistration waits for it); as a NIC's DMA, the bytes are written behind any
+    // Rust reference the application may hold, which the registration allows. Were a
+    // piece unmapped anyway, the kernel reports EFAULT. The remote range is only read,
+    // and was checked against the peer's published, fenced region table.
+    let n = unsafe {
+        libc::process_vm_readv(
+            pid as libc::pid_t,
+            liov.as_ptr(),
+            sinks.len() as libc::c_ulong,
+            &riov,
+            1,
+            0,
+        )
+    };
     if n < 0 {
         Err(io::Error::last_os_error())
     } else {
@@ -146,6 +197,11 @@ mod tests {
         );
         assert_eq!(&dst[..50], &src[50..]);
         assert_eq!(&dst[50..], &src[..50]);
+        let mut a = vec![0u8; 30];
+        let mut b = vec![0u8; 70];
+        let sinks = [(a.as_mut_ptr() as u64, 30), (b.as_mut_ptr() as u64, 70)];
+        assert_eq!(read_scatter(pid, src.as_ptr() as u64, &sinks).unwrap(), 100);
+        assert_eq!((&a[..], &b[..]), (&src[..30], &src[30..]));
         let word = 0x1122_3344_5566_7788u64;
         assert_eq!(probe(pid, &word as *const u64 as u64).unwrap(), word);
         // An unmapped address faults; a pid that does not exist is refused.

@@ -40,12 +40,16 @@ impl RdmaListener {
         opts: StreamOptions,
     ) -> io::Result<RdmaListener> {
         let listener = RcListener::bind(ctx, addr, 0).map_err(cm_to_io)?;
-        Ok(RdmaListener {
+        Ok(RdmaListener::from_rc(ctx, listener, opts))
+    }
+
+    pub(super) fn from_rc(ctx: &Context, listener: RcListener, opts: StreamOptions) -> Self {
+        RdmaListener {
             listener,
             ctx: ctx.clone(),
             opts,
             nonblocking: AtomicBool::new(false),
-        })
+        }
     }
 
     /// The address it listens at.

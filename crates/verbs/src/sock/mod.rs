@@ -21,6 +21,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod bound;
 mod listener;
 mod stream;
 #[cfg(feature = "tokio")]
@@ -28,6 +29,7 @@ mod tokio;
 
 #[cfg(feature = "tokio")]
 pub use self::tokio::{AsyncRdmaListener, AsyncRdmaStream};
+pub use bound::{BindOptions, RdmaSocket};
 pub use listener::RdmaListener;
 pub use softverbs_sock::Config as StreamConfig;
 pub use stream::{RdmaStream, Readiness, StreamOptions};

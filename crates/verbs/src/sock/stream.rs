@@ -255,10 +255,22 @@ impl RdmaStream {
         addr: SocketAddr,
         opts: &StreamOptions,
     ) -> io::Result<RdmaStream> {
-        let res = Resources::new(ctx, opts.config)?;
-        let timeout = opts.connect_timeout;
         let channel = EventChannel::new(ctx).map_err(cm_to_io)?;
         let id = CmId::new(&channel, PortSpace::Tcp).map_err(cm_to_io)?;
+        RdmaStream::connect_id(ctx, id, addr, opts)
+    }
+
+    /// Connects `id` (unbound, or bound: then its address is the stream's source, as
+    /// `rdma_resolve_addr` keeps it) to `addr`.
+    pub(super) fn connect_id(
+        ctx: &Context,
+        id: CmId,
+        addr: SocketAddr,
+        opts: &StreamOptions,
+    ) -> io::Result<RdmaStream> {
+        let res = Resources::new(ctx, opts.config)?;
+        let timeout = opts.connect_timeout;
+        let channel = id.channel().clone();
         let step = |r: Result<(), CmError>, kind, op| {
             r.and_then(|()| expect(&channel, kind, op, timeout).map(|_| ()))
                 .map_err(cm_to_io)
@@ -724,7 +736,8 @@ struct IomapRegion {
 /// `rpoll`, and riomap/riowrite.
 impl RdmaStream {
     /// `read` that blocks unless `nonblocking` (`MSG_DONTWAIT` or `O_NONBLOCK`); 0 at end
-    /// of stream. With `peek` the bytes stay to be read again (at most one message's).
+    /// of stream. With `peek` the bytes stay to be read again (from every message queued, as
+    /// rsocket.c's `rs_peek`).
     pub fn recv_with(&self, buf: &mut [u8], nonblocking: bool, peek: bool) -> io::Result<usize> {
         if buf.is_empty() {
             return Ok(0);
@@ -733,14 +746,19 @@ impl RdmaStream {
         if !peek {
             return self.read_locked(&mut core, buf);
         }
-        match core.recv_chunk() {
-            Some(chunk) => {
-                let n = (chunk.len as usize).min(buf.len());
-                self.rbuf.read(chunk.offset as usize, &mut buf[..n]);
-                Ok(n)
-            }
-            None => self.read_locked(&mut core, buf),
+        let chunks = core.peek_chunks(buf.len());
+        if chunks.is_empty() {
+            // Nothing queued: the end of the stream, or its failure.
+            return self.read_locked(&mut core, buf);
         }
+        let mut got = 0;
+        for chunk in chunks {
+            let n = chunk.len as usize;
+            self.rbuf
+                .read(chunk.offset as usize, &mut buf[got..got + n]);
+            got += n;
+        }
+        Ok(got)
     }
 
     /// `write` that blocks (until at least one byte is taken) unless `nonblocking`.

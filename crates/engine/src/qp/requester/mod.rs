@@ -74,6 +74,8 @@ pub(crate) struct Requester {
 pub(crate) struct Window {
     pub una: Psn,
     pub size: u32,
+    /// The size that applies to an RDMA READ request (see `Completer::window`).
+    pub reads: u32,
 }
 
 /// What sending needs of the QP, lent for one call.
@@ -228,7 +230,12 @@ impl Requester {
                 return false;
             }
         }
-        w.una.distance_to(self.cursor_psn(sq)) < w.size
+        // A new READ request goes under the READ window; READs asked again after a
+        // loss stay under the cap, which recovery shrank for them.
+        let new_read = self.cursor == self.started
+            && matches!(sq.get(self.cursor).op, SendOp::RdmaRead { .. });
+        let size = if new_read { w.reads } else { w.size };
+        w.una.distance_to(self.cursor_psn(sq)) < size
     }
 
     /// PSN of the packet at the cursor.
@@ -332,7 +339,15 @@ impl Requester {
                     ctx.shared.mrs.bind_mw(mw, rkey, &info, ctx.handle, ctx.pd)
                 }
                 SendOp::LocalInv { rkey } => ctx.shared.mrs.local_invalidate(rkey, ctx.pd),
-                _ => Ok(()),
+                // A placed WRITE: its bytes landed when it was posted.
+                SendOp::RdmaWrite { .. } => Ok(()),
+                // A placed READ: its bytes landed when it was posted. Were its local
+                // region deregistered since, it fails as a NIC's would (as the UDP path's check;
+                // the driver's deregistration waited for the bytes: `engine/placed.rs`).
+                _ => ctx
+                    .shared
+                    .check_sges(ctx.pd, ctx.sq.sges(seq), AccessFlags::LOCAL_WRITE)
+                    .map_err(|_| WcStatus::LocProtErr),
             };
             self.assign_psns(ctx.sq, seq, 0);
             if let Err(status) = result {
