@@ -94,15 +94,20 @@ fn lossy_link(test: &str, percent: u32) -> Option<Netns> {
 fn run(test: &str, link: &Netns, tool: &str, args: &[&str], port_flag: &str) -> PairOutcome {
     let lib = common::dropin(test);
     let port = common::free_tcp_port().to_string();
+    // Both processes run on this host and share a runtime directory, so RDMA WRITE and
+    // READ would take the same-host path, which sends no data packets for nftables to
+    // drop: the UDP path is what is under test.
     let server = Side::new(tool, &[port_flag, port.as_str()])
         .args(args)
         .netns(&link.ns[0])
-        .env("SOFTVERBS_ADDR", &link.addr[0]);
+        .env("SOFTVERBS_ADDR", &link.addr[0])
+        .env("SOFTVERBS_SAME_HOST", "0");
     let client = Side::new(tool, &[port_flag, port.as_str()])
         .args(args)
         .args(&[link.addr[0].as_str()])
         .netns(&link.ns[1])
-        .env("SOFTVERBS_ADDR", &link.addr[1]);
+        .env("SOFTVERBS_ADDR", &link.addr[1])
+        .env("SOFTVERBS_SAME_HOST", "0");
     let r = common::run_pair(&lib, &server, &client, RUN_TIMEOUT);
     let drops = dropped(&link.ns[0]) + dropped(&link.ns[1]);
     eprintln!(
