@@ -20,6 +20,9 @@ fn spawn(link: &Netns, i: usize, args: &[&str], extra_env: &[(&str, &str)]) -> C
     let mut cmd = Command::new("ip");
     cmd.args(["netns", "exec", &link.ns[i], BIN]).args(args);
     cmd.env("SOFTVERBS_ADDR", &link.addr[i]);
+    // The link is what is under test: two processes of this host sharing a runtime
+    // directory would otherwise move WRITE and READ data by the same-host path.
+    cmd.env("SOFTVERBS_SAME_HOST", "0");
     for (k, v) in extra_env {
         cmd.env(k, v);
     }
