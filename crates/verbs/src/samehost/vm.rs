@@ -3,22 +3,34 @@
 
 use std::io;
 
-/// Copies `local` into `len = local.len()` bytes at `remote_addr` in process `pid`;
-/// the count copied (short only on a fault part way).
-pub fn write_to(pid: u32, remote_addr: u64, local: &[u8]) -> io::Result<usize> {
-    let liov = libc::iovec {
-        iov_base: local.as_ptr() as *mut libc::c_void,
-        iov_len: local.len(),
-    };
-    let riov = libc::iovec {
-        iov_base: remote_addr as *mut libc::c_void,
-        iov_len: local.len(),
-    };
-    crate::driver::note_syscall();
-    // SAFETY: the local iovec covers `local`, which the kernel only reads; the remote
-    // one names memory of another process, which the kernel checks (EFAULT) and which
-    // the caller checked against the peer's published, fenced region table.
-    let n = unsafe { libc::process_vm_writev(pid as libc::pid_t, &liov, 1, &riov, 1, 0) };
+/// The most local pieces one gathered or scattered copy takes.
+const MAX_PIECES: usize = 32;
+
+/// An iovec for `len` bytes at `addr` (in this process or the peer's).
+fn iovec(addr: u64, len: usize) -> libc::iovec {
+    libc::iovec {
+        iov_base: addr as *mut libc::c_void,
+        iov_len: len,
+    }
+}
+
+/// The iovecs of the local `pieces` (address, length) and their total length; EINVAL
+/// for more than [`MAX_PIECES`].
+fn piece_iovecs(pieces: &[(u64, usize)]) -> io::Result<([libc::iovec; MAX_PIECES], usize)> {
+    if pieces.len() > MAX_PIECES {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    let mut iov = [iovec(0, 0); MAX_PIECES];
+    let mut total = 0usize;
+    for (v, &(addr, len)) in iov.iter_mut().zip(pieces) {
+        *v = iovec(addr, len);
+        total += len;
+    }
+    Ok((iov, total))
+}
+
+/// What a `process_vm_*` call returned: the count copied, or the error it set.
+fn copied(n: isize) -> io::Result<usize> {
     if n < 0 {
         Err(io::Error::last_os_error())
     } else {
@@ -26,29 +38,26 @@ pub fn write_to(pid: u32, remote_addr: u64, local: &[u8]) -> io::Result<usize> {
     }
 }
 
+/// Copies `local` into `len = local.len()` bytes at `remote_addr` in process `pid`;
+/// the count copied (short only on a fault part way).
+pub fn write_to(pid: u32, remote_addr: u64, local: &[u8]) -> io::Result<usize> {
+    let liov = iovec(local.as_ptr() as u64, local.len());
+    let riov = iovec(remote_addr, local.len());
+    crate::driver::note_syscall();
+    // SAFETY: the local iovec covers `local`, which the kernel only reads; the remote
+    // one names memory of another process, which the kernel checks (EFAULT) and which
+    // the caller checked against the peer's published, fenced region table.
+    let n = unsafe { libc::process_vm_writev(pid as libc::pid_t, &liov, 1, &riov, 1, 0) };
+    copied(n)
+}
+
 /// Copies the local pieces `sources` (address, length), in order, to `remote_addr` in
 /// process `pid`; the count copied. The pieces are memory of this process the caller
 /// keeps valid for the call: registered memory checked against its memory regions under
 /// the device lock just before, or a caller's buffer (inline data, a stream's write).
 pub fn write_gather(pid: u32, remote_addr: u64, sources: &[(u64, usize)]) -> io::Result<usize> {
-    const MAX: usize = 32;
-    if sources.len() > MAX {
-        return Err(io::Error::from_raw_os_error(libc::EINVAL));
-    }
-    let mut liov = [libc::iovec {
-        iov_base: std::ptr::null_mut(),
-        iov_len: 0,
-    }; MAX];
-    let mut total = 0usize;
-    for (v, &(addr, len)) in liov.iter_mut().zip(sources) {
-        v.iov_base = addr as *mut libc::c_void;
-        v.iov_len = len;
-        total += len;
-    }
-    let riov = libc::iovec {
-        iov_base: remote_addr as *mut libc::c_void,
-        iov_len: total,
-    };
+    let (liov, total) = piece_iovecs(sources)?;
+    let riov = iovec(remote_addr, total);
     crate::driver::note_syscall();
     // SAFETY: the kernel only reads the local pieces (a caller's live buffer, or our
     // registered memory: were a piece deregistered and unmapped meanwhile by a racing
@@ -64,33 +73,19 @@ pub fn write_gather(pid: u32, remote_addr: u64, sources: &[(u64, usize)]) -> io:
             0,
         )
     };
-    if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
-    }
+    copied(n)
 }
 
 /// Copies `out.len()` bytes at `remote_addr` in process `pid` into `out`; the count
 /// copied.
 pub fn read_from(pid: u32, remote_addr: u64, out: &mut [u8]) -> io::Result<usize> {
-    let liov = libc::iovec {
-        iov_base: out.as_mut_ptr().cast(),
-        iov_len: out.len(),
-    };
-    let riov = libc::iovec {
-        iov_base: remote_addr as *mut libc::c_void,
-        iov_len: out.len(),
-    };
+    let liov = iovec(out.as_mut_ptr() as u64, out.len());
+    let riov = iovec(remote_addr, out.len());
     crate::driver::note_syscall();
     // SAFETY: the local iovec covers `out`, a buffer we own exclusively, which the
     // kernel writes at most `out.len()` bytes of; the remote side is only read.
     let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &liov, 1, &riov, 1, 0) };
-    if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
-    }
+    copied(n)
 }
 
 /// Copies `total` bytes at `remote_addr` in process `pid` into the local pieces
@@ -99,24 +94,8 @@ pub fn read_from(pid: u32, remote_addr: u64, out: &mut [u8]) -> io::Result<usize
 /// regions under the device lock just before (deregistration waits for this copy:
 /// `SameHost::quiesce_local`).
 pub fn read_scatter(pid: u32, remote_addr: u64, sinks: &[(u64, usize)]) -> io::Result<usize> {
-    const MAX: usize = 32;
-    if sinks.len() > MAX {
-        return Err(io::Error::from_raw_os_error(libc::EINVAL));
-    }
-    let mut liov = [libc::iovec {
-        iov_base: std::ptr::null_mut(),
-        iov_len: 0,
-    }; MAX];
-    let mut total = 0usize;
-    for (v, &(addr, len)) in liov.iter_mut().zip(sinks) {
-        v.iov_base = addr as *mut libc::c_void;
-        v.iov_len = len;
-        total += len;
-    }
-    let riov = libc::iovec {
-        iov_base: remote_addr as *mut libc::c_void,
-        iov_len: total,
-    };
+    let (liov, total) = piece_iovecs(sinks)?;
+    let riov = iovec(remote_addr, total);
     crate::driver::note_syscall();
     // SAFETY: the kernel writes the local pieces: registered memory of this process
     // whose regions allow local writes, which stay registered until the copy is over
@@ -134,11 +113,7 @@ pub fn read_scatter(pid: u32, remote_addr: u64, sinks: &[(u64, usize)]) -> io::R
             0,
         )
     };
-    if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
-    }
+    copied(n)
 }
 
 /// The probe: reads the 8-byte word at `addr` in `pid`. It succeeds only if `pid` is
