@@ -201,23 +201,7 @@ impl Engine {
         wr: &SendWr<'_>,
         out: &mut Vec<(u64, usize)>,
     ) -> bool {
-        out.clear();
-        let (Some(q), Payload::Sges(list)) = (self.qps.get(qp.0), wr.payload) else {
-            return false;
-        };
-        if self
-            .shared
-            .check_sges(q.init.pd, list, crate::types::AccessFlags::EMPTY)
-            .is_err()
-        {
-            return false;
-        }
-        out.extend(
-            list.iter()
-                .filter(|s| s.length > 0)
-                .map(|s| (s.addr, s.length as usize)),
-        );
-        true
+        self.sge_pieces(qp, wr, crate::types::AccessFlags::EMPTY, out)
     }
 
     /// Copies the bytes a WRITE sends (from its SGEs, which must resolve in the QP's
@@ -257,15 +241,23 @@ impl Engine {
         wr: &SendWr<'_>,
         out: &mut Vec<(u64, usize)>,
     ) -> bool {
+        self.sge_pieces(qp, wr, crate::types::AccessFlags::LOCAL_WRITE, out)
+    }
+
+    /// `wr`'s SGEs as (address, length) pieces into `out`, skipping empty ones, when
+    /// every SGE resolves in the QP's PD with `access`; `false` otherwise.
+    fn sge_pieces(
+        &self,
+        qp: QpHandle,
+        wr: &SendWr<'_>,
+        access: crate::types::AccessFlags,
+        out: &mut Vec<(u64, usize)>,
+    ) -> bool {
         out.clear();
         let (Some(q), Payload::Sges(list)) = (self.qps.get(qp.0), wr.payload) else {
             return false;
         };
-        if self
-            .shared
-            .check_sges(q.init.pd, list, crate::types::AccessFlags::LOCAL_WRITE)
-            .is_err()
-        {
+        if self.shared.check_sges(q.init.pd, list, access).is_err() {
             return false;
         }
         out.extend(
