@@ -18,8 +18,12 @@
 #   --reps N      repetitions (default 5)
 #   --iters N     iterations per latency run (default 5000)
 #
+# Every softverbs run is on the UDP path (SOFTVERBS_SAME_HOST=0) unless the caller sets the
+# variable: these are the UDP path's latency rows, and the two ends share a host.
+#
 # Loopback only; every process is bounded by `timeout`. Needs sockperf, perftest, python3.
 set -euo pipefail
+export SOFTVERBS_SAME_HOST="${SOFTVERBS_SAME_HOST:-0}"
 
 BASE=""
 REPS=5
