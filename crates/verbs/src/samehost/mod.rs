@@ -72,6 +72,7 @@ pub struct SameHostCounters {
 const UDP_DRAIN_BOUND: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// A QP that places into its peer.
+#[derive(Clone)]
 struct QpLink {
     peer: Arc<PeerTable>,
     /// The peer QP's PD id: regions of other PDs are refused.
@@ -81,14 +82,6 @@ struct QpLink {
     /// others, IBA 10.2.4.2 qp_access_flags; the engine's check 3).
     remote_qpn: u32,
     /// Our QP.
-    qpn: u32,
-}
-
-/// What `place_one` needs of a link.
-struct Link {
-    peer: Arc<PeerTable>,
-    remote_pd: u64,
-    remote_qpn: u32,
     qpn: u32,
 }
 
@@ -538,16 +531,7 @@ impl SameHost {
         engine: &dyn EngineAccess,
     ) -> Option<Result<(), (usize, softverbs_engine::PostError)>> {
         let table = self.table.as_ref()?;
-        let link = {
-            let qps = lock(&self.qps);
-            let l = qps.get(&qp)?;
-            Link {
-                peer: Arc::clone(&l.peer),
-                remote_pd: l.remote_pd,
-                remote_qpn: l.remote_qpn,
-                qpn: l.qpn,
-            }
-        };
+        let link = self.link(qp)?;
         if wrs.first().and_then(PlacedTarget::of).is_some() {
             self.wait_for_udp_one_sided(qp, engine);
         }
@@ -575,6 +559,11 @@ impl SameHost {
         Some(r)
     }
 
+    /// A copy of `qp`'s link (outside the lock, for the copy that follows), if it has one.
+    fn link(&self, qp: QpHandle) -> Option<QpLink> {
+        lock(&self.qps).get(&qp).cloned()
+    }
+
     /// Posts the RDMA WRITE (with or without immediate) `wr` placed, its bytes taken from
     /// `source` (memory of the caller, in order) instead of its payload, which then only
     /// gives the length: a stream writes from its caller's buffer without staging the
@@ -595,16 +584,7 @@ impl SameHost {
         if !target.write || source.iter().map(|s| s.len()).sum::<usize>() != target.len {
             return None;
         }
-        let link = {
-            let qps = lock(&self.qps);
-            let l = qps.get(&qp)?;
-            Link {
-                peer: Arc::clone(&l.peer),
-                remote_pd: l.remote_pd,
-                remote_qpn: l.remote_qpn,
-                qpn: l.qpn,
-            }
-        };
+        let link = self.link(qp)?;
         let mut st = lock(&self.place);
         if !self.place_one(table, &link, qp, wr, Some(source), &mut st, 0, engine) {
             return None;
@@ -668,7 +648,7 @@ impl SameHost {
     fn place_one(
         &self,
         table: &OwnTable,
-        link: &Link,
+        link: &QpLink,
         qp: QpHandle,
         wr: &SendWr<'_>,
         source: Option<&[&[u8]]>,
