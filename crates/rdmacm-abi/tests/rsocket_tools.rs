@@ -17,15 +17,6 @@ use common::cm_run::{self, Case, CaseOutcome};
 use common::procs::{self, Side};
 use common::random_bytes;
 
-fn pair(server: Side, client: Side, servers_exit: bool) -> Case {
-    let case = Case::pair(server, client);
-    if servers_exit {
-        case
-    } else {
-        case.servers_run_until_killed()
-    }
-}
-
 /// `tool` as server and as client of 127.0.0.1, both with `args`; both must exit 0.
 fn both_ends(test: &str, tool: &str, args: &[&str]) -> Option<CaseOutcome> {
     both_ends_with(test, tool, args, &[])
@@ -53,7 +44,7 @@ fn both_ends_with(
             server = server.env(sk, sv);
             client = client.env(ck, cv);
         }
-        pair(server, client, true)
+        Case::pair(server, client)
     });
     r.assert_ok(test);
     Some(r)
@@ -205,14 +196,14 @@ fn rcopy_of_a_random_file_arrives_intact() {
         let port = port.to_string();
         let target = format!("127.0.0.1:{}", dst.display());
         // The server serves until killed.
-        pair(
+        Case::pair(
             Side::new("/usr/bin/rcopy", &["-p", &port]),
             Side::new(
                 "/usr/bin/rcopy",
                 &[src.to_str().expect("utf-8 path"), &target, "-p", &port],
             ),
-            false,
         )
+        .servers_run_until_killed()
     });
     r.assert_ok(test);
     let copy = std::fs::read(&dst).expect("the copy exists");
