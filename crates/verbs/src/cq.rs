@@ -132,7 +132,8 @@ impl Cq {
             ));
         }
         // The caller will wait on the channel rather than poll: the progress thread
-        // receives again from now on.
+        // receives again from now on, and what the thread held back leaves now.
+        crate::ack_hold::release_thread_held();
         if let Ok(d) = self.inner.ctx.device.driver() {
             d.end_poller_handoff();
         }

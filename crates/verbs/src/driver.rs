@@ -74,6 +74,11 @@ pub struct DriverCounters {
     pub timer_wakeups: AtomicU64,
     /// Times the progress thread woke because another thread signalled it.
     pub progress_wakes: AtomicU64,
+    /// Times a polling thread kept the ACKs of what it received back until its answer
+    /// (see `crate::ack_hold`).
+    pub acks_held: AtomicU64,
+    /// Times held ACKs left behind the requests of the next batch (the answer first).
+    pub acks_after_requests: AtomicU64,
 }
 
 /// A completion channel's queue of CQ events.
@@ -87,6 +92,9 @@ pub(crate) struct State {
     pub engine: Engine,
     /// The batch being built.
     tx: SendBatch,
+    /// The first `held` datagrams of `tx` are ACKs a polling thread keeps back (see
+    /// `crate::ack_hold`); 0: none, and `tx` is empty between pumps.
+    held: usize,
     /// The completion channel of each CQ that has one.
     pub channels: HashMap<CqHandle, Arc<ChannelShared>>,
     /// The context (its event queue) each CQ, QP and SRQ belongs to.
@@ -178,6 +186,8 @@ pub(crate) struct Driver {
     app_polled_at: AtomicU64,
     /// The progress thread sleeps without watching the socket (a hand-off to pollers).
     socket_unwatched: AtomicBool,
+    /// Whether `State::held` is not 0 (read without the lock).
+    acks_held: AtomicBool,
     /// The port's active MTU: the configured one, capped to fit the link.
     pub active_mtu: Mtu,
     warned_tx_error: AtomicBool,
@@ -412,6 +422,7 @@ impl Driver {
         let state = State {
             engine: Engine::new(ecfg.clone()),
             tx: SendBatch::new(MAX_DATAGRAM, gso),
+            held: 0,
             channels: HashMap::new(),
             owners: HashMap::new(),
             last_rx: Instant::from_nanos(0),
@@ -452,6 +463,7 @@ impl Driver {
             poll_handoff: config.poll_handoff,
             app_polled_at: AtomicU64::new(0),
             socket_unwatched: AtomicBool::new(false),
+            acks_held: AtomicBool::new(false),
             active_mtu,
             warned_tx_error: AtomicBool::new(false),
             published_at: AtomicU64::new(0),
@@ -501,15 +513,21 @@ impl Driver {
     /// events; call with the lock held after any engine call that may have produced work,
     /// and pass the result to [`Driver::finish`] once the lock is released.
     pub fn pump(&self, st: &mut State) -> Deferred {
+        self.pump_holding(st, false)
+    }
+
+    /// [`Driver::pump`]; with `hold`, ACKs the engine produced stay in the batch being
+    /// built (see `crate::ack_hold`).
+    fn pump_holding(&self, st: &mut State, hold: bool) -> Deferred {
         let now = self.now();
         let mut d = Deferred::default();
         // The cm's QP moves first (they may make the engine send), then the engine's
         // output, whose COMM_EST events feed the cm again.
         self.cm_pump(st, now, &mut d);
-        self.transmit(st, now);
+        self.transmit(st, now, hold);
         self.dispatch(st, now, &mut d);
         self.cm_pump(st, now, &mut d);
-        self.transmit(st, now);
+        self.transmit(st, now, hold);
         while let Some(qp) = st.engine.poll_placed_change() {
             self.same_host.republish_qp(&st.engine, qp);
         }
@@ -653,20 +671,69 @@ impl Driver {
         self.send_hellos(out);
     }
 
-    fn transmit(&self, st: &mut State, now: Instant) {
+    fn transmit(&self, st: &mut State, now: Instant, hold: bool) {
         while let Some(t) = st.engine.poll_transmit(now, st.tx.next_buf()) {
             st.tx.commit(t);
             if st.tx.is_full() {
+                // Held ACKs leave in the full batch.
                 self.enqueue(st);
             }
         }
-        if !st.tx.is_empty() {
-            self.enqueue(st);
+        if st.tx.is_empty() {
+            return;
         }
+        let fresh = st.held..st.tx.len();
+        if fresh.is_empty() && !on_progress_thread() {
+            // Nothing new: the held ACKs wait for the thread's answer.
+            return;
+        }
+        if hold
+            && !fresh.is_empty()
+            && fresh
+                .clone()
+                .all(|i| crate::ack_hold::is_plain_ack(st.tx.datagram(i)))
+        {
+            if st.held == 0 {
+                self.counters.acks_held.fetch_add(1, Ordering::Relaxed);
+            }
+            st.held = st.tx.len();
+            self.acks_held.store(true, Ordering::Release);
+            return;
+        }
+        if st.held > 0
+            && !fresh.is_empty()
+            && fresh
+                .clone()
+                .all(|i| crate::ack_hold::is_request(st.tx.datagram(i)))
+        {
+            // The answer first: the peer waits for it, not for the ACKs.
+            st.tx.move_to_back(st.held);
+            self.counters
+                .acks_after_requests
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        self.enqueue(st);
+    }
+
+    /// Sends the ACKs a polling thread held back on this device, if any (see
+    /// `crate::ack_hold`; [`Driver::transmit`] holds them). Call without the device lock.
+    pub(crate) fn release_held_acks(&self) {
+        if !self.acks_held.load(Ordering::Acquire) {
+            return;
+        }
+        {
+            let mut st = self.lock();
+            if st.held > 0 {
+                self.enqueue(&mut st);
+            }
+        }
+        self.flush_outbox(false);
     }
 
     /// Moves the batch being built to the outbox and starts a fresh one.
     fn enqueue(&self, st: &mut State) {
+        st.held = 0;
+        self.acks_held.store(false, Ordering::Release);
         let mut ob = lock(&self.outbox);
         let fresh = ob
             .pool
@@ -907,8 +974,9 @@ impl Driver {
     }
 
     /// Receives what waits on the socket (one batch) and hands it to the engine;
-    /// returns how many reads there were.
-    fn receive(&self, rx: &mut RecvBatch) -> usize {
+    /// returns how many reads there were. With `hold_acks` the ACKs the engine answers
+    /// with wait for the calling thread's answer (see `crate::ack_hold`).
+    fn receive(&self, rx: &mut RecvBatch, hold_acks: bool) -> usize {
         let got = match rx.recv(&self.socket) {
             Ok(n) => n,
             // An ICMP report of a send (IP_RECVERR): the cm reads the error queue.
@@ -958,7 +1026,7 @@ impl Driver {
                 }
             });
             st.engine.handle_timeout(now);
-            self.pump(&mut st)
+            self.pump_holding(&mut st, hold_acks)
         };
         self.finish(deferred);
         for (src, data) in hellos {
@@ -997,8 +1065,14 @@ impl Driver {
     /// Also fires the timers that are due: while the progress thread leaves the socket
     /// to pollers it does not wake for them.
     ///
+    /// A spinning thread under the hand-off keeps the ACKs of what it receives back
+    /// until its answer (`crate::ack_hold`); an empty poll first sends what this thread
+    /// held on any device and what any thread held on this one.
+    ///
     /// Returns whether anything arrived.
-    pub(crate) fn try_progress(&self, spinning: bool) -> bool {
+    pub(crate) fn try_progress(self: &Arc<Self>, spinning: bool) -> bool {
+        crate::ack_hold::release_thread_held();
+        self.release_held_acks();
         let now = self.now().as_nanos();
         let in_loop = STREAK.with(|s| {
             let mut streak = s.get();
@@ -1010,10 +1084,16 @@ impl Driver {
         if spinning && (in_loop || self.poller_handoff().is_some()) {
             self.app_polled_at.store(now + 1, Ordering::Release);
         }
+        // The progress thread wakes by the end of the hand-off at the latest and sends
+        // what is held then: that bounds the hold.
+        let hold = spinning && self.poller_handoff().is_some();
         let got = match self.rx.try_lock() {
-            Ok(mut rx) => self.receive(&mut rx) > 0,
+            Ok(mut rx) => self.receive(&mut rx, hold) > 0,
             Err(_) => false,
         };
+        if hold && self.acks_held.load(Ordering::Acquire) {
+            crate::ack_hold::note_held(self);
+        }
         // (Receiving fired them already.)
         if !got && self.now().as_nanos() >= self.next_timer.load(Ordering::Acquire) {
             let deferred = {
@@ -1156,6 +1236,7 @@ impl Driver {
                 let _ = h.join();
             }
         }
+        self.release_held_acks();
         self.flush_outbox(true);
         self.flush_capture();
         crate::fork::unregister_socket(self.socket.as_raw_fd());
@@ -1227,6 +1308,8 @@ impl Driver {
         lines.push(("udp_tx_backpressure", get(&dc.tx_backpressure)));
         lines.push(("progress_timer_wakeups", get(&dc.timer_wakeups)));
         lines.push(("progress_wakes", get(&dc.progress_wakes)));
+        lines.push(("acks_held", get(&dc.acks_held)));
+        lines.push(("acks_after_requests", get(&dc.acks_after_requests)));
         lines.push(("injected_drops", get(&dc.injected_drops)));
         lines.push(("rx_truncated", get(&dc.rx_truncated)));
         let same_host = self.same_host.stat_lines();
@@ -1335,11 +1418,11 @@ fn progress_thread(d: Arc<Driver>) {
             },
         };
         let got = if let Some(mut rx) = rx {
-            let mut got = d.receive(&mut rx);
+            let mut got = d.receive(&mut rx, false);
             if got == 0 && !d.busy_poll.is_zero() {
                 let until = std::time::Instant::now() + d.busy_poll;
                 while got == 0 && std::time::Instant::now() < until {
-                    got = d.receive(&mut rx);
+                    got = d.receive(&mut rx, false);
                     std::hint::spin_loop();
                 }
             }
