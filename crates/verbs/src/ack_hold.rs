@@ -43,20 +43,29 @@ pub(crate) fn is_request(datagram: &[u8]) -> bool {
 }
 
 thread_local! {
-    /// The device on which this thread holds ACKs back, if any.
-    static HELD_HERE: RefCell<Option<Weak<Driver>>> = const { RefCell::new(None) };
+    /// The device on which this thread holds ACKs back, if any, and the fork generation
+    /// it was noted in (`crate::fork`).
+    static HELD_HERE: RefCell<Option<(u64, Weak<Driver>)>> = const { RefCell::new(None) };
 }
 
 /// Notes that the calling thread holds ACKs back on `driver`.
 pub(crate) fn note_held(driver: &Arc<Driver>) {
-    HELD_HERE.with(|h| *h.borrow_mut() = Some(Arc::downgrade(driver)));
+    let generation = crate::fork::generation();
+    HELD_HERE.with(|h| *h.borrow_mut() = Some((generation, Arc::downgrade(driver))));
 }
 
 /// Sends the ACKs the calling thread held back, on whatever device (it is about to poll
-/// or wait on another, or to block). Call without a device lock.
+/// or wait on another, or to block). Call without a device lock. In a child forked since
+/// they were held the device is the parent's: its locks and socket are not touched.
 pub(crate) fn release_thread_held() {
     let held = HELD_HERE.with(|h| h.borrow_mut().take());
-    if let Some(driver) = held.and_then(|w| w.upgrade()) {
+    let Some((generation, driver)) = held else {
+        return;
+    };
+    if generation != crate::fork::generation() {
+        return;
+    }
+    if let Some(driver) = driver.upgrade() {
         driver.release_held_acks();
     }
 }

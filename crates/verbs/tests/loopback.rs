@@ -1057,3 +1057,60 @@ fn a_pollers_ack_leaves_behind_its_answer_in_one_send() {
         assert!(y.acks_after_requests - x.acks_after_requests >= N - 2);
     }
 }
+
+#[test]
+fn a_forked_child_leaves_the_acks_its_parent_held_alone() {
+    // B's thread holds the ACK of A's SEND back when the process forks. In the child,
+    // B is the parent's device: arming a CQ (which sends what the thread held) must
+    // not touch its locks or its socket.
+    let cfg = Config {
+        poll_handoff: Duration::from_secs(3600),
+        ..Config::default()
+    };
+    let (a, b) = pair(cfg);
+    let channel = a.ctx.create_comp_channel().unwrap();
+    let armed_cq = a.ctx.create_cq(4, Some(&channel)).unwrap();
+    for _ in 0..2 {
+        assert_eq!(b.cq.poll(&mut []), 0);
+    }
+    b.qp.post_recv(1, &[b.mr.sge(0, 64)]).unwrap();
+    let sges = [a.mr.sge(0, 8)];
+    a.qp.post_send(&SendWr::new(1, SendOp::Send, &sges))
+        .unwrap();
+    assert_eq!(spin_recv(&b.cq).0, 1);
+    let held = b.ctx.device_counters();
+    assert!(held.acks_held >= 1, "{held:?}");
+    // SAFETY: the child only arms a CQ, reads counters and leaves with _exit.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        let _ = armed_cq.req_notify(false);
+        let now = b.ctx.device_counters();
+        let untouched = now.tx_syscalls == held.tx_syscalls
+            && now.tx_errors == held.tx_errors
+            && now.tx_datagrams == held.tx_datagrams;
+        // SAFETY: ends the child without running the parent's destructors.
+        unsafe { libc::_exit(if untouched { 0 } else { 3 }) };
+    }
+    assert!(pid > 0, "fork failed");
+    let deadline = std::time::Instant::now() + WAIT;
+    let mut status = 0;
+    loop {
+        // SAFETY: waits for our own child.
+        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if r == pid {
+            break;
+        }
+        if std::time::Instant::now() > deadline {
+            // SAFETY: our own child.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            panic!("the child hung");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "the child sent what the parent held (status {status:#x})"
+    );
+    // In the parent the held ACK still leaves: A's SEND completes.
+    assert_eq!(spin_one(&a.cq).status, WcStatus::Success);
+}
