@@ -627,19 +627,27 @@ impl RdmaStream {
                 sleep = sleep.min(due.saturating_sub(self.epoch.elapsed()));
             }
             drop(core);
-            let mut fds = [
-                libc::pollfd {
-                    fd: self.channel.fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
-                libc::pollfd {
-                    fd: self.id.channel().fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
-            ];
-            match crate::sys::poll(&mut fds, Some(sleep)) {
+            // The device's socket too, handed over from the progress thread while this
+            // thread sleeps: the peer's message wakes this thread alone, which receives
+            // it itself (the next `progress`), rather than the progress thread, which
+            // would then wake this one through the completion channel.
+            let driver = self.cq.driver();
+            let watch = driver.and_then(|d| d.watch_blocked());
+            let mut fds = [self.channel.fd(), self.id.channel().fd(), -1].map(|fd| libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            });
+            let watched = match (driver, &watch) {
+                (Some(d), Some(_)) => {
+                    fds[2].fd = d.socket_fd();
+                    3
+                }
+                _ => 2,
+            };
+            let polled = crate::sys::poll(&mut fds[..watched], Some(sleep));
+            drop(watch);
+            match polled {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
