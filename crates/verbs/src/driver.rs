@@ -1120,7 +1120,7 @@ impl Driver {
     /// blocked reader of a stream is woken once per message, by the datagram, instead of
     /// twice (the progress thread, then the reader through the completion channel).
     /// The progress thread still runs the timers, which blocked threads do not.
-    pub(crate) fn watch_blocked(&self) -> Option<BlockedWatch<'_>> {
+    pub(crate) fn watch_blocked(self: &Arc<Driver>) -> Option<BlockedWatch> {
         if self.poll_handoff.is_zero() {
             return None;
         }
@@ -1140,7 +1140,9 @@ impl Driver {
                 self.wake.signal();
             }
         }
-        Some(BlockedWatch { driver: self })
+        Some(BlockedWatch {
+            driver: Arc::clone(self),
+        })
     }
 
     /// Whether a thread blocks watching the socket ([`Driver::watch_blocked`]).
@@ -1346,14 +1348,29 @@ pub(crate) fn on_progress_thread() -> bool {
     PROGRESS_THREAD.with(|p| p.get())
 }
 
-/// A thread blocked watching the device's socket ([`Driver::watch_blocked`]).
-pub(crate) struct BlockedWatch<'a> {
-    driver: &'a Driver,
+/// A thread blocked watching the device's socket ([`Driver::watch_blocked`]), until
+/// dropped.
+pub struct BlockedWatch {
+    driver: Arc<Driver>,
 }
 
-impl Drop for BlockedWatch<'_> {
+impl BlockedWatch {
+    /// The device's socket: the thread polls it for `POLLIN` (and receives what arrives
+    /// through a CQ poll or a stream call afterwards).
+    pub fn fd(&self) -> std::os::fd::RawFd {
+        self.driver.socket_fd()
+    }
+}
+
+impl Drop for BlockedWatch {
     fn drop(&mut self) {
         self.driver.blocked_watch_ended();
+    }
+}
+
+impl std::fmt::Debug for BlockedWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("BlockedWatch").field(&self.fd()).finish()
     }
 }
 
