@@ -286,6 +286,63 @@ fn a_blocked_reader_receives_the_message_itself() {
     assert_eq!(&six, b"unread");
 }
 
+/// What the C `rpoll` does: a thread sleeping in `poll(2)` on a stream's wait fds and the
+/// device socket it watches (`watch_device`) is woken by the peer's message and receives
+/// it itself (its next `readiness`), not the progress thread.
+#[test]
+fn a_poller_watching_the_device_socket_receives_the_message_itself() {
+    const ROUNDS: u8 = 6;
+    let server_ctx = device(Config::default());
+    let (listener, at) = listen(&server_ctx, StreamOptions::default());
+    let client_ctx = device(Config::default());
+    let t = std::thread::spawn(move || {
+        RdmaStream::connect_with(&client_ctx, at, &StreamOptions::default()).unwrap()
+    });
+    let (server, _) = listener.accept().unwrap();
+    let client = t.join().unwrap();
+    let counts = || {
+        let c = server_ctx.device_counters();
+        (c.rx_datagrams, c.rx_by_progress_thread)
+    };
+    let mut by_poller = 0;
+    for round in 0..ROUNDS {
+        let watch = server
+            .watch_device()
+            .expect("the hand-off is on by default");
+        assert!(!server.readiness(true).unwrap().readable);
+        // Setup, not a measurement: the progress thread has left the socket by then.
+        std::thread::sleep(Duration::from_millis(20));
+        let (r0, p0) = counts();
+        (&client).write_all(&[round; 64]).unwrap();
+        let [a, b] = server.wait_fds();
+        let mut fds = [a, b, watch.fd()].map(|fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        });
+        // SAFETY: three valid pollfds.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), 3, 20_000) };
+        assert!(n > 0, "nothing woke the poller");
+        drop(watch);
+        let start = std::time::Instant::now();
+        while !server.readiness(false).unwrap().readable {
+            assert!(start.elapsed() < Duration::from_secs(20), "never readable");
+            std::thread::yield_now();
+        }
+        let (r1, p1) = counts();
+        if r1 - r0 > p1 - p0 {
+            by_poller += 1;
+        }
+        let mut b = [0u8; 64];
+        (&server).read_exact(&mut b).unwrap();
+        assert_eq!(b, [round; 64]);
+    }
+    assert!(
+        by_poller * 2 >= ROUNDS,
+        "the poller received in {by_poller} rounds of {ROUNDS}"
+    );
+}
+
 #[test]
 fn dropping_a_stream_gives_eof_and_writes_then_fail() {
     let ctx = device(Config::default());
