@@ -113,6 +113,11 @@ impl Cq {
         }
     }
 
+    /// The driver of the CQ's device (`None` in a child that inherited it by fork).
+    pub(crate) fn driver(&self) -> Option<&Arc<crate::driver::Driver>> {
+        self.inner.ctx.device.driver().ok()
+    }
+
     /// Takes up to `out.len()` completions already in the CQ, without receiving what
     /// waits on the socket (`ibv_next_poll`): a completion that arrives later raises its
     /// armed event instead of being consumed here while the event still fires.

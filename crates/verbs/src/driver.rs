@@ -45,7 +45,7 @@ use std::io;
 use std::io::BufWriter;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -188,6 +188,14 @@ pub(crate) struct Driver {
     socket_unwatched: AtomicBool,
     /// Whether `State::held` is not 0 (read without the lock).
     acks_held: AtomicBool,
+    /// Application threads blocked in `poll` on the socket themselves
+    /// ([`Driver::watch_blocked`]): while there are any, the progress thread leaves the
+    /// socket to them.
+    blocked_watchers: AtomicU32,
+    /// Wakes the progress thread when the socket was left unwatched by blocked threads
+    /// for `poll_handoff` ([`Driver::blocked_watch_ended`]); whether it is armed.
+    handoff_timer: sys::TimerFd,
+    handoff_timer_armed: Mutex<bool>,
     /// The port's active MTU: the configured one, capped to fit the link.
     pub active_mtu: Mtu,
     warned_tx_error: AtomicBool,
@@ -464,6 +472,9 @@ impl Driver {
             app_polled_at: AtomicU64::new(0),
             socket_unwatched: AtomicBool::new(false),
             acks_held: AtomicBool::new(false),
+            blocked_watchers: AtomicU32::new(0),
+            handoff_timer: sys::TimerFd::new().map_err(io_err("timerfd"))?,
+            handoff_timer_armed: Mutex::new(false),
             active_mtu,
             warned_tx_error: AtomicBool::new(false),
             published_at: AtomicU64::new(0),
@@ -540,8 +551,9 @@ impl Driver {
         // A progress thread that left the socket to pollers sleeps no longer than the
         // hand-off, and the pollers fire due timers meanwhile: waking it for an earlier
         // timer would cost a context switch per posted message.
+        // Threads blocked on the socket fire none: then it must wake for them.
         let earlier = next < self.sleeping_until.load(Ordering::Acquire)
-            && !self.socket_unwatched.load(Ordering::SeqCst);
+            && (!self.socket_unwatched.load(Ordering::SeqCst) || self.blocked_watch_active());
         d.timer_at = earlier.then_some(next);
         d
     }
@@ -1176,6 +1188,67 @@ impl Driver {
         (until > now).then(|| Duration::from_nanos(until - now))
     }
 
+    /// The device's socket, for a thread that blocks watching it ([`Driver::watch_blocked`]).
+    pub(crate) fn socket_fd(&self) -> std::os::fd::RawFd {
+        self.socket.as_raw_fd()
+    }
+
+    /// Hands the socket to a thread about to block in `poll` on it (beside its completion
+    /// channel) until the returned guard drops; `None` when hand-offs are off
+    /// (`poll_handoff` 0). The thread receives what arrives itself
+    /// ([`Driver::try_progress`]) and the progress thread does not wake for it: a
+    /// blocked reader of a stream is woken once per message, by the datagram, instead of
+    /// twice (the progress thread, then the reader through the completion channel).
+    /// The progress thread still runs the timers, which blocked threads do not.
+    pub(crate) fn watch_blocked(self: &Arc<Driver>) -> Option<BlockedWatch> {
+        if self.poll_handoff.is_zero() {
+            return None;
+        }
+        if self.blocked_watchers.fetch_add(1, Ordering::SeqCst) == 0 {
+            // Back within the hand-off: the progress thread need not look.
+            let mut armed = lock(&self.handoff_timer_armed);
+            if std::mem::take(&mut *armed) {
+                self.handoff_timer.set(None);
+            }
+            drop(armed);
+            // A progress thread asleep on the socket would wake for the next datagram
+            // with this thread (and may take it): it leaves the socket now instead,
+            // once, not on the next message's path.
+            if self.sleeping_until.load(Ordering::Acquire) != 0
+                && !self.socket_unwatched.load(Ordering::SeqCst)
+            {
+                self.wake.signal();
+            }
+        }
+        Some(BlockedWatch {
+            driver: Arc::clone(self),
+        })
+    }
+
+    /// Whether a thread blocks watching the socket ([`Driver::watch_blocked`]).
+    fn blocked_watch_active(&self) -> bool {
+        self.blocked_watchers.load(Ordering::SeqCst) > 0
+    }
+
+    /// The last blocked watcher left: the socket stays handed over for `poll_handoff`
+    /// more, as after a spinning poller's last poll (a ping-pong's reader is back within
+    /// it), then the progress thread watches it again. It may sleep without a timeout
+    /// now, so a timer of its own wakes it then, unless a thread blocks on the socket
+    /// again first and disarms it: two `timerfd_settime` instead of a wake-up per
+    /// message.
+    fn blocked_watch_ended(&self) {
+        if self.blocked_watchers.fetch_sub(1, Ordering::SeqCst) != 1 {
+            return;
+        }
+        let now = self.now().as_nanos();
+        self.app_polled_at.store(now + 1, Ordering::SeqCst);
+        if self.socket_unwatched.load(Ordering::SeqCst) {
+            let mut armed = lock(&self.handoff_timer_armed);
+            *armed = true;
+            self.handoff_timer.set(Some(self.poll_handoff));
+        }
+    }
+
     /// Reads what waits on the multicast group sockets and hands it to the
     /// engine; returns how many reads there were.
     fn receive_groups(&self, groups: &[(SocketAddr, Arc<UdpSocket>)], rx: &mut RecvBatch) -> usize {
@@ -1358,6 +1431,32 @@ pub(crate) fn on_progress_thread() -> bool {
     PROGRESS_THREAD.with(|p| p.get())
 }
 
+/// A thread blocked watching the device's socket ([`Driver::watch_blocked`]), until
+/// dropped.
+pub struct BlockedWatch {
+    driver: Arc<Driver>,
+}
+
+impl BlockedWatch {
+    /// The device's socket: the thread polls it for `POLLIN` (and receives what arrives
+    /// through a CQ poll or a stream call afterwards).
+    pub fn fd(&self) -> std::os::fd::RawFd {
+        self.driver.socket_fd()
+    }
+}
+
+impl Drop for BlockedWatch {
+    fn drop(&mut self) {
+        self.driver.blocked_watch_ended();
+    }
+}
+
+impl std::fmt::Debug for BlockedWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("BlockedWatch").field(&self.fd()).finish()
+    }
+}
+
 fn progress_thread(d: Arc<Driver>) {
     PROGRESS_THREAD.with(|p| p.set(true));
     // This thread's sleeps end on the transport's timers, the shortest of which (a
@@ -1407,6 +1506,7 @@ fn progress_thread(d: Arc<Driver>) {
         // Another thread holds the receive buffers: it is reading the socket now.
         let mut rx_busy = false;
         let rx = match handoff {
+            _ if d.blocked_watch_active() => None,
             Some(_) => None,
             None => match d.rx.try_lock() {
                 Ok(rx) => Some(rx),
@@ -1436,10 +1536,11 @@ fn progress_thread(d: Arc<Driver>) {
         // Nothing to read: run timers, then sleep until the next deadline, a
         // datagram or a wake-up. The sleep deadline is published under the lock,
         // so a poster that arms an earlier timer afterwards sees it and wakes us.
-        let (deferred, timer, counters, handoff) = {
+        let (deferred, timer, counters, handoff, watchers) = {
             let mut st = d.lock();
             let now = d.now();
             let handoff = d.poller_handoff();
+            let watchers = d.blocked_watch_active();
             Driver::fire_timers(&mut st, now);
             let deferred = d.pump(&mut st);
             let deadline = d.next_deadline(&st);
@@ -1449,20 +1550,25 @@ fn progress_thread(d: Arc<Driver>) {
             // end a wait on POLLIN at once: look again shortly instead.
             // While pollers receive, they fire the timers too: sleep until the hand-off
             // ends (a timer comes at most that late if they stop polling at once).
+            // Threads blocked on the socket fire no timers: it wakes for them (and by its
+            // hand-off timer once they all left).
             let wake_at = match handoff {
+                _ if watchers => deadline,
                 Some(h) => Some(now + h),
                 None => [deadline, rx_busy.then(|| now + Driver::MIN_TICK)]
                     .into_iter()
                     .flatten()
                     .min(),
             };
-            let handoff = handoff.or(rx_busy.then_some(Driver::MIN_TICK));
+            let handoff = handoff
+                .or(rx_busy.then_some(Driver::MIN_TICK))
+                .or(watchers.then_some(Duration::ZERO));
             d.sleeping_until.store(
                 wake_at.map_or(u64::MAX, |t| t.as_nanos()),
                 Ordering::Release,
             );
             let timer = wake_at.map(|t| t.saturating_duration_since(now));
-            (deferred, timer, st.engine.counters(), handoff)
+            (deferred, timer, st.engine.counters(), handoff, watchers)
         };
         d.finish(deferred);
         d.flush_capture();
@@ -1479,8 +1585,14 @@ fn progress_thread(d: Arc<Driver>) {
         let input = if handoff.is_some() { 0 } else { libc::POLLIN };
         d.socket_unwatched
             .store(handoff.is_some(), Ordering::SeqCst);
-        // An arming thread may have ended the hand-off before the flag was up.
-        let input = if handoff.is_some() && !rx_busy && d.poller_handoff().is_none() {
+        // An arming thread may have ended the hand-off before the flag was up; blocked
+        // threads may all have left (then they did not see the flag: this sleep may
+        // have no timeout).
+        let input = if handoff.is_some()
+            && !rx_busy
+            && !d.blocked_watch_active()
+            && (watchers || d.poller_handoff().is_none())
+        {
             libc::POLLIN
         } else {
             input
@@ -1489,6 +1601,7 @@ fn progress_thread(d: Arc<Driver>) {
             (d.socket.as_raw_fd(), input | out),
             (d.wake.raw(), libc::POLLIN),
             (d.timer.raw(), libc::POLLIN),
+            (d.handoff_timer.raw(), libc::POLLIN),
         ]
         .into_iter()
         .chain(groups.iter().map(|(_, s)| (s.as_raw_fd(), libc::POLLIN)))
@@ -1513,7 +1626,12 @@ fn progress_thread(d: Arc<Driver>) {
         if pfds[0].revents & libc::POLLERR != 0 {
             d.cm_device_errors();
         }
-        if pfds[3 + groups.len()..].iter().any(|p| p.revents != 0) {
+        if pfds[3].revents & libc::POLLIN != 0 {
+            let mut armed = lock(&d.handoff_timer_armed);
+            *armed = false;
+            d.handoff_timer.set(None);
+        }
+        if pfds[4 + groups.len()..].iter().any(|p| p.revents != 0) {
             d.cm_receive(&cm_socks, &mut cm_buf);
         }
         if blocked.is_some() {
