@@ -517,17 +517,14 @@ fn perf_send_lat_over_ud_survives_loss() {
     let row = table_row(&out.stdout);
     assert_eq!(row[..2], [64.0, 300.0], "{}", out.stdout);
     assert!(row[2] > 0.0, "a minimum: {}", out.stdout);
-    // 5 % of the pings and 5 % of the pongs are dropped: about 30 of 300 resent.
+    // 5 % of the pings and 5 % of the pongs are dropped: about 30 of 300 resent. (Without
+    // loss a 20 ms stall of either end resends too, so no lossless count is asserted.)
     let resent = *row.last().unwrap();
     assert!(
         (1.0..300.0).contains(&resent),
         "pings resent: {}",
         out.stdout
     );
-    // Without loss a resend takes a 20 ms stall of one end: rare, not none, on a busy
-    // machine.
-    let row = table_row(&run_ok(&args).stdout);
-    assert!(*row.last().unwrap() <= 3.0, "resent without loss");
 }
 
 #[test]
