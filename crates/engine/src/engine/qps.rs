@@ -209,15 +209,16 @@ impl Engine {
     }
 
     pub(super) fn post_send_wr(&mut self, qp: QpHandle, wr: &SendWr<'_>) -> Result<(), PostError> {
-        self.post_send_inner(qp, wr, false)
+        self.post_send_inner(qp, wr, super::placed::Posting::Usual)
     }
 
-    /// Posts `wr`; `placed`: its bytes were moved already (`placed.rs`).
+    /// Posts `wr` the usual way, placed (its bytes were moved already) or held for
+    /// placement (`placed.rs`).
     pub(super) fn post_send_inner(
         &mut self,
         qp: QpHandle,
         wr: &SendWr<'_>,
-        placed: bool,
+        posting: super::placed::Posting,
     ) -> Result<(), PostError> {
         let q = self.qps.get_mut(qp.0).ok_or(PostError::UnknownQp)?;
         let state = q.state();
@@ -244,7 +245,12 @@ impl Engine {
             wr.flags.without(SendFlags::INLINE),
             wr.payload,
         )?;
-        q.sq.get_mut(seq).placed = placed;
+        let wqe = q.sq.get_mut(seq);
+        wqe.placed = posting == super::placed::Posting::Placed;
+        wqe.held = posting == super::placed::Posting::Held;
+        if wqe.held {
+            q.sq.held += 1;
+        }
         if matches!(state, QpState::Err | QpState::Sqe) {
             // Posting to a QP in error (or a UC send queue in error) completes at
             // once with a flush error.

@@ -62,14 +62,10 @@ pub struct SameHostCounters {
     pub dereg_waits: AtomicU64,
     /// Offers sent again because no answer came (`retry.rs`).
     pub offers_resent: AtomicU64,
-    /// Posts that waited for earlier WRITEs and READs sent by UDP to complete before
-    /// placing.
-    pub udp_drains: AtomicU64,
+    /// WRITEs and READs held in the send queue until the WRITEs and READs by UDP
+    /// ahead of them completed (`engine/placed.rs`), rather than sent by UDP.
+    pub held: AtomicU64,
 }
-
-/// The longest a post waits for RDMA WRITEs and READs that went by UDP before it may
-/// place (`SameHost::wait_for_udp_one_sided`).
-const UDP_DRAIN_BOUND: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// A QP that places into its peer.
 #[derive(Clone)]
@@ -93,9 +89,9 @@ pub(crate) struct SameHost {
     /// accepted by, or accepted, one of our QPs) is here, for the fence.
     peers: Mutex<HashMap<String, Arc<PeerTable>>>,
     qps: Mutex<HashMap<QpHandle, QpLink>>,
-    /// QPs whose last wait for UDP-borne WRITEs and READs ran out
-    /// (`wait_for_udp_one_sided`): no more waits until one of their WRs is placed.
-    drain_gave_up: Mutex<std::collections::HashSet<QpHandle>>,
+    /// QPs whose held WRs may be placed now, reported by the engine and not yet
+    /// handled ([`SameHost::place_held`]).
+    held_ready: Mutex<Vec<QpHandle>>,
     /// Our QPs whose acceptance is published in our table (their QPNs).
     published_qps: Mutex<HashMap<QpHandle, u32>>,
     /// Offers made per QP, and their resend timers (`retry.rs`).
@@ -131,6 +127,33 @@ enum Pending {
     Usual,
 }
 
+thread_local! {
+    /// How many placement locks this thread holds (0 or 1).
+    static PLACING: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// The placement lock, held.
+struct PlaceGuard<'a>(MutexGuard<'a, PlaceState>);
+
+impl Drop for PlaceGuard<'_> {
+    fn drop(&mut self) {
+        PLACING.with(|p| p.set(p.get().saturating_sub(1)));
+    }
+}
+
+impl std::ops::Deref for PlaceGuard<'_> {
+    type Target = PlaceState;
+    fn deref(&self) -> &PlaceState {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for PlaceGuard<'_> {
+    fn deref_mut(&mut self) -> &mut PlaceState {
+        &mut self.0
+    }
+}
+
 /// The buffers of placement, reused.
 #[derive(Default)]
 struct PlaceState {
@@ -138,6 +161,8 @@ struct PlaceState {
     pieces: Vec<(u64, usize)>,
     /// A WRITE's inline bytes.
     bounce: Vec<u8>,
+    /// Held WRs being placed.
+    held: Vec<softverbs_engine::HeldWr>,
 }
 
 /// A handshake datagram to send, and where.
@@ -203,7 +228,7 @@ impl SameHost {
             peers: Mutex::new(HashMap::new()),
             qps: Mutex::new(HashMap::new()),
             published_qps: Mutex::new(HashMap::new()),
-            drain_gave_up: Mutex::new(std::collections::HashSet::new()),
+            held_ready: Mutex::new(Vec::new()),
             offers: Mutex::new(OfferTimers::default()),
             hello_drops: AtomicU32::new(drop_first_hellos),
             place: Mutex::new(PlaceState::default()),
@@ -505,7 +530,6 @@ impl SameHost {
     /// Forgets a destroyed QP.
     pub fn forget_qp(&self, qp: QpHandle) {
         lock(&self.qps).remove(&qp);
-        lock(&self.drain_gave_up).remove(&qp);
         if let (Some(t), Some(qpn)) = (&self.table, lock(&self.published_qps).remove(&qp)) {
             t.withdraw_qp(qpn);
         }
@@ -520,10 +544,12 @@ impl SameHost {
     }
 
     /// Posts `wrs` on a QP with the path, in order: each RDMA WRITE or READ whose bytes
-    /// can move now is placed, the others (and every WR after the first of them) are
-    /// posted the usual way; all together, under one device lock (one transmission). `None`: the QP has no path; post the usual way. On error, the
-    /// index of the first WR not posted (nothing of it or after it moved, unless another
-    /// thread filled the send queue meanwhile).
+    /// can move now is placed; the others (and every WR after the first of them) are
+    /// posted the usual way, a WRITE or READ behind WRITEs and READs by UDP held for
+    /// placement (`engine/placed.rs`: the post never waits for them); all together,
+    /// under one device lock (one transmission). `None`: the QP has no path; post the
+    /// usual way. On error, the index of the first WR not posted (nothing of it or
+    /// after it moved, unless another thread filled the send queue meanwhile).
     pub fn post_list(
         &self,
         qp: QpHandle,
@@ -532,10 +558,7 @@ impl SameHost {
     ) -> Option<Result<(), (usize, softverbs_engine::PostError)>> {
         let table = self.table.as_ref()?;
         let link = self.link(qp)?;
-        if wrs.first().and_then(PlacedTarget::of).is_some() {
-            self.wait_for_udp_one_sided(qp, engine);
-        }
-        let mut guard = lock(&self.place);
+        let mut guard = self.lock_place();
         let st = &mut *guard;
         let mut pending: Vec<(usize, Pending)> = Vec::with_capacity(wrs.len());
         // Once a WR goes the usual way, the later ones of the list do too: their
@@ -549,14 +572,20 @@ impl SameHost {
             placing = false;
             pending.push((i, Pending::Usual));
         }
-        if pending.iter().any(|&(_, k)| matches!(k, Pending::Placed)) {
-            lock(&self.drain_gave_up).remove(&qp);
-        }
         // Posted under the placement lock too: another thread's placements cannot
         // take the send queue slots these were counted on.
         let r = self.flush(qp, wrs, &mut pending, engine);
         drop(guard);
+        self.place_held(engine);
         Some(r)
+    }
+
+    /// Takes the placement lock; while this thread holds it, the held WRs a pump
+    /// reports are left for it to place once it lets go ([`SameHost::place_held`]).
+    fn lock_place(&self) -> PlaceGuard<'_> {
+        let guard = lock(&self.place);
+        PLACING.with(|p| p.set(p.get() + 1));
+        PlaceGuard(guard)
     }
 
     /// A copy of `qp`'s link (outside the lock, for the copy that follows), if it has one.
@@ -585,7 +614,7 @@ impl SameHost {
             return None;
         }
         let link = self.link(qp)?;
-        let mut st = lock(&self.place);
+        let mut st = self.lock_place();
         if !self.place_one(table, &link, qp, wr, Some(source), &mut st, 0, engine) {
             return None;
         }
@@ -599,44 +628,15 @@ impl SameHost {
             }
             result = Some(e.post_send_placed(qp, wr));
         });
-        match result {
-            Some(Ok(())) => {
-                c.writes.fetch_add(1, Ordering::Relaxed);
-                c.bytes_written
-                    .fetch_add(target.len as u64, Ordering::Relaxed);
-            }
-            Some(Err(_)) => {}
-            None => {
-                c.fallbacks.fetch_add(1, Ordering::Relaxed);
-            }
+        // Not posted (`None`): the caller posts it the usual way, counted there.
+        if let Some(Ok(())) = result {
+            c.writes.fetch_add(1, Ordering::Relaxed);
+            c.bytes_written
+                .fetch_add(target.len as u64, Ordering::Relaxed);
         }
+        drop(st);
+        self.place_held(engine);
         result
-    }
-
-    /// Before placing: if only RDMA WRITEs and READs that went by UDP hold placement
-    /// back ([`Engine::placement_waits_for_one_sided`]), waits for them (at most
-    /// [`UDP_DRAIN_BOUND`]). Else an application that keeps its send queue full (as
-    /// perftest's bandwidth tests do) would send every later WR by UDP behind the
-    /// earlier ones, for good: those posted before the handshake ended would keep
-    /// the QP off the path. They complete without the peer application's help, in the
-    /// time UDP takes to move them.
-    /// A wait that runs out is not tried again for the QP until one of its WRs is
-    /// placed: many large WRs by UDP may take longer, and every post must not pay it.
-    fn wait_for_udp_one_sided(&self, qp: QpHandle, engine: &dyn EngineAccess) {
-        let mut waits = false;
-        engine.read(&mut |e| waits = e.placement_waits_for_one_sided(qp));
-        if !waits || lock(&self.drain_gave_up).contains(&qp) {
-            return;
-        }
-        self.counters.udp_drains.fetch_add(1, Ordering::Relaxed);
-        let deadline = std::time::Instant::now() + UDP_DRAIN_BOUND;
-        while waits && std::time::Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_micros(20));
-            engine.read(&mut |e| waits = e.placement_waits_for_one_sided(qp));
-        }
-        if waits {
-            lock(&self.drain_gave_up).insert(qp);
-        }
     }
 
     /// Moves the bytes of `wr` if it is an RDMA WRITE or READ that can be placed now,
@@ -668,16 +668,6 @@ impl SameHost {
             Payload::InlineParts(parts) => Some(*parts),
             Payload::Sges(_) => None,
         });
-        let c = &self.counters;
-        let fallback = || {
-            c.fallbacks.fetch_add(1, Ordering::Relaxed);
-            false
-        };
-        let need = if target.write {
-            AccessFlags::REMOTE_WRITE
-        } else {
-            AccessFlags::REMOTE_READ
-        };
         // The send queue must take it (bytes never move for a WR that is not posted),
         // nothing packet-borne may be outstanding before it (ordering), and its local
         // memory must resolve: where a WRITE's bytes come from, where a READ's land.
@@ -701,10 +691,27 @@ impl SameHost {
                     .map(|p| (p.as_ptr() as u64, p.len())),
             );
         }
-        if !ok {
-            return fallback();
-        }
-        let moved = {
+        // (A WR not placed is counted where it is posted.)
+        ok && self.move_bytes(table, link, &target, st)
+    }
+
+    /// Checks `target` against the peer's table and QP word and moves its bytes: a
+    /// WRITE's from `st.pieces` (or `st.bounce` when there are none), a READ's into
+    /// `st.pieces`. Whether they all moved. Without the device lock.
+    fn move_bytes(
+        &self,
+        table: &OwnTable,
+        link: &QpLink,
+        target: &PlacedTarget,
+        st: &PlaceState,
+    ) -> bool {
+        let c = &self.counters;
+        let need = if target.write {
+            AccessFlags::REMOTE_WRITE
+        } else {
+            AccessFlags::REMOTE_READ
+        };
+        {
             let _access = table.begin_access();
             let peer = &link.peer;
             // The peer QP must accept placed work from ours now (not in ERR, say) and
@@ -735,13 +742,86 @@ impl SameHost {
                         == Some(target.len)
                 }
             }
-        };
-        // A READ that failed part way may have changed some of its local bytes: they
-        // are the READ's to write, and the UDP path writes them again.
-        if !moved {
-            return fallback();
+            // A READ that failed part way may have changed some of its local bytes:
+            // they are the READ's to write, and the UDP path writes them again.
         }
-        true
+    }
+
+    /// The engine reported QPs whose held WRs may be placed now (call without the
+    /// device lock): they are placed by this thread, unless it holds the placement
+    /// lock (a pump under a post), which then places them when it lets go.
+    pub fn held_ready(&self, qps: &[QpHandle], engine: &dyn EngineAccess) {
+        lock(&self.held_ready).extend_from_slice(qps);
+        if PLACING.with(|p| p.get()) == 0 {
+            self.place_held(engine);
+        }
+    }
+
+    /// Places the held WRs of the QPs reported ready ([`Engine::poll_held_ready`]), in
+    /// order: each WRITE's or READ's bytes move as a post's would, then it is
+    /// settled, placed, or (its bytes could not move) released to go by UDP and fail
+    /// there as IBA says; the held WRs behind it then wait for it. Call without the
+    /// device lock or the placement lock.
+    pub fn place_held(&self, engine: &dyn EngineAccess) {
+        let Some(table) = self.table.as_ref() else {
+            return;
+        };
+        loop {
+            let qps = std::mem::take(&mut *lock(&self.held_ready));
+            if qps.is_empty() {
+                return;
+            }
+            let mut guard = self.lock_place();
+            let st = &mut *guard;
+            for qp in qps {
+                let link = self.link(qp);
+                let mut ready = std::mem::take(&mut st.held);
+                engine.read(&mut |e| e.held_ready(qp, &mut ready));
+                // Moved in order until one cannot: it goes by UDP, and the ones
+                // after it wait for it.
+                let mut moved = 0;
+                for h in &ready {
+                    let mut ok = false;
+                    engine.read(&mut |e| {
+                        ok = if h.target.write {
+                            e.held_source(qp, h.seq, &mut st.pieces, &mut st.bounce)
+                        } else {
+                            e.held_sink(qp, h.seq, &mut st.pieces)
+                        };
+                    });
+                    let ok = ok
+                        && link
+                            .as_ref()
+                            .is_some_and(|l| self.move_bytes(table, l, &h.target, st));
+                    if !ok {
+                        break;
+                    }
+                    moved += 1;
+                }
+                let c = &self.counters;
+                if !ready.is_empty() {
+                    engine.with(&mut |e| {
+                        for (i, h) in ready.iter().enumerate().take(moved + 1) {
+                            let placed = e.settle_held(qp, h.seq, i < moved);
+                            let len = h.target.len as u64;
+                            match (placed, h.target.write) {
+                                (false, _) => c.fallbacks.fetch_add(1, Ordering::Relaxed),
+                                (true, true) => {
+                                    c.bytes_written.fetch_add(len, Ordering::Relaxed);
+                                    c.writes.fetch_add(1, Ordering::Relaxed)
+                                }
+                                (true, false) => {
+                                    c.bytes_read.fetch_add(len, Ordering::Relaxed);
+                                    c.reads.fetch_add(1, Ordering::Relaxed)
+                                }
+                            };
+                        }
+                    });
+                }
+                st.held = ready;
+            }
+            drop(guard);
+        }
     }
 
     /// Posts the WRs waiting in `pending` (indices into `wrs`), in order, under one
@@ -761,18 +841,14 @@ impl SameHost {
         engine.with(&mut |e| {
             for &(i, kind) in pending.iter() {
                 let wr = &wrs[i];
-                if let Pending::Usual = kind {
-                    if let Err(err) = e.post_send(qp, wr) {
-                        result = Err((i, err));
-                        return;
-                    }
-                    continue;
-                }
                 // Another thread may have posted meanwhile: then the usual way (the
                 // bytes moved already; moving them again is harmless).
-                let placed = e.placement_ready(qp);
+                let placed = matches!(kind, Pending::Placed) && e.placement_ready(qp);
+                let held = !placed && e.should_hold(qp, wr);
                 let r = if placed {
                     e.post_send_placed(qp, wr)
+                } else if held {
+                    e.post_send_held(qp, wr)
                 } else {
                     e.post_send(qp, wr)
                 };
@@ -780,11 +856,15 @@ impl SameHost {
                     result = Err((i, err));
                     return;
                 }
-                let Some(t) = PlacedTarget::of(wr) else {
+                let Some(t) = PlacedTarget::of(wr).filter(|t| t.len > 0) else {
                     continue;
                 };
                 let len = t.len as u64;
                 match (placed, t.write) {
+                    // Counted again when it is settled.
+                    _ if held => {
+                        c.held.fetch_add(1, Ordering::Relaxed);
+                    }
                     (false, _) => {
                         c.fallbacks.fetch_add(1, Ordering::Relaxed);
                     }
@@ -821,7 +901,7 @@ impl SameHost {
             ),
             ("same_host_dereg_waits".to_string(), get(&c.dereg_waits)),
             ("same_host_offers_resent".to_string(), get(&c.offers_resent)),
-            ("same_host_udp_drains".to_string(), get(&c.udp_drains)),
+            ("same_host_held".to_string(), get(&c.held)),
         ];
         for qpn in self.qpns() {
             v.push((format!("same_host_qp_{qpn:#x}"), 1));
