@@ -555,8 +555,8 @@ fn writes_complete_locally_only_while_the_target_qp_accepts_them() {
 }
 
 /// READs posted before the path is up go by UDP; an application that keeps its send
-/// queue full (as perftest does) must not keep the QP off the path for good: a post
-/// waits for those to complete, then places.
+/// queue full (as perftest does) must not keep the QP off the path for good: a later READ
+/// is held until those complete, then placed.
 #[test]
 fn reads_sent_by_udp_before_the_path_do_not_keep_the_queue_off_it() {
     let mut t = Target::spawn(&[]);

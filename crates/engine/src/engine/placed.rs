@@ -222,9 +222,10 @@ impl Engine {
 
     /// Whether the QP has the same-host path and placement waits only for RDMA WRITEs
     /// (without immediate) and READs that went by UDP (posted before the path was up,
-    /// say): those complete without the peer application doing anything, so a poster
-    /// may wait for them rather than send one more by UDP behind them, and again, for
-    /// as long as the application keeps the queue full.
+    /// say): those complete without the peer application doing anything, so a WRITE
+    /// or READ posted now may be held until they did ([`Engine::post_send_held`])
+    /// rather than sent by UDP behind them, and again, for as long as the
+    /// application keeps the queue full.
     pub fn placement_waits_for_one_sided(&self, qp: QpHandle) -> bool {
         let Some(q) = self.qps.get(qp.0) else {
             return false;
