@@ -65,6 +65,9 @@ pub struct SameHostCounters {
     /// WRITEs and READs held in the send queue until the WRITEs and READs by UDP
     /// ahead of them completed (`engine/placed.rs`), rather than sent by UDP.
     pub held: AtomicU64,
+    /// Posts on QPs with the path: a list of WRs (`ibv_post_send` with a chain) counts
+    /// once, as it takes the placement and device locks once.
+    pub posts: AtomicU64,
 }
 
 /// A QP that places into its peer.
@@ -163,6 +166,10 @@ struct PlaceState {
     bounce: Vec<u8>,
     /// Held WRs being placed.
     held: Vec<softverbs_engine::HeldWr>,
+    /// A list's WR i has its pieces at `pieces[spans[i]]` (`resolve_list`).
+    spans: Vec<std::ops::Range<usize>>,
+    /// One WR's pieces on their way into `pieces`.
+    scratch: Vec<(u64, usize)>,
 }
 
 /// A handshake datagram to send, and where.
@@ -558,26 +565,106 @@ impl SameHost {
     ) -> Option<Result<(), (usize, softverbs_engine::PostError)>> {
         let table = self.table.as_ref()?;
         let link = self.link(qp)?;
+        self.counters.posts.fetch_add(1, Ordering::Relaxed);
         let mut guard = self.lock_place();
         let st = &mut *guard;
-        let mut pending: Vec<(usize, Pending)> = Vec::with_capacity(wrs.len());
-        // Once a WR goes the usual way, the later ones of the list do too: their
-        // bytes must not land before it executes (ordering, `engine/placed.rs`).
-        let mut placing = true;
-        for (i, wr) in wrs.iter().enumerate() {
-            if placing && self.place_one(table, &link, qp, wr, None, st, pending.len(), engine) {
-                pending.push((i, Pending::Placed));
-                continue;
+        // Under one device lock: how many WRs from the head of the list may be placed
+        // (the send queue takes them, nothing packet-borne is outstanding) and where
+        // their local bytes are.
+        let resolved = self.resolve_list(qp, wrs, st, engine);
+        // Their bytes move in order, up to the first that cannot: it goes the usual
+        // way, and so do the later ones of the list: their bytes must not land before
+        // it executes (ordering, `engine/placed.rs`).
+        let mut moved = 0;
+        for (wr, span) in wrs.iter().zip(&st.spans).take(resolved) {
+            let Some(target) = PlacedTarget::of(wr) else {
+                break;
+            };
+            if !self.move_bytes(table, &link, &target, &st.pieces[span.clone()], &[]) {
+                break;
             }
-            placing = false;
-            pending.push((i, Pending::Usual));
+            moved += 1;
         }
+        let mut pending: Vec<(usize, Pending)> = (0..wrs.len())
+            .map(|i| {
+                (
+                    i,
+                    if i < moved {
+                        Pending::Placed
+                    } else {
+                        Pending::Usual
+                    },
+                )
+            })
+            .collect();
         // Posted under the placement lock too: another thread's placements cannot
         // take the send queue slots these were counted on.
         let r = self.flush(qp, wrs, &mut pending, engine);
         drop(guard);
         self.place_held(engine);
         Some(r)
+    }
+
+    /// How many WRs from the head of `wrs` may be placed now, under one device lock:
+    /// RDMA WRITEs and READs with bytes to move that the send queue takes, while
+    /// placement is ready, whose local memory resolves (`place_one`'s checks): their
+    /// pieces go in `st.pieces`, WR i's at `st.spans[i]` (a WRITE's inline data is
+    /// this process's memory too).
+    fn resolve_list(
+        &self,
+        qp: QpHandle,
+        wrs: &[SendWr<'_>],
+        st: &mut PlaceState,
+        engine: &dyn EngineAccess,
+    ) -> usize {
+        let PlaceState {
+            pieces,
+            spans,
+            scratch,
+            ..
+        } = st;
+        pieces.clear();
+        spans.clear();
+        engine.read(&mut |e| {
+            let room = e.placement_room(qp);
+            for wr in wrs.iter().take(room) {
+                let Some(target) = PlacedTarget::of(wr).filter(|t| t.len > 0) else {
+                    return;
+                };
+                let start = pieces.len();
+                let ok = match &wr.payload {
+                    Payload::Inline(d) if target.write => {
+                        pieces.push((d.as_ptr() as u64, d.len()));
+                        true
+                    }
+                    Payload::InlineParts(parts) if target.write => {
+                        pieces.extend(
+                            parts
+                                .iter()
+                                .filter(|p| !p.is_empty())
+                                .map(|p| (p.as_ptr() as u64, p.len())),
+                        );
+                        true
+                    }
+                    Payload::Inline(_) | Payload::InlineParts(_) => false,
+                    Payload::Sges(_) => {
+                        let found = if target.write {
+                            e.placement_source(qp, wr, scratch)
+                        } else {
+                            e.placement_sink(qp, wr, scratch)
+                        };
+                        pieces.append(scratch);
+                        found
+                    }
+                };
+                if !ok {
+                    pieces.truncate(start);
+                    return;
+                }
+                spans.push(start..pieces.len());
+            }
+        });
+        st.spans.len()
     }
 
     /// Takes the placement lock; while this thread holds it, the held WRs a pump
@@ -614,8 +701,9 @@ impl SameHost {
             return None;
         }
         let link = self.link(qp)?;
+        self.counters.posts.fetch_add(1, Ordering::Relaxed);
         let mut st = self.lock_place();
-        if !self.place_one(table, &link, qp, wr, Some(source), &mut st, 0, engine) {
+        if !self.place_one(table, &link, qp, wr, Some(source), &mut st, engine) {
             return None;
         }
         let c = &self.counters;
@@ -639,11 +727,10 @@ impl SameHost {
         result
     }
 
-    /// Moves the bytes of `wr` if it is an RDMA WRITE or READ that can be placed now,
-    /// `pending` placed WRs not yet posted before it; whether it was. A WRITE's bytes
-    /// come from `source` when given, else from its payload. The system calls happen
-    /// here, without the device lock (a READ lands straight in the local registered
-    /// memory its SGEs name).
+    /// Moves the bytes of `wr` if it is an RDMA WRITE or READ that can be placed now;
+    /// whether it was. A WRITE's bytes come from `source` when given, else from its
+    /// payload. The system calls happen here, without the device lock (a READ lands
+    /// straight in the local registered memory its SGEs name).
     #[allow(clippy::too_many_arguments)]
     fn place_one(
         &self,
@@ -653,7 +740,6 @@ impl SameHost {
         wr: &SendWr<'_>,
         source: Option<&[&[u8]]>,
         st: &mut PlaceState,
-        pending: usize,
         engine: &dyn EngineAccess,
     ) -> bool {
         let Some(target) = PlacedTarget::of(wr) else {
@@ -673,7 +759,7 @@ impl SameHost {
         // memory must resolve: where a WRITE's bytes come from, where a READ's land.
         let mut ok = false;
         engine.read(&mut |e| {
-            ok = e.placement_room(qp) > pending
+            ok = e.placement_room(qp) > 0
                 && if target.write {
                     source.is_some()
                         || e.placement_source(qp, wr, &mut st.pieces)
@@ -692,7 +778,7 @@ impl SameHost {
             );
         }
         // (A WR not placed is counted where it is posted.)
-        ok && self.move_bytes(table, link, &target, st)
+        ok && self.move_bytes(table, link, &target, &st.pieces, &st.bounce)
     }
 
     /// Checks `target` against the peer's table and QP word and moves its bytes: a
@@ -703,7 +789,8 @@ impl SameHost {
         table: &OwnTable,
         link: &QpLink,
         target: &PlacedTarget,
-        st: &PlaceState,
+        pieces: &[(u64, usize)],
+        bounce: &[u8],
     ) -> bool {
         let c = &self.counters;
         let need = if target.write {
@@ -727,18 +814,17 @@ impl SameHost {
                     c.refusals.fetch_add(1, Ordering::Relaxed);
                     false
                 }
-                Ok(()) if target.write && !st.pieces.is_empty() => {
-                    vm::write_gather(peer.pid(), target.remote_addr, &st.pieces).ok()
+                Ok(()) if target.write && !pieces.is_empty() => {
+                    vm::write_gather(peer.pid(), target.remote_addr, pieces).ok()
                         == Some(target.len)
                 }
                 Ok(()) if target.write => {
-                    vm::write_to(peer.pid(), target.remote_addr, &st.bounce).ok()
-                        == Some(target.len)
+                    vm::write_to(peer.pid(), target.remote_addr, bounce).ok() == Some(target.len)
                 }
                 // Straight into the local region (`quiesce_local` keeps it registered
                 // until the bytes are in).
                 Ok(()) => {
-                    vm::read_scatter(peer.pid(), target.remote_addr, &st.pieces).ok()
+                    vm::read_scatter(peer.pid(), target.remote_addr, pieces).ok()
                         == Some(target.len)
                 }
             }
@@ -790,9 +876,9 @@ impl SameHost {
                         };
                     });
                     let ok = ok
-                        && link
-                            .as_ref()
-                            .is_some_and(|l| self.move_bytes(table, l, &h.target, st));
+                        && link.as_ref().is_some_and(|l| {
+                            self.move_bytes(table, l, &h.target, &st.pieces, &st.bounce)
+                        });
                     if !ok {
                         break;
                     }
@@ -902,6 +988,7 @@ impl SameHost {
             ("same_host_dereg_waits".to_string(), get(&c.dereg_waits)),
             ("same_host_offers_resent".to_string(), get(&c.offers_resent)),
             ("same_host_held".to_string(), get(&c.held)),
+            ("same_host_posts".to_string(), get(&c.posts)),
         ];
         for qpn in self.qpns() {
             v.push((format!("same_host_qp_{qpn:#x}"), 1));
