@@ -649,3 +649,95 @@ fn held_wrs_released_go_by_udp_and_flush_on_error() {
     assert!(!p.engine(End::A).settle_held(qp, 1, true));
     assert_eq!(p.engine(End::A).poll_held_ready(), None);
 }
+
+/// UC QPs take the path too: a placed WRITE completes at once, with no packet; a placed
+/// WRITE with immediate is one header-only packet, completing at the target with the
+/// RETH's length after the bytes; a SEND after a placed WRITE finds the bytes there.
+#[test]
+fn uc_qps_place_writes_and_write_with_imm() {
+    let opts = PairOpts {
+        qp_type: QpType::Uc,
+        ..PairOpts::default()
+    };
+    let mut p = Pair::new(1, softverbs_sim::Faults::none(), opts);
+    same_host(&mut p);
+    let qp = p.a.qp;
+    assert!(p.engine(End::A).placement_ready(qp));
+    p.fill(End::A, 0, 20_000, 4);
+    let (b0, rkey) = (p.addr(End::B, 0), p.rkey(End::B));
+    let sge = p.sge(End::A, 0, 10_000);
+    let wr = SendWr::new(
+        1,
+        SendOp::RdmaWrite {
+            remote_addr: b0,
+            rkey,
+        },
+        std::slice::from_ref(&sge),
+    );
+    place_write(&mut p, &wr, 0);
+    let before = p.sim.stats().delivered;
+    p.engine(End::A).post_send_placed(qp, &wr).unwrap();
+    p.run_until_send_cqes(End::A, 1).unwrap();
+    assert_eq!(p.sim.stats().delivered, before, "no packet");
+    assert_eq!(p.poll_send(End::A)[0].status, WcStatus::Success);
+    assert_eq!(p.bytes(End::B, 0, 10_000), p.bytes(End::A, 0, 10_000));
+
+    p.post_recv(End::B, 7, &[]).unwrap();
+    let sge = p.sge(End::A, 10_000, 10_000);
+    let wr = SendWr::new(
+        2,
+        SendOp::RdmaWriteWithImm {
+            remote_addr: b0 + 10_000,
+            rkey,
+            imm: 0x0506_0708,
+        },
+        std::slice::from_ref(&sge),
+    );
+    place_write(&mut p, &wr, 10_000);
+    let before = p.sim.stats().delivered;
+    p.engine(End::A).post_send_placed(qp, &wr).unwrap();
+    p.run_until_cqes(End::B, 0, 1).unwrap();
+    // One header-only packet (UC: no ACK).
+    assert_eq!(p.sim.stats().delivered - before, 1);
+    let r = p.poll_recv(End::B);
+    assert_eq!(
+        (r[0].status, r[0].opcode, r[0].byte_len, r[0].imm_data),
+        (
+            WcStatus::Success,
+            WcOpcode::RecvRdmaWithImm,
+            10_000,
+            Some(0x0506_0708)
+        )
+    );
+    assert_eq!(
+        p.bytes(End::B, 10_000, 10_000),
+        p.bytes(End::A, 10_000, 10_000)
+    );
+}
+
+/// UC has no READ: no place is given for one (its bytes must not move), and its post
+/// fails as on UDP.
+#[test]
+fn a_read_on_a_uc_qp_gets_no_place() {
+    let opts = PairOpts {
+        qp_type: QpType::Uc,
+        ..PairOpts::default()
+    };
+    let mut p = Pair::new(1, softverbs_sim::Faults::none(), opts);
+    same_host(&mut p);
+    let qp = p.a.qp;
+    let (remote_addr, rkey) = (p.addr(End::B, 0), p.rkey(End::B));
+    let sge = p.sge(End::A, 0, 64);
+    let rd = SendWr::new(
+        1,
+        SendOp::RdmaRead { remote_addr, rkey },
+        std::slice::from_ref(&sge),
+    );
+    let mut sinks = Vec::new();
+    assert!(!p.engine(End::A).placement_sink(qp, &rd, &mut sinks));
+    assert!(!p.engine(End::A).should_hold(qp, &rd));
+    assert_eq!(
+        p.engine(End::A).post_send_placed(qp, &rd),
+        Err(PostError::InvalidOpcode)
+    );
+}

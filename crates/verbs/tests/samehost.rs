@@ -68,7 +68,13 @@ fn target_process() {
     let ctx = Device::list().unwrap().remove(0).open().unwrap();
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(64, None).unwrap();
-    let qp = QpBuilder::new(&pd, &cq).build().unwrap();
+    // SAMEHOST_UC: a UC QP.
+    let qp_type = if std::env::var_os("SAMEHOST_UC").is_some() {
+        QpType::Uc
+    } else {
+        QpType::Rc
+    };
+    let qp = QpBuilder::new(&pd, &cq).qp_type(qp_type).build().unwrap();
     let mr1 = pd.reg_mr(vec![0u8; LEN], all_access()).unwrap();
     let mr2 = pd
         .reg_mr(vec![0u8; 4096], AccessFlags::REMOTE_READ)
@@ -252,6 +258,11 @@ fn requester(t: &mut Target, config: Config) -> Requester {
     requester_with(t, config, RtsAttr::default(), |_| {})
 }
 
+/// A requester with a UC QP (the target must have one too).
+fn uc_requester(t: &mut Target) -> Requester {
+    requester_of(t, QpType::Uc, Config::default(), RtsAttr::default(), |_| {})
+}
+
 /// A requester whose QP is connected with `rts`; `before_peer` runs before the target
 /// connects its QP (so before the same-host path can be up).
 fn requester_with(
@@ -260,10 +271,21 @@ fn requester_with(
     rts: RtsAttr,
     before_peer: impl FnOnce(&Requester),
 ) -> Requester {
+    requester_of(t, QpType::Rc, config, rts, before_peer)
+}
+
+fn requester_of(
+    t: &mut Target,
+    qp_type: QpType,
+    config: Config,
+    rts: RtsAttr,
+    before_peer: impl FnOnce(&Requester),
+) -> Requester {
     let ctx = Device::with_config("req", config).open().unwrap();
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(256, None).unwrap();
     let qp = QpBuilder::new(&pd, &cq)
+        .qp_type(qp_type)
         .cap(QpCap {
             max_send_wr: 128,
             max_recv_wr: 16,
@@ -820,4 +842,53 @@ fn held_writes_flush_on_error_and_refused_ones_fail_as_on_udp() {
     assert_eq!((wc.wr_id, wc.status), (2, WcStatus::RemAccessErr));
     assert_eq!(counter(&r.ctx, "same_host_refusals"), 1);
     assert_eq!(counter(&r.ctx, "same_host_writes"), 0);
+}
+
+/// UC QPs take the path too: a WRITE is placed (no packet) and visible before a later
+/// SEND is received; a WRITE with immediate's data is there before its completion at
+/// the target.
+#[test]
+fn uc_writes_take_the_same_host_path() {
+    let mut t = Target::spawn(&[("SAMEHOST_UC", "1")]);
+    let r = uc_requester(&mut t);
+    wait_until("the same-host path", || r.qp.uses_same_host());
+    let data = pattern(LEN, 21);
+    r.mr.write(0, &data);
+    let sges = [r.mr.sge(0, LEN as u32)];
+    let before = r.ctx.counters().tx_packets;
+    r.qp.post_send(&write_wr(1, &sges, t.mr1, None)).unwrap();
+    assert_eq!(one(&r.cq).status, WcStatus::Success);
+    assert_eq!(r.ctx.counters().tx_packets, before, "no packet");
+    let small = [r.mr.sge(0, 8)];
+    r.qp.post_send(&SendWr::new(2, SendOp::Send, &small))
+        .unwrap();
+    let got = t.ask("recv");
+    assert_eq!(&got[1..4], ["Success", "Recv", "8"], "{got:?}");
+    assert_eq!(got[5], checksum(&data).to_string(), "WRITE before the SEND");
+    assert_eq!(one(&r.cq).status, WcStatus::Success);
+
+    let data = pattern(LEN, 22);
+    r.mr.write(LEN, &data);
+    let sges = [r.mr.sge(LEN, LEN as u32)];
+    r.qp.post_send(&write_wr(3, &sges, t.mr1, Some(0x0a0b_0c0d)))
+        .unwrap();
+    let got = t.ask("recv");
+    assert_eq!(
+        &got[1..5],
+        [
+            "Success",
+            "RecvRdmaWithImm",
+            "65536",
+            &0x0a0b_0c0du32.to_string()
+        ],
+        "{got:?}"
+    );
+    assert_eq!(
+        got[5],
+        checksum(&data).to_string(),
+        "data before its immediate"
+    );
+    assert_eq!(one(&r.cq).status, WcStatus::Success);
+    assert_eq!(counter(&r.ctx, "same_host_writes"), 2);
+    assert_eq!(counter(&r.ctx, "same_host_bytes_written"), 2 * LEN as u64);
 }

@@ -63,7 +63,7 @@ pub struct Engine {
     inflight: u64,
     /// QPs with requests to send that wait for room under the device window.
     blocked: VecDeque<QpHandle>,
-    /// RC QPs that entered RTR since the driver last asked (`placed.rs`).
+    /// RC and UC QPs that entered RTR since the driver last asked (`placed.rs`).
     entered_rtr: VecDeque<QpHandle>,
     /// QPs whose held WQEs may be placed now, for the driver (`placed.rs`).
     held_ready: VecDeque<QpHandle>,

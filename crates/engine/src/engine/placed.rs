@@ -2,7 +2,7 @@
 //! driver moved itself, straight between the two processes' registered memory, before
 //! posting them.
 //!
-//! When the driver has negotiated the same-host path with the peer of an RC QP
+//! When the driver has negotiated the same-host path with the peer of an RC or UC QP
 //! ([`Engine::set_same_host`]), it may move an RDMA WRITE's or READ's bytes with
 //! `process_vm_writev`/`process_vm_readv` after checking the peer's published memory
 //! region table, and then post the work request *placed*
@@ -149,14 +149,14 @@ impl PlacedTarget {
 }
 
 impl Engine {
-    /// Turns the same-host path of an RC QP on or off (the driver negotiated it with
+    /// Turns the same-host path of an RC or UC QP on or off (the driver negotiated it with
     /// the peer): its responder accepts header-only placed WRITEs, and
     /// [`Engine::post_send_placed`] accepts work. Cleared when the QP goes to RESET.
     pub fn set_same_host(&mut self, qp: QpHandle, on: bool) -> Result<(), ResourceError> {
         let q = self.qps.get_mut(qp.0).ok_or(ResourceError::UnknownObject)?;
-        if q.init.qp_type != QpType::Rc {
+        if !matches!(q.init.qp_type, QpType::Rc | QpType::Uc) {
             return Err(ResourceError::Unsupported(
-                "the same-host path is for RC QPs",
+                "the same-host path is for RC and UC QPs",
             ));
         }
         q.same_host = on;
@@ -169,9 +169,9 @@ impl Engine {
     /// into this QP's memory), without placing itself.
     pub fn set_accepts_placed(&mut self, qp: QpHandle, on: bool) -> Result<(), ResourceError> {
         let q = self.qps.get_mut(qp.0).ok_or(ResourceError::UnknownObject)?;
-        if q.init.qp_type != QpType::Rc {
+        if !matches!(q.init.qp_type, QpType::Rc | QpType::Uc) {
             return Err(ResourceError::Unsupported(
-                "the same-host path is for RC QPs",
+                "the same-host path is for RC and UC QPs",
             ));
         }
         q.resp.accept_placed = on;
@@ -199,7 +199,7 @@ impl Engine {
         self.shared.placed_changes.pop_front()
     }
 
-    /// The next RC QP that entered RTR (its peer is known now), for the driver to
+    /// The next RC or UC QP that entered RTR (its peer is known now), for the driver to
     /// offer the same-host path to.
     pub fn poll_entered_rtr(&mut self) -> Option<QpHandle> {
         self.entered_rtr.pop_front()
@@ -293,14 +293,20 @@ impl Engine {
     /// The local memory a READ lands in, as (address, length) pieces, when its SGEs
     /// resolve in the QP's PD with LOCAL_WRITE (as the UDP path requires of a READ's
     /// local SGEs); `false` otherwise (the UDP path then completes it with the
-    /// local error it deserves).
+    /// local error it deserves). Never on a UC QP: UC has no READ (IBA 9.8.1), and
+    /// its post fails, so no byte may move for it.
     pub fn placement_sink(
         &self,
         qp: QpHandle,
         wr: &SendWr<'_>,
         out: &mut Vec<(u64, usize)>,
     ) -> bool {
-        self.sge_pieces(qp, wr, crate::types::AccessFlags::LOCAL_WRITE, out)
+        out.clear();
+        let rc = self
+            .qps
+            .get(qp.0)
+            .is_some_and(|q| q.init.qp_type == QpType::Rc);
+        rc && self.sge_pieces(qp, wr, crate::types::AccessFlags::LOCAL_WRITE, out)
     }
 
     /// `wr`'s SGEs as (address, length) pieces into `out`, skipping empty ones, when
@@ -363,8 +369,11 @@ impl Engine {
         let Some(q) = self.qps.get(qp.0) else {
             return false;
         };
-        let holds = PlacedTarget::of(wr)
-            .is_some_and(|t| t.len > 0 && (t.write || matches!(wr.payload, Payload::Sges(_))));
+        // (A READ only on RC: UC has none, IBA 9.8.1.)
+        let rc = q.init.qp_type == QpType::Rc;
+        let holds = PlacedTarget::of(wr).is_some_and(|t| {
+            t.len > 0 && (t.write || rc && matches!(wr.payload, Payload::Sges(_)))
+        });
         holds
             && q.same_host
             && q.state() == QpState::Rts

@@ -183,7 +183,11 @@ impl Engine {
         if accepted || q.resp.accept_placed {
             self.shared.placed_changes.push_back(qp);
         }
-        if q.state() == QpState::Rtr && before != QpState::Rtr && q.init.qp_type == QpType::Rc {
+        // (Connected QPs: the same-host path is for RC and UC, `placed.rs`.)
+        if q.state() == QpState::Rtr
+            && before != QpState::Rtr
+            && matches!(q.init.qp_type, QpType::Rc | QpType::Uc)
+        {
             self.entered_rtr.push_back(qp);
         }
         self.after_activity(qp);

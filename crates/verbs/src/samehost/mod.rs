@@ -5,7 +5,7 @@
 //!
 //! - `table`: each device publishes its memory regions in a shared file that peers
 //!   map read-only; deregistration fences peers' accesses (why it is sound: there).
-//! - `hello`: the handshake on a QP's path, when an RC QP enters RTR: pid, table, and
+//! - `hello`: the handshake on a QP's path, when an RC or UC QP enters RTR: pid, table, and
 //!   a probe (`process_vm_readv` of a nonce) that proves the peer shares our PID
 //!   namespace and the kernel lets us read it (the peer may be in another network
 //!   namespace of this kernel: only the probe decides).
@@ -436,8 +436,10 @@ impl SameHost {
         with_engine(&mut |e| {
             ours = e.qp_by_qpn(h.dest_qpn).filter(|&qp| {
                 e.query_qp(qp).is_some_and(|(a, i)| {
-                    i.qp_type == softverbs_engine::QpType::Rc
-                        && a.av == Some(src)
+                    matches!(
+                        i.qp_type,
+                        softverbs_engine::QpType::Rc | softverbs_engine::QpType::Uc
+                    ) && a.av == Some(src)
                         && a.dest_qp_num == h.src_qpn.value()
                         && matches!(a.qp_state, QpState::Rtr | QpState::Rts)
                 })
