@@ -14,15 +14,6 @@ use softverbs_engine::{AccessFlags, Payload, PlacedTarget, QpHandle, SendWr};
 use std::sync::atomic::Ordering;
 use std::sync::MutexGuard;
 
-/// A WR of a list waiting to be posted.
-#[derive(Debug, Clone, Copy)]
-enum Pending {
-    /// A WRITE or READ whose bytes moved.
-    Placed,
-    /// The usual way (UDP).
-    Usual,
-}
-
 thread_local! {
     /// How many placement locks this thread holds (0 or 1).
     static PLACING: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
@@ -101,21 +92,9 @@ impl SameHost {
             }
             moved += 1;
         }
-        let mut pending: Vec<(usize, Pending)> = (0..wrs.len())
-            .map(|i| {
-                (
-                    i,
-                    if i < moved {
-                        Pending::Placed
-                    } else {
-                        Pending::Usual
-                    },
-                )
-            })
-            .collect();
         // Posted under the placement lock too: another thread's placements cannot
         // take the send queue slots these were counted on.
-        let r = self.flush(qp, wrs, &mut pending, engine);
+        let r = self.flush(qp, wrs, moved, engine);
         drop(guard);
         self.place_held(engine);
         Some(r)
@@ -426,26 +405,26 @@ impl SameHost {
         }
     }
 
-    /// Posts the WRs waiting in `pending` (indices into `wrs`), in order, under one
-    /// device lock (one transmission for the whole list).
+    /// Posts `wrs`, in order, under one device lock (one transmission for the whole
+    /// list): the first `moved` placed (their bytes moved), the others held or the
+    /// usual way.
     fn flush(
         &self,
         qp: QpHandle,
         wrs: &[SendWr<'_>],
-        pending: &mut Vec<(usize, Pending)>,
+        moved: usize,
         engine: &dyn EngineAccess,
     ) -> Result<(), (usize, softverbs_engine::PostError)> {
-        if pending.is_empty() {
+        if wrs.is_empty() {
             return Ok(());
         }
         let mut result = Ok(());
         let c = &self.counters;
         engine.with(&mut |e| {
-            for &(i, kind) in pending.iter() {
-                let wr = &wrs[i];
+            for (i, wr) in wrs.iter().enumerate() {
                 // Another thread may have posted meanwhile: then the usual way (the
                 // bytes moved already; moving them again is harmless).
-                let placed = matches!(kind, Pending::Placed) && e.placement_ready(qp);
+                let placed = i < moved && e.placement_ready(qp);
                 let held = !placed && e.should_hold(qp, wr);
                 let r = if placed {
                     e.post_send_placed(qp, wr)
@@ -481,7 +460,6 @@ impl SameHost {
                 }
             }
         });
-        pending.clear();
         result
     }
 }
