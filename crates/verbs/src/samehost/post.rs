@@ -332,6 +332,10 @@ impl SameHost {
     /// device lock): they are placed by this thread, unless it holds the placement
     /// lock (a pump under a post), which then places them when it lets go.
     pub fn held_ready(&self, qps: &[QpHandle], engine: &dyn EngineAccess) {
+        // (Only a device with a table has QPs with the path, and so held WRs.)
+        if self.table.is_none() {
+            return;
+        }
         lock(&self.held_ready).extend_from_slice(qps);
         if PLACING.with(|p| p.get()) == 0 {
             self.place_held(engine);
