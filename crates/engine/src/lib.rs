@@ -35,7 +35,7 @@ mod wr;
 
 pub use config::{EngineConfig, IcrcPolicy};
 pub use counters::Counters;
-pub use engine::{Engine, PlacedTarget, PostError, ResourceError};
+pub use engine::{Engine, HeldWr, PlacedTarget, PostError, ResourceError};
 pub use event::AsyncEvent;
 pub use mw::{BindMwError, MwBindInfo, MwInfo, MwType};
 pub use node::{Node, Transmit, MAX_DATAGRAM};

@@ -427,3 +427,317 @@ fn placement_may_wait_for_one_sided_udp_requests_only() {
     assert!(!p.engine(End::A).placement_waits_for_one_sided(qp));
     assert!(p.engine(End::A).placement_ready(qp));
 }
+
+/// The driver's share for held WQEs: moves the bytes of every held WQE that may be
+/// placed now (WRITE: from A's pieces or inline copy into B; READ: from B into A's
+/// pieces) and settles each, in order. Returns how many were placed.
+fn place_held(p: &mut Pair, b_base: u64) -> usize {
+    let qp = p.a.qp;
+    let mut ready = Vec::new();
+    p.engine(End::A).held_ready(qp, &mut ready);
+    let a_base = p.addr(End::A, 0);
+    let mut placed = 0;
+    for h in ready {
+        let at_b = (h.target.remote_addr - b_base) as usize;
+        let (mut pieces, mut bounce) = (Vec::new(), Vec::new());
+        if h.target.write {
+            assert!(p
+                .engine(End::A)
+                .held_source(qp, h.seq, &mut pieces, &mut bounce));
+            let mut bytes = bounce;
+            for (addr, len) in pieces {
+                let at = (addr - a_base) as usize;
+                bytes.extend_from_slice(&p.a.buf[at..at + len]);
+            }
+            p.b.buf[at_b..at_b + bytes.len()].copy_from_slice(&bytes);
+        } else {
+            assert!(p.engine(End::A).held_sink(qp, h.seq, &mut pieces));
+            let mut from = at_b;
+            for (addr, len) in pieces {
+                let at = (addr - a_base) as usize;
+                let bytes = p.bytes(End::B, from, len).to_vec();
+                p.a.buf[at..at + len].copy_from_slice(&bytes);
+                from += len;
+            }
+        }
+        if p.engine(End::A).settle_held(qp, h.seq, true) {
+            placed += 1;
+        }
+    }
+    placed
+}
+
+/// A WRITE posted behind a WRITE that went by UDP is held, not sent: nothing after it
+/// leaves either; once the UDP WRITE completes the QP is reported, the held WRs are
+/// placed, and everything completes in post order.
+#[test]
+fn a_write_behind_a_udp_write_is_held_then_placed_in_order() {
+    let mut p = Pair::lossless();
+    let qp = p.a.qp;
+    p.fill(End::A, 0, 12_288, 7);
+    let b0 = p.addr(End::B, 0);
+    let rkey = p.rkey(End::B);
+    let write = |id: u64, off: usize, sge: &Sge| {
+        let op = SendOp::RdmaWrite {
+            remote_addr: b0 + off as u64,
+            rkey,
+        };
+        (id, op, *sge)
+    };
+    // Posted before the path is up: by UDP.
+    let s1 = p.sge(End::A, 0, 4096);
+    let (id, op, sge) = write(1, 0, &s1);
+    p.post_send(End::A, &SendWr::new(id, op, &[sge])).unwrap();
+    same_host(&mut p);
+    assert!(p.engine(End::A).placement_waits_for_one_sided(qp));
+    let s2 = p.sge(End::A, 4096, 4096);
+    let (id, op, sge) = write(2, 4096, &s2);
+    let held = SendWr::new(id, op, std::slice::from_ref(&sge));
+    assert!(p.engine(End::A).should_hold(qp, &held));
+    p.engine(End::A).post_send_held(qp, &held).unwrap();
+    // A SEND after it waits behind it; a READ after it is held too.
+    p.post_recv(End::B, 9, &[p.sge(End::B, 20_000, 64)])
+        .unwrap();
+    let small = p.sge(End::A, 0, 64);
+    p.post_send(End::A, &SendWr::new(3, SendOp::Send, &[small]))
+        .unwrap();
+    let s4 = p.sge(End::A, 8192, 4096);
+    let rd = SendWr::new(
+        4,
+        SendOp::RdmaRead {
+            remote_addr: b0 + 30_000,
+            rkey,
+        },
+        std::slice::from_ref(&s4),
+    );
+    assert!(p.engine(End::A).should_hold(qp, &rd));
+    p.engine(End::A).post_send_held(qp, &rd).unwrap();
+    // Nothing to place before the UDP WRITE completes.
+    let mut ready = Vec::new();
+    p.engine(End::A).held_ready(qp, &mut ready);
+    assert!(ready.is_empty());
+    assert_eq!(p.engine(End::A).poll_held_ready(), None);
+    p.run_until_send_cqes(End::A, 1).unwrap();
+    p.settle();
+    // Only the first WRITE went: the SEND behind the held WRITE did not.
+    assert!(p.poll_recv(End::B).is_empty());
+    let s = p.poll_send(End::A);
+    assert_eq!(
+        (s.len(), s[0].wr_id, s[0].status),
+        (1, 1, WcStatus::Success)
+    );
+    assert_eq!(p.engine(End::A).poll_held_ready(), Some(qp));
+    assert_eq!(p.engine(End::A).poll_held_ready(), None);
+    p.engine(End::A).held_ready(qp, &mut ready);
+    assert_eq!(ready.iter().map(|h| h.seq).collect::<Vec<_>>(), [1]);
+    assert_eq!(place_held(&mut p, b0), 1);
+    // The SEND follows the placed WRITE; the READ is held behind the SEND.
+    p.run_until_cqes(End::B, 0, 1).unwrap();
+    p.run_until_send_cqes(End::A, 2).unwrap();
+    assert_eq!(p.bytes(End::B, 4096, 4096), p.bytes(End::A, 4096, 4096));
+    p.settle();
+    assert_eq!(p.engine(End::A).poll_held_ready(), Some(qp));
+    p.fill(End::B, 30_000, 4096, 9);
+    assert_eq!(place_held(&mut p, b0), 1);
+    p.run_until_send_cqes(End::A, 3).unwrap();
+    let ids: Vec<(u64, WcStatus)> = p
+        .poll_send(End::A)
+        .iter()
+        .map(|w| (w.wr_id, w.status))
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            (2, WcStatus::Success),
+            (3, WcStatus::Success),
+            (4, WcStatus::Success)
+        ]
+    );
+    assert_eq!(p.bytes(End::A, 8192, 4096), p.bytes(End::B, 30_000, 4096));
+}
+
+/// A held WR whose bytes cannot move goes by UDP and gets the responder's status; a
+/// QP entering ERR flushes held WRs.
+#[test]
+fn held_wrs_released_go_by_udp_and_flush_on_error() {
+    let mut p = Pair::lossless();
+    let qp = p.a.qp;
+    let b0 = p.addr(End::B, 0);
+    let rkey = p.rkey(End::B);
+    let sge = p.sge(End::A, 0, 4096);
+    let wr = |id: u64, rkey: Rkey| {
+        SendWr::new(
+            id,
+            SendOp::RdmaWrite {
+                remote_addr: b0,
+                rkey,
+            },
+            std::slice::from_ref(&sge),
+        )
+    };
+    p.post_send(End::A, &wr(1, rkey)).unwrap();
+    same_host(&mut p);
+    // A bad R_Key: the driver's table check refuses it; released, the UDP path's
+    // responder NAKs it.
+    let bad = Rkey(rkey.0 ^ 0x100);
+    p.engine(End::A).post_send_held(qp, &wr(2, bad)).unwrap();
+    p.engine(End::A).post_send_held(qp, &wr(3, rkey)).unwrap();
+    p.run_until_send_cqes(End::A, 1).unwrap();
+    assert_eq!(p.engine(End::A).poll_held_ready(), Some(qp));
+    let mut ready = Vec::new();
+    p.engine(End::A).held_ready(qp, &mut ready);
+    assert_eq!(ready.len(), 2);
+    assert!(!p.engine(End::A).settle_held(qp, ready[0].seq, false));
+    // The next one is behind a WR by UDP now: not placed.
+    p.engine(End::A).held_ready(qp, &mut ready);
+    assert!(ready.is_empty());
+    p.run_until_send_cqes(End::A, 3).unwrap();
+    let s: Vec<(u64, WcStatus)> = p
+        .poll_send(End::A)
+        .iter()
+        .map(|w| (w.wr_id, w.status))
+        .collect();
+    assert_eq!(
+        s,
+        [
+            (1, WcStatus::Success),
+            (2, WcStatus::RemAccessErr),
+            (3, WcStatus::WrFlushErr)
+        ]
+    );
+
+    // Held WRs flush when the QP enters ERR before they may be placed.
+    let mut p = Pair::lossless();
+    let qp = p.a.qp;
+    let sge = p.sge(End::A, 0, 4096);
+    let w = |id| {
+        SendWr::new(
+            id,
+            SendOp::RdmaWrite {
+                remote_addr: b0,
+                rkey,
+            },
+            std::slice::from_ref(&sge),
+        )
+    };
+    p.post_send(End::A, &w(1)).unwrap();
+    same_host(&mut p);
+    p.engine(End::A).post_send_held(qp, &w(2)).unwrap();
+    p.engine(End::A).post_send_held(qp, &w(3)).unwrap();
+    let err = QpAttr {
+        qp_state: QpState::Err,
+        ..QpAttr::default()
+    };
+    let now = p.sim.now();
+    p.engine(End::A)
+        .modify_qp(qp, &err, QpAttrMask::STATE, now)
+        .unwrap();
+    let s: Vec<(u64, WcStatus)> = p
+        .poll_send(End::A)
+        .iter()
+        .map(|w| (w.wr_id, w.status))
+        .collect();
+    assert_eq!(
+        s,
+        [
+            (1, WcStatus::WrFlushErr),
+            (2, WcStatus::WrFlushErr),
+            (3, WcStatus::WrFlushErr)
+        ]
+    );
+    // Settling a flushed WR changes nothing.
+    assert!(!p.engine(End::A).settle_held(qp, 1, true));
+    assert_eq!(p.engine(End::A).poll_held_ready(), None);
+}
+
+/// UC QPs take the path too: a placed WRITE completes at once, with no packet; a placed
+/// WRITE with immediate is one header-only packet, completing at the target with the
+/// RETH's length after the bytes; a SEND after a placed WRITE finds the bytes there.
+#[test]
+fn uc_qps_place_writes_and_write_with_imm() {
+    let opts = PairOpts {
+        qp_type: QpType::Uc,
+        ..PairOpts::default()
+    };
+    let mut p = Pair::new(1, softverbs_sim::Faults::none(), opts);
+    same_host(&mut p);
+    let qp = p.a.qp;
+    assert!(p.engine(End::A).placement_ready(qp));
+    p.fill(End::A, 0, 20_000, 4);
+    let (b0, rkey) = (p.addr(End::B, 0), p.rkey(End::B));
+    let sge = p.sge(End::A, 0, 10_000);
+    let wr = SendWr::new(
+        1,
+        SendOp::RdmaWrite {
+            remote_addr: b0,
+            rkey,
+        },
+        std::slice::from_ref(&sge),
+    );
+    place_write(&mut p, &wr, 0);
+    let before = p.sim.stats().delivered;
+    p.engine(End::A).post_send_placed(qp, &wr).unwrap();
+    p.run_until_send_cqes(End::A, 1).unwrap();
+    assert_eq!(p.sim.stats().delivered, before, "no packet");
+    assert_eq!(p.poll_send(End::A)[0].status, WcStatus::Success);
+    assert_eq!(p.bytes(End::B, 0, 10_000), p.bytes(End::A, 0, 10_000));
+
+    p.post_recv(End::B, 7, &[]).unwrap();
+    let sge = p.sge(End::A, 10_000, 10_000);
+    let wr = SendWr::new(
+        2,
+        SendOp::RdmaWriteWithImm {
+            remote_addr: b0 + 10_000,
+            rkey,
+            imm: 0x0506_0708,
+        },
+        std::slice::from_ref(&sge),
+    );
+    place_write(&mut p, &wr, 10_000);
+    let before = p.sim.stats().delivered;
+    p.engine(End::A).post_send_placed(qp, &wr).unwrap();
+    p.run_until_cqes(End::B, 0, 1).unwrap();
+    // One header-only packet (UC: no ACK).
+    assert_eq!(p.sim.stats().delivered - before, 1);
+    let r = p.poll_recv(End::B);
+    assert_eq!(
+        (r[0].status, r[0].opcode, r[0].byte_len, r[0].imm_data),
+        (
+            WcStatus::Success,
+            WcOpcode::RecvRdmaWithImm,
+            10_000,
+            Some(0x0506_0708)
+        )
+    );
+    assert_eq!(
+        p.bytes(End::B, 10_000, 10_000),
+        p.bytes(End::A, 10_000, 10_000)
+    );
+}
+
+/// UC has no READ: no place is given for one (its bytes must not move), and its post
+/// fails as on UDP.
+#[test]
+fn a_read_on_a_uc_qp_gets_no_place() {
+    let opts = PairOpts {
+        qp_type: QpType::Uc,
+        ..PairOpts::default()
+    };
+    let mut p = Pair::new(1, softverbs_sim::Faults::none(), opts);
+    same_host(&mut p);
+    let qp = p.a.qp;
+    let (remote_addr, rkey) = (p.addr(End::B, 0), p.rkey(End::B));
+    let sge = p.sge(End::A, 0, 64);
+    let rd = SendWr::new(
+        1,
+        SendOp::RdmaRead { remote_addr, rkey },
+        std::slice::from_ref(&sge),
+    );
+    let mut sinks = Vec::new();
+    assert!(!p.engine(End::A).placement_sink(qp, &rd, &mut sinks));
+    assert!(!p.engine(End::A).should_hold(qp, &rd));
+    assert_eq!(
+        p.engine(End::A).post_send_placed(qp, &rd),
+        Err(PostError::InvalidOpcode)
+    );
+}

@@ -991,10 +991,10 @@ pub(crate) unsafe fn sges(
     sg: *const ibv_sge,
     n: c_int,
     max: u32,
-    buf: &mut [Sge; MAX_SGE],
+    buf: &mut [Sge],
 ) -> Result<&[Sge], c_int> {
     let n = usize::try_from(n).map_err(|_| libc::EINVAL)?;
-    if n > max as usize || n > MAX_SGE {
+    if n > max as usize || n > MAX_SGE || n > buf.len() {
         return Err(libc::EINVAL);
     }
     if n == 0 {
@@ -1033,13 +1033,33 @@ unsafe fn translate_send(
     w: &ibv_send_wr,
     post: &mut dyn FnMut(&SendWr<'_>) -> Result<(), PostError>,
 ) -> c_int {
-    // num_sge first: nothing of `sg_list` is read past what the QP can take.
     let mut buf = [Sge::default(); MAX_SGE];
+    let mut parts: [&[u8]; MAX_SGE] = [&[]; MAX_SGE];
+    // SAFETY: forwarded.
+    match unsafe { translate(q, w, &mut buf, &mut parts) } {
+        Ok(wr) => match post(&wr) {
+            Ok(()) => 0,
+            Err(e) => post_errno(e),
+        },
+        Err(e) => e,
+    }
+}
+
+/// Translates one send WR into a [`SendWr`] whose SGEs are copied into `buf` and whose
+/// inline pieces (with IBV_SEND_INLINE) are listed in `parts`; both must have room for
+/// `w.num_sge` entries (else EINVAL). The errno of a WR that cannot be posted.
+///
+/// # Safety
+/// `w` is a valid `ibv_send_wr` whose SGEs (and inline data) are readable for `'b`.
+unsafe fn translate<'a, 'b: 'a>(
+    q: &SoftQp,
+    w: &ibv_send_wr,
+    buf: &'a mut [Sge],
+    parts: &'a mut [&'b [u8]],
+) -> Result<SendWr<'a>, c_int> {
+    // num_sge first: nothing of `sg_list` is read past what the QP can take.
     // SAFETY: per the contract.
-    let list = match unsafe { sges(w.sg_list, w.num_sge, q.max_send_sge, &mut buf) } {
-        Ok(l) => l,
-        Err(e) => return e,
-    };
+    let list = unsafe { sges(w.sg_list, w.num_sge, q.max_send_sge, buf) }?;
     // SAFETY: the union members read are the ones the opcode selects (plain data); a UD
     // WR's AH is NULL or from `ibv_create_ah`, a BIND_MW WR's window and MR are NULL or live
     // (verbs contract).
@@ -1048,7 +1068,7 @@ unsafe fn translate_send(
             // A UD QP sends datagrams to `wr.ud` (its AH from `ibv_create_ah`).
             _ if q.inner.qp_type() == QpType::Ud => match crate::ah::ud_op(w) {
                 Some(op) => op,
-                None => return libc::EINVAL,
+                None => return Err(libc::EINVAL),
             },
             IBV_WR_SEND => SendOp::Send,
             IBV_WR_SEND_WITH_IMM => SendOp::SendWithImm {
@@ -1087,42 +1107,110 @@ unsafe fn translate_send(
             // A type 2 window bound by a work request (`crate::mw`).
             IBV_WR_BIND_MW => {
                 let b = &w.bind_mw_tso.bind_mw;
-                match crate::mw::bind_op(b.mw, b.rkey, &b.bind_info) {
-                    Ok(op) => op,
-                    Err(e) => return e,
-                }
+                crate::mw::bind_op(b.mw, b.rkey, &b.bind_info)?
             }
-            _ => return libc::EINVAL,
+            _ => return Err(libc::EINVAL),
         }
     };
-    let mut parts: [&[u8]; MAX_SGE] = [&[]; MAX_SGE];
     let payload = if w.send_flags & IBV_SEND_INLINE != 0 {
         // Inline: the engine copies the pieces straight into the send queue, once.
         for (part, s) in parts.iter_mut().zip(list) {
             let n = s.length as usize;
             if n > 0 {
                 if s.addr == 0 {
-                    return libc::EINVAL;
+                    return Err(libc::EINVAL);
                 }
                 // SAFETY: with IBV_SEND_INLINE the SGE addresses are readable by the
                 // caller's contract, lkeys ignored.
                 *part = unsafe { core::slice::from_raw_parts(s.addr as usize as *const u8, n) };
             }
         }
+        let parts: &'a [&'b [u8]] = parts;
         Payload::InlineParts(&parts[..list.len()])
     } else {
         Payload::Sges(list)
     };
-    let wr = SendWr {
+    Ok(SendWr {
         wr_id: w.wr_id,
         op,
         payload,
         flags: SendFlags(w.send_flags & 0x7),
-    };
-    match post(&wr) {
-        Ok(()) => 0,
-        Err(e) => post_errno(e),
+    })
+}
+
+/// Posts a C list of send WRs as one list on a QP with the same-host path
+/// ([`softverbs::Qp::post_send_list`]: one placement lock, one device lock, one
+/// transmission, as the UDP path's list): the WRs are translated first, up to the first
+/// that cannot be (the ones before it are posted, as rdma-core's providers do); on error
+/// `*bad_wr` is the first WR not posted.
+///
+/// # Safety
+/// `wr` is a valid list whose SGEs and inline data are readable; `bad_wr` NULL or
+/// writable.
+unsafe fn post_send_list_same_host(
+    q: &SoftQp,
+    wr: *mut ibv_send_wr,
+    bad_wr: *mut *mut ibv_send_wr,
+) -> c_int {
+    // Room for every WR's SGEs (a WR whose num_sge is out of range gets none: its
+    // translation fails).
+    let max = q.max_send_sge as usize;
+    let slots_of = |w: &ibv_send_wr| usize::try_from(w.num_sge).ok().filter(|&n| n <= max);
+    let (mut count, mut slots) = (0usize, 0usize);
+    let mut cur = wr;
+    while !cur.is_null() {
+        // SAFETY: `cur` is a valid WR of the caller's list.
+        let w = unsafe { &*cur };
+        slots += slots_of(w).unwrap_or(0);
+        count += 1;
+        cur = w.next;
     }
+    let mut sge_store = vec![Sge::default(); slots];
+    let mut part_store: Vec<&[u8]> = vec![&[]; slots];
+    let mut wrs: Vec<SendWr<'_>> = Vec::with_capacity(count);
+    let (mut sge_rest, mut part_rest) = (&mut sge_store[..], &mut part_store[..]);
+    let mut refused = None;
+    cur = wr;
+    while !cur.is_null() {
+        // SAFETY: `cur` is a valid WR of the caller's list.
+        let w = unsafe { &*cur };
+        let n = slots_of(w).unwrap_or(0);
+        let (sge_buf, rest) = core::mem::take(&mut sge_rest).split_at_mut(n);
+        sge_rest = rest;
+        let (part_buf, rest) = core::mem::take(&mut part_rest).split_at_mut(n);
+        part_rest = rest;
+        // SAFETY: its SGEs and inline data are readable (verbs contract).
+        match unsafe { translate(q, w, sge_buf, part_buf) } {
+            Ok(t) => wrs.push(t),
+            Err(e) => {
+                refused = Some((e, cur));
+                break;
+            }
+        }
+        cur = w.next;
+    }
+    let posted = if wrs.is_empty() {
+        Ok(())
+    } else {
+        q.inner.post_send_list(&wrs)
+    };
+    let (rc, bad) = match (posted, refused) {
+        (Ok(()), None) => return 0,
+        (Ok(()), Some((e, at))) => (e, at),
+        (Err((i, e)), _) => {
+            let mut at = wr;
+            for _ in 0..i {
+                // SAFETY: `at` is a valid WR of the caller's list, before the i-th.
+                at = unsafe { (*at).next };
+            }
+            (post_errno(e), at)
+        }
+    };
+    if !bad_wr.is_null() {
+        // SAFETY: `bad_wr` is writable per the verbs contract.
+        unsafe { bad_wr.write(bad) };
+    }
+    rc
 }
 
 /// Whether a send WR list holds an RDMA WRITE or READ (what the same-host path places).
@@ -1158,24 +1246,9 @@ unsafe extern "C" fn post_send(
     let mut bad = wr;
     // SAFETY: `wr` is the caller's valid list (verbs contract).
     if q.inner.uses_same_host() && unsafe { has_rdma_write_or_read(wr) } {
-        // One WR at a time, so each RDMA WRITE or READ may take the same-host path
-        // (`softverbs::samehost`).
-        let mut cur = wr;
-        while !cur.is_null() {
-            // SAFETY: `cur` is a valid WR of the caller's list.
-            let w = unsafe { &*cur };
-            // SAFETY: its SGEs and inline data are readable (verbs contract).
-            let rc = unsafe { translate_send(q, w, &mut |wr| q.inner.post_send(wr)) };
-            if rc != 0 {
-                if !bad_wr.is_null() {
-                    // SAFETY: `bad_wr` is writable per the verbs contract.
-                    unsafe { bad_wr.write(cur) };
-                }
-                return rc;
-            }
-            cur = w.next;
-        }
-        return 0;
+        // So each RDMA WRITE or READ may take the same-host path (`softverbs::samehost`).
+        // SAFETY: forwarded from the caller (verbs contract).
+        return unsafe { post_send_list_same_host(q, wr, bad_wr) };
     }
     let posted = q.inner.post_sends(|poster| {
         let mut cur = wr;

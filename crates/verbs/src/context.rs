@@ -412,6 +412,16 @@ impl Context {
         self.info().same_host.stat_lines()
     }
 
+    /// Replaces the device's fault injection ([`crate::Config::faults`]) from now on:
+    /// tests on real sockets make a peer unreachable for a while, then reachable
+    /// again. It acts on every datagram the device sends but the same-host handshake
+    /// (which `Config::drop_first_hellos` drops). No effect on an inherited device.
+    pub fn set_faults(&self, faults: Option<crate::FaultConfig>) {
+        if let Ok(d) = self.inner.device.driver() {
+            d.set_faults(faults);
+        }
+    }
+
     /// The engine's counters (zero on an inherited device).
     pub fn counters(&self) -> Counters {
         self.inner

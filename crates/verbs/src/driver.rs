@@ -117,6 +117,8 @@ pub(crate) struct Deferred {
     pub(crate) cm: crate::cm::driver::CmDeferred,
     /// Same-host handshakes to send (`crate::samehost`).
     hellos: Vec<crate::samehost::Outgoing>,
+    /// QPs whose held WRs may be placed now (`crate::samehost`).
+    held_ready: Vec<softverbs_engine::QpHandle>,
 }
 
 /// Why sending stopped with datagrams left.
@@ -545,6 +547,9 @@ impl Driver {
         while let Some(qp) = st.engine.poll_entered_rtr() {
             d.hellos.extend(self.same_host.offer_for(&st.engine, qp));
         }
+        while let Some(qp) = st.engine.poll_held_ready() {
+            d.held_ready.push(qp);
+        }
         d.hellos.extend(self.same_host.due_offers(&st.engine, now));
         let next = self.next_deadline(st).map_or(u64::MAX, |t| t.as_nanos());
         self.next_timer.store(next, Ordering::Release);
@@ -575,6 +580,12 @@ impl Driver {
     fn fire_timers(st: &mut State, now: Instant) {
         st.engine.handle_timeout(now);
         st.cm.cm.handle_timeout(crate::cm::driver::cm_now(now));
+    }
+
+    /// Replaces the fault injection on the datagrams this device sends (the
+    /// same-host handshake excepted) from now on.
+    pub(crate) fn set_faults(&self, faults: Option<crate::config::FaultConfig>) {
+        lock(&self.sender).faults = faults.map(FaultInjector::new);
     }
 
     /// Wakes the progress thread (its socket set or timers changed).
@@ -612,6 +623,11 @@ impl Driver {
         if !d.hellos.is_empty() {
             self.same_host.grant_ptrace();
             self.send_hellos(d.hellos);
+        }
+        // Whichever thread pumped the completion that lets held WRs go places them
+        // (`crate::samehost`): the progress thread, or a post or poll.
+        if !d.held_ready.is_empty() {
+            self.same_host.held_ready(&d.held_ready, self);
         }
     }
 

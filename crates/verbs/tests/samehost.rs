@@ -33,11 +33,11 @@ fn pattern(len: usize, seed: u32) -> Vec<u8> {
         .collect()
 }
 
-fn connect(qp: &Qp, addr: SocketAddr, qpn: u32) {
-    connect_with(qp, addr, qpn, all_access());
+fn connect_with(qp: &Qp, addr: SocketAddr, qpn: u32, access: AccessFlags) {
+    connect_rts(qp, addr, qpn, access, RtsAttr::default());
 }
 
-fn connect_with(qp: &Qp, addr: SocketAddr, qpn: u32, access: AccessFlags) {
+fn connect_rts(qp: &Qp, addr: SocketAddr, qpn: u32, access: AccessFlags, rts: RtsAttr) {
     qp.to_init(InitAttr { access }).unwrap();
     qp.to_rtr(RtrAttr {
         remote: RemoteQp {
@@ -50,7 +50,7 @@ fn connect_with(qp: &Qp, addr: SocketAddr, qpn: u32, access: AccessFlags) {
         min_rnr_timer: 1,
     })
     .unwrap();
-    qp.to_rts(RtsAttr::default()).unwrap();
+    qp.to_rts(rts).unwrap();
 }
 
 /// The target process: a QP, MR1 (all access, LEN bytes), MR2 (remote read only),
@@ -68,7 +68,13 @@ fn target_process() {
     let ctx = Device::list().unwrap().remove(0).open().unwrap();
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(64, None).unwrap();
-    let qp = QpBuilder::new(&pd, &cq).build().unwrap();
+    // SAMEHOST_UC: a UC QP.
+    let qp_type = if std::env::var_os("SAMEHOST_UC").is_some() {
+        QpType::Uc
+    } else {
+        QpType::Rc
+    };
+    let qp = QpBuilder::new(&pd, &cq).qp_type(qp_type).build().unwrap();
     let mr1 = pd.reg_mr(vec![0u8; LEN], all_access()).unwrap();
     let mr2 = pd
         .reg_mr(vec![0u8; 4096], AccessFlags::REMOTE_READ)
@@ -249,10 +255,37 @@ struct Requester {
 }
 
 fn requester(t: &mut Target, config: Config) -> Requester {
+    requester_with(t, config, RtsAttr::default(), |_| {})
+}
+
+/// A requester with a UC QP (the target must have one too).
+fn uc_requester(t: &mut Target) -> Requester {
+    requester_of(t, QpType::Uc, Config::default(), RtsAttr::default(), |_| {})
+}
+
+/// A requester whose QP is connected with `rts`; `before_peer` runs before the target
+/// connects its QP (so before the same-host path can be up).
+fn requester_with(
+    t: &mut Target,
+    config: Config,
+    rts: RtsAttr,
+    before_peer: impl FnOnce(&Requester),
+) -> Requester {
+    requester_of(t, QpType::Rc, config, rts, before_peer)
+}
+
+fn requester_of(
+    t: &mut Target,
+    qp_type: QpType,
+    config: Config,
+    rts: RtsAttr,
+    before_peer: impl FnOnce(&Requester),
+) -> Requester {
     let ctx = Device::with_config("req", config).open().unwrap();
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(256, None).unwrap();
     let qp = QpBuilder::new(&pd, &cq)
+        .qp_type(qp_type)
         .cap(QpCap {
             max_send_wr: 128,
             max_recv_wr: 16,
@@ -263,17 +296,19 @@ fn requester(t: &mut Target, config: Config) -> Requester {
         .build()
         .unwrap();
     let mr = pd.reg_mr(vec![0u8; 4 * LEN], all_access()).unwrap();
-    connect(&qp, t.addr, t.qpn);
-    let line = format!("{} {}", ctx.local_addr(), qp.qpn().value());
-    t.say(&line);
-    assert_eq!(t.hear(), "connected");
-    Requester {
+    connect_rts(&qp, t.addr, t.qpn, all_access(), rts);
+    let r = Requester {
         ctx,
         cq,
         qp,
         mr,
         _pd: pd,
-    }
+    };
+    before_peer(&r);
+    let line = format!("{} {}", r.ctx.local_addr(), r.qp.qpn().value());
+    t.say(&line);
+    assert_eq!(t.hear(), "connected");
+    r
 }
 
 fn counter(ctx: &Context, name: &str) -> u64 {
@@ -542,8 +577,8 @@ fn writes_complete_locally_only_while_the_target_qp_accepts_them() {
 }
 
 /// READs posted before the path is up go by UDP; an application that keeps its send
-/// queue full (as perftest does) must not keep the QP off the path for good: a post
-/// waits for those to complete, then places.
+/// queue full (as perftest does) must not keep the QP off the path for good: a later READ
+/// is held until those complete, then placed.
 #[test]
 fn reads_sent_by_udp_before_the_path_do_not_keep_the_queue_off_it() {
     let mut t = Target::spawn(&[]);
@@ -700,4 +735,160 @@ fn falls_back_to_udp_when_off_or_refused_by_the_kernel() {
     let r = requester(&mut t, off);
     ordered_exchange(&r, &mut t);
     assert!(!r.qp.uses_same_host());
+}
+
+/// Every datagram the requester sends is lost (the same-host handshake excepted).
+fn all_lost() -> Option<FaultConfig> {
+    Some(FaultConfig {
+        loss: 1.0,
+        ..FaultConfig::default()
+    })
+}
+
+/// A requester whose WRITE 1 (4 KiB of pattern 11 to the target's MR1 at 0) went by
+/// UDP before the same-host path was up, and cannot complete: every datagram of the
+/// requester is lost until the test says otherwise. The path is up on return.
+fn requester_with_a_write_stuck_on_udp(t: &mut Target) -> Requester {
+    let config = Config {
+        faults: all_lost(),
+        ..Config::default()
+    };
+    // A local ACK timeout of 537 ms: its (retry_cnt + 1) expiries leave the test time
+    // to do its part before the WRITE would fail.
+    let rts = RtsAttr {
+        timeout: 17,
+        ..RtsAttr::default()
+    };
+    let target = t.mr1;
+    let r = requester_with(t, config, rts, |r| {
+        r.mr.write(0, &pattern(4096, 11));
+        let sges = [r.mr.sge(0, 4096)];
+        r.qp.post_send(&write_wr(1, &sges, target, None)).unwrap();
+    });
+    wait_until("the same-host path", || r.qp.uses_same_host());
+    assert_eq!(
+        counter(&r.ctx, "same_host_writes"),
+        0,
+        "WRITE 1 went by UDP"
+    );
+    r
+}
+
+/// Issue 16: a WRITE posted after the path is up, while a WRITE that went by UDP is
+/// still in flight, is held in the send queue: the post returns at once (the UDP
+/// WRITE cannot complete meanwhile), and once the UDP WRITE completes the held one is
+/// placed by the thread that saw the completion; completions in post order.
+#[test]
+fn a_write_behind_a_udp_write_is_held_and_the_post_returns() {
+    let mut t = Target::spawn(&[]);
+    let r = requester_with_a_write_stuck_on_udp(&mut t);
+    let before = t.ask("sum");
+    r.mr.write(4096, &pattern(4096, 12));
+    let sges = [r.mr.sge(4096, 4096)];
+    let second = (t.mr1.0 + 8192, t.mr1.1);
+    r.qp.post_send(&write_wr(2, &sges, second, None)).unwrap();
+    // Returned with WRITE 1 still in flight (its datagrams are all lost): held.
+    assert_eq!(counter(&r.ctx, "same_host_held"), 1);
+    let mut wc = [WorkCompletion::default(); 4];
+    assert_eq!(r.cq.poll(&mut wc), 0, "nothing completed");
+    assert_eq!(counter(&r.ctx, "same_host_writes"), 0, "not placed yet");
+    assert_eq!(t.ask("sum"), before, "nothing written yet");
+    // The network works again: WRITE 1 is retransmitted and acknowledged, then
+    // WRITE 2 placed, with no further post.
+    r.ctx.set_faults(None);
+    let first = one(&r.cq);
+    assert_eq!((first.wr_id, first.status), (1, WcStatus::Success));
+    let second_wc = one(&r.cq);
+    assert_eq!((second_wc.wr_id, second_wc.status), (2, WcStatus::Success));
+    assert_eq!(counter(&r.ctx, "same_host_writes"), 1, "WRITE 2 placed");
+    let mut want = vec![0u8; LEN];
+    want[..4096].copy_from_slice(&pattern(4096, 11));
+    want[8192..12288].copy_from_slice(&pattern(4096, 12));
+    assert_eq!(t.ask("sum")[1], checksum(&want).to_string());
+}
+
+/// Held WRs flush when the QP enters ERR before they could be placed; a held WRITE
+/// the target's table refuses goes by UDP and fails as there.
+#[test]
+fn held_writes_flush_on_error_and_refused_ones_fail_as_on_udp() {
+    let mut t = Target::spawn(&[]);
+    let r = requester_with_a_write_stuck_on_udp(&mut t);
+    let before = t.ask("sum");
+    let sges = [r.mr.sge(4096, 4096)];
+    for id in [2, 3] {
+        r.qp.post_send(&write_wr(id, &sges, t.mr1, None)).unwrap();
+    }
+    assert_eq!(counter(&r.ctx, "same_host_held"), 2);
+    r.qp.to_error().unwrap();
+    for id in [1, 2, 3] {
+        let wc = one(&r.cq);
+        assert_eq!((wc.wr_id, wc.status), (id, WcStatus::WrFlushErr));
+    }
+    r.ctx.set_faults(None);
+    assert_eq!(t.ask("sum"), before, "nothing written");
+    assert_eq!(counter(&r.ctx, "same_host_writes"), 0);
+    drop(r);
+    drop(t);
+
+    let mut t = Target::spawn(&[]);
+    let r = requester_with_a_write_stuck_on_udp(&mut t);
+    let sges = [r.mr.sge(4096, 64)];
+    let bad = (t.mr1.0, t.mr1.1 ^ 0x100);
+    r.qp.post_send(&write_wr(2, &sges, bad, None)).unwrap();
+    assert_eq!(counter(&r.ctx, "same_host_held"), 1);
+    r.ctx.set_faults(None);
+    assert_eq!(one(&r.cq).status, WcStatus::Success);
+    let wc = one(&r.cq);
+    assert_eq!((wc.wr_id, wc.status), (2, WcStatus::RemAccessErr));
+    assert_eq!(counter(&r.ctx, "same_host_refusals"), 1);
+    assert_eq!(counter(&r.ctx, "same_host_writes"), 0);
+}
+
+/// UC QPs take the path too: a WRITE is placed (no packet) and visible before a later
+/// SEND is received; a WRITE with immediate's data is there before its completion at
+/// the target.
+#[test]
+fn uc_writes_take_the_same_host_path() {
+    let mut t = Target::spawn(&[("SAMEHOST_UC", "1")]);
+    let r = uc_requester(&mut t);
+    wait_until("the same-host path", || r.qp.uses_same_host());
+    let data = pattern(LEN, 21);
+    r.mr.write(0, &data);
+    let sges = [r.mr.sge(0, LEN as u32)];
+    let before = r.ctx.counters().tx_packets;
+    r.qp.post_send(&write_wr(1, &sges, t.mr1, None)).unwrap();
+    assert_eq!(one(&r.cq).status, WcStatus::Success);
+    assert_eq!(r.ctx.counters().tx_packets, before, "no packet");
+    let small = [r.mr.sge(0, 8)];
+    r.qp.post_send(&SendWr::new(2, SendOp::Send, &small))
+        .unwrap();
+    let got = t.ask("recv");
+    assert_eq!(&got[1..4], ["Success", "Recv", "8"], "{got:?}");
+    assert_eq!(got[5], checksum(&data).to_string(), "WRITE before the SEND");
+    assert_eq!(one(&r.cq).status, WcStatus::Success);
+
+    let data = pattern(LEN, 22);
+    r.mr.write(LEN, &data);
+    let sges = [r.mr.sge(LEN, LEN as u32)];
+    r.qp.post_send(&write_wr(3, &sges, t.mr1, Some(0x0a0b_0c0d)))
+        .unwrap();
+    let got = t.ask("recv");
+    assert_eq!(
+        &got[1..5],
+        [
+            "Success",
+            "RecvRdmaWithImm",
+            "65536",
+            &0x0a0b_0c0du32.to_string()
+        ],
+        "{got:?}"
+    );
+    assert_eq!(
+        got[5],
+        checksum(&data).to_string(),
+        "data before its immediate"
+    );
+    assert_eq!(one(&r.cq).status, WcStatus::Success);
+    assert_eq!(counter(&r.ctx, "same_host_writes"), 2);
+    assert_eq!(counter(&r.ctx, "same_host_bytes_written"), 2 * LEN as u64);
 }

@@ -9,7 +9,7 @@
 //! word, its QP's access flags, the path of its memory-region table), then four zero bytes where an ICRC
 //! would be. A softverbs device takes it off the wire before the engine sees it; any
 //! other RoCEv2 receiver drops it (unknown opcode, bad ICRC). A device sends one only
-//! for an RC QP whose peer could be on this host, when the QP reaches RTR
+//! for an RC or UC QP whose peer could be on this host, when the QP reaches RTR
 //! (and again, a few times, while unanswered: the driver's `samehost/retry.rs`).
 //!
 //! - `Offer`: "I am softverbs process `pid`, here is my table; you may place into my

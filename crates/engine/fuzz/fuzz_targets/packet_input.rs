@@ -11,7 +11,11 @@
 //! B has two RC QPs connected to two of A's: the first with its own receive queue,
 //! the second on a shared receive queue that A sends multi-packet SENDs to. B's first
 //! QP has a READ, a WRITE and a SEND of its own outstanding, so fuzzed ACKs, NAKs,
-//! RNR NAKs and READ responses meet a requester with work in flight.
+//! RNR NAKs and READ responses meet a requester with work in flight. That QP has the
+//! same-host path (`engine/placed.rs`): its responder also takes header-only placed
+//! WRITEs, and a WRITE and a READ of its own are held behind those requests; whenever
+//! the engine reports them ready, the test plays the driver and settles them, placed
+//! or released to go by UDP in turn.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -261,6 +265,31 @@ fuzz_target!(|data: &[u8]| {
             let sges = [b.sge(offset, len)];
             let _ = b.engine.post_send(b.qps[0], &SendWr::new(wr_id, op, &sges));
         }
+        b.engine.set_same_host(b.qps[0], true).unwrap();
+        let held = [
+            (
+                6u64,
+                SendOp::RdmaWrite {
+                    remote_addr: a.mr.addr + 6000,
+                    rkey: a_rkey,
+                },
+            ),
+            (
+                7,
+                SendOp::RdmaRead {
+                    remote_addr: a.mr.addr + 7000,
+                    rkey: a_rkey,
+                },
+            ),
+        ];
+        for (wr_id, op) in held {
+            let sges = [b.sge(12_000 + 500 * wr_id, 400)];
+            let _ = b
+                .engine
+                .post_send_held(b.qps[0], &SendWr::new(wr_id, op, &sges));
+        }
+        let (mut ready, mut pieces, mut bounce) = (Vec::new(), Vec::new(), Vec::new());
+        let mut settled = 0u32;
 
         let mut now = Instant::ZERO;
         let mut buf = vec![0u8; MAX_DATAGRAM];
@@ -284,6 +313,18 @@ fuzz_target!(|data: &[u8]| {
             a.engine.handle_timeout(now);
             b.engine.handle_timeout(now);
             while a.engine.poll_event().is_some() || b.engine.poll_event().is_some() {}
+            while let Some(qp) = b.engine.poll_held_ready() {
+                b.engine.held_ready(qp, &mut ready);
+                for h in &ready {
+                    let _ = if h.target.write {
+                        b.engine.held_source(qp, h.seq, &mut pieces, &mut bounce)
+                    } else {
+                        b.engine.held_sink(qp, h.seq, &mut pieces)
+                    };
+                    settled += 1;
+                    b.engine.settle_held(qp, h.seq, settled % 2 == 1);
+                }
+            }
         }
     }
     // Nothing outside B's registered region was written.

@@ -35,7 +35,7 @@ mod resources;
 mod schedule;
 
 pub use errors::{PostError, ResourceError};
-pub use placed::PlacedTarget;
+pub use placed::{HeldWr, PlacedTarget};
 
 /// QPN layout: 14 bits of slot index and 10 bits of slot generation, so a QPN is
 /// not reused by the next QP in the same slot.
@@ -63,8 +63,10 @@ pub struct Engine {
     inflight: u64,
     /// QPs with requests to send that wait for room under the device window.
     blocked: VecDeque<QpHandle>,
-    /// RC QPs that entered RTR since the driver last asked (`placed.rs`).
+    /// RC and UC QPs that entered RTR since the driver last asked (`placed.rs`).
     entered_rtr: VecDeque<QpHandle>,
+    /// QPs whose held WQEs may be placed now, for the driver (`placed.rs`).
+    held_ready: VecDeque<QpHandle>,
 }
 
 impl Engine {
@@ -81,6 +83,7 @@ impl Engine {
             inflight: 0,
             blocked: VecDeque::with_capacity(64),
             entered_rtr: VecDeque::new(),
+            held_ready: VecDeque::new(),
             shared: Shared {
                 mrs: MrTable::new(config.max_mr as usize),
                 cqs: Slab::new(config.max_cq as usize, 0),

@@ -2,7 +2,7 @@
 //! driver moved itself, straight between the two processes' registered memory, before
 //! posting them.
 //!
-//! When the driver has negotiated the same-host path with the peer of an RC QP
+//! When the driver has negotiated the same-host path with the peer of an RC or UC QP
 //! ([`Engine::set_same_host`]), it may move an RDMA WRITE's or READ's bytes with
 //! `process_vm_writev`/`process_vm_readv` after checking the peer's published memory
 //! region table, and then post the work request *placed*
@@ -42,13 +42,73 @@
 //! A locally completed WRITE's completion means what an RC ACK means: its bytes are in
 //! the target's memory. Anything else goes the UDP way.
 //!
+//! Held WQEs: a WRITE or READ posted while the only WQEs ahead of it that are not
+//! placed are WRITEs and READs that went by UDP (posted before the path was up, say)
+//! is *held* ([`Engine::post_send_held`]) rather than sent by UDP behind them: an
+//! application that keeps its send queue full (as perftest does) would otherwise
+//! keep the QP off the path for good. The post returns at once (verbs: posting
+//! never waits for the transport). The requester starts nothing while its cursor is
+//! on a held WQE, so nothing posted after it is sent before it. Once every WQE
+//! ahead of the first held one is placed or retired, the QP is reported
+//! ([`Engine::poll_held_ready`]); the driver moves the bytes of the held WQEs
+//! ([`Engine::held_ready`], [`Engine::held_source`], [`Engine::held_sink`]) and
+//! settles each ([`Engine::settle_held`]): placed, or released to go by UDP (its
+//! bytes could not move: the responder then gives the status IBA defines). A QP
+//! entering ERR flushes held WQEs with the rest (WR_FLUSH_ERR).
+//!
 //! The peer's side of a placed WRITE is its acceptance: [`Engine::set_accepts_placed`],
 //! and every later change of that QP's state or access flags, queued for the driver to
 //! republish ([`Engine::poll_placed_change`]); a QP entering ERR stops accepting.
 
 use super::{Engine, PostError, ResourceError};
-use crate::types::{QpHandle, QpState, QpType};
-use crate::wr::{Payload, SendOp, SendWr};
+use crate::qp::Qp;
+use crate::types::{AccessFlags, QpHandle, QpState, QpType};
+use crate::wr::{Payload, SendFlags, SendOp, SendWr, Sge};
+
+/// How a send WR enters the queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Posting {
+    /// For the transport (UDP).
+    Usual,
+    /// Its bytes moved already.
+    Placed,
+    /// Held until it may be placed.
+    Held,
+}
+
+/// A held WQE that may be placed now ([`Engine::held_ready`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeldWr {
+    /// Its place in the send queue (for [`Engine::settle_held`]).
+    pub seq: u64,
+    /// Where its bytes go or come from.
+    pub target: PlacedTarget,
+}
+
+impl Qp {
+    /// The first held WQE, if every WQE ahead of it is placed and placement may go
+    /// on (the same-host path, RTS).
+    pub(crate) fn first_held_ready(&self) -> Option<u64> {
+        if self.sq.held == 0 || !self.same_host || self.state() != QpState::Rts {
+            return None;
+        }
+        for seq in self.sq.head..self.sq.tail {
+            let w = self.sq.get(seq);
+            if w.held {
+                return Some(seq);
+            }
+            if !w.placed {
+                return None;
+            }
+        }
+        None
+    }
+
+    /// Whether every WQE not yet retired is placed.
+    fn all_placed(&self) -> bool {
+        (self.sq.head..self.sq.tail).all(|seq| self.sq.get(seq).placed)
+    }
+}
 
 /// Where a WRITE or READ the driver may place goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,14 +149,14 @@ impl PlacedTarget {
 }
 
 impl Engine {
-    /// Turns the same-host path of an RC QP on or off (the driver negotiated it with
+    /// Turns the same-host path of an RC or UC QP on or off (the driver negotiated it with
     /// the peer): its responder accepts header-only placed WRITEs, and
     /// [`Engine::post_send_placed`] accepts work. Cleared when the QP goes to RESET.
     pub fn set_same_host(&mut self, qp: QpHandle, on: bool) -> Result<(), ResourceError> {
         let q = self.qps.get_mut(qp.0).ok_or(ResourceError::UnknownObject)?;
-        if q.init.qp_type != QpType::Rc {
+        if !matches!(q.init.qp_type, QpType::Rc | QpType::Uc) {
             return Err(ResourceError::Unsupported(
-                "the same-host path is for RC QPs",
+                "the same-host path is for RC and UC QPs",
             ));
         }
         q.same_host = on;
@@ -109,9 +169,9 @@ impl Engine {
     /// into this QP's memory), without placing itself.
     pub fn set_accepts_placed(&mut self, qp: QpHandle, on: bool) -> Result<(), ResourceError> {
         let q = self.qps.get_mut(qp.0).ok_or(ResourceError::UnknownObject)?;
-        if q.init.qp_type != QpType::Rc {
+        if !matches!(q.init.qp_type, QpType::Rc | QpType::Uc) {
             return Err(ResourceError::Unsupported(
-                "the same-host path is for RC QPs",
+                "the same-host path is for RC and UC QPs",
             ));
         }
         q.resp.accept_placed = on;
@@ -139,7 +199,7 @@ impl Engine {
         self.shared.placed_changes.pop_front()
     }
 
-    /// The next RC QP that entered RTR (its peer is known now), for the driver to
+    /// The next RC or UC QP that entered RTR (its peer is known now), for the driver to
     /// offer the same-host path to.
     pub fn poll_entered_rtr(&mut self) -> Option<QpHandle> {
         self.entered_rtr.pop_front()
@@ -157,16 +217,15 @@ impl Engine {
         let Some(q) = self.qps.get(qp.0) else {
             return false;
         };
-        q.same_host
-            && q.state() == QpState::Rts
-            && (q.sq.head..q.sq.tail).all(|seq| q.sq.get(seq).placed)
+        q.same_host && q.state() == QpState::Rts && q.all_placed()
     }
 
     /// Whether the QP has the same-host path and placement waits only for RDMA WRITEs
     /// (without immediate) and READs that went by UDP (posted before the path was up,
-    /// say): those complete without the peer application doing anything, so a poster
-    /// may wait for them rather than send one more by UDP behind them, and again, for
-    /// as long as the application keeps the queue full.
+    /// say): those complete without the peer application doing anything, so a WRITE
+    /// or READ posted now may be held until they did ([`Engine::post_send_held`])
+    /// rather than sent by UDP behind them, and again, for as long as the
+    /// application keeps the queue full.
     pub fn placement_waits_for_one_sided(&self, qp: QpHandle) -> bool {
         let Some(q) = self.qps.get(qp.0) else {
             return false;
@@ -234,14 +293,20 @@ impl Engine {
     /// The local memory a READ lands in, as (address, length) pieces, when its SGEs
     /// resolve in the QP's PD with LOCAL_WRITE (as the UDP path requires of a READ's
     /// local SGEs); `false` otherwise (the UDP path then completes it with the
-    /// local error it deserves).
+    /// local error it deserves). Never on a UC QP: UC has no READ (IBA 9.8.1), and
+    /// its post fails, so no byte may move for it.
     pub fn placement_sink(
         &self,
         qp: QpHandle,
         wr: &SendWr<'_>,
         out: &mut Vec<(u64, usize)>,
     ) -> bool {
-        self.sge_pieces(qp, wr, crate::types::AccessFlags::LOCAL_WRITE, out)
+        out.clear();
+        let rc = self
+            .qps
+            .get(qp.0)
+            .is_some_and(|q| q.init.qp_type == QpType::Rc);
+        rc && self.sge_pieces(qp, wr, crate::types::AccessFlags::LOCAL_WRITE, out)
     }
 
     /// `wr`'s SGEs as (address, length) pieces into `out`, skipping empty ones, when
@@ -257,6 +322,19 @@ impl Engine {
         let (Some(q), Payload::Sges(list)) = (self.qps.get(qp.0), wr.payload) else {
             return false;
         };
+        self.list_pieces(q, list, access, out)
+    }
+
+    /// `list` as (address, length) pieces into `out` (cleared first), skipping empty
+    /// SGEs, when every SGE resolves in `q`'s PD with `access`; `false` otherwise.
+    fn list_pieces(
+        &self,
+        q: &Qp,
+        list: &[Sge],
+        access: AccessFlags,
+        out: &mut Vec<(u64, usize)>,
+    ) -> bool {
+        out.clear();
         if self.shared.check_sges(q.init.pd, list, access).is_err() {
             return false;
         }
@@ -280,6 +358,152 @@ impl Engine {
         if !target.write && !matches!(wr.payload, Payload::Sges(_)) {
             return Err(PostError::InvalidOpcode);
         }
-        self.post_send_inner(qp, wr, true)
+        self.post_send_inner(qp, wr, Posting::Placed)
+    }
+
+    /// Whether `wr`, posted now, should be held for placement rather than sent by
+    /// UDP (see the module comment): an RDMA WRITE or READ with bytes to move, on a QP
+    /// with the path in RTS, behind held WQEs or behind WRITEs and READs by UDP only
+    /// ([`Engine::placement_waits_for_one_sided`]).
+    pub fn should_hold(&self, qp: QpHandle, wr: &SendWr<'_>) -> bool {
+        let Some(q) = self.qps.get(qp.0) else {
+            return false;
+        };
+        // (A READ only on RC: UC has none, IBA 9.8.1.)
+        let rc = q.init.qp_type == QpType::Rc;
+        let holds = PlacedTarget::of(wr).is_some_and(|t| {
+            t.len > 0 && (t.write || rc && matches!(wr.payload, Payload::Sges(_)))
+        });
+        holds
+            && q.same_host
+            && q.state() == QpState::Rts
+            && (q.sq.held > 0 || self.placement_waits_for_one_sided(qp))
+    }
+
+    /// Posts an RDMA WRITE or READ held for placement: it takes its slot in the
+    /// send queue now and is sent or completed once the driver settles it
+    /// ([`Engine::settle_held`]). Only on a QP with the path in RTS (else
+    /// `InvalidOpcode`, as for any other operation, or a READ whose payload is not
+    /// SGEs); the usual checks otherwise.
+    pub fn post_send_held(&mut self, qp: QpHandle, wr: &SendWr<'_>) -> Result<(), PostError> {
+        let q = self.qps.get(qp.0).ok_or(PostError::UnknownQp)?;
+        if !q.same_host || q.state() != QpState::Rts {
+            return Err(PostError::InvalidOpcode);
+        }
+        let target = PlacedTarget::of(wr).ok_or(PostError::InvalidOpcode)?;
+        if !target.write && !matches!(wr.payload, Payload::Sges(_)) {
+            return Err(PostError::InvalidOpcode);
+        }
+        self.post_send_inner(qp, wr, Posting::Held)
+    }
+
+    /// The next QP whose held WQEs may be placed now: every WQE ahead of the first
+    /// held one is placed or retired ([`Engine::held_ready`] lists them).
+    pub fn poll_held_ready(&mut self) -> Option<QpHandle> {
+        let qp = self.held_ready.pop_front()?;
+        if let Some(q) = self.qps.get_mut(qp.0) {
+            q.held_queued = false;
+        }
+        Some(qp)
+    }
+
+    /// The held WQEs of `qp` that may be placed now, in order, into `out` (cleared
+    /// first): the first held one, if every WQE ahead of it is placed, and the held
+    /// ones right after it.
+    pub fn held_ready(&self, qp: QpHandle, out: &mut Vec<HeldWr>) {
+        out.clear();
+        let Some(q) = self.qps.get(qp.0) else {
+            return;
+        };
+        let Some(first) = q.first_held_ready() else {
+            return;
+        };
+        for seq in first..q.sq.tail {
+            let w = q.sq.get(seq);
+            if !w.held {
+                break;
+            }
+            let (remote_addr, rkey, write) = match w.op {
+                SendOp::RdmaWrite { remote_addr, rkey }
+                | SendOp::RdmaWriteWithImm {
+                    remote_addr, rkey, ..
+                } => (remote_addr, rkey, true),
+                SendOp::RdmaRead { remote_addr, rkey } => (remote_addr, rkey, false),
+                _ => break,
+            };
+            out.push(HeldWr {
+                seq,
+                target: PlacedTarget {
+                    remote_addr,
+                    rkey: rkey.0,
+                    len: w.length as usize,
+                    write,
+                },
+            });
+        }
+    }
+
+    /// The held WQE `seq` of `qp`, if it is one.
+    fn held_wqe(&self, qp: QpHandle, seq: u64) -> Option<&Qp> {
+        let q = self.qps.get(qp.0)?;
+        let held = seq >= q.sq.head && seq < q.sq.tail && q.sq.get(seq).held;
+        held.then_some(q)
+    }
+
+    /// Where held WRITE `seq`'s bytes come from: its SGEs as (address, length) pieces
+    /// when they resolve in the QP's PD, or a copy of its inline data in `bounce`
+    /// (`pieces` empty). `false` if they do not resolve (the UDP path then
+    /// completes it with the local error it deserves) or `seq` is not held.
+    pub fn held_source(
+        &self,
+        qp: QpHandle,
+        seq: u64,
+        pieces: &mut Vec<(u64, usize)>,
+        bounce: &mut Vec<u8>,
+    ) -> bool {
+        pieces.clear();
+        bounce.clear();
+        let Some(q) = self.held_wqe(qp, seq) else {
+            return false;
+        };
+        if q.sq.get(seq).flags.contains(SendFlags::INLINE) {
+            bounce.extend_from_slice(q.sq.inline_data(seq));
+            return true;
+        }
+        self.list_pieces(q, q.sq.sges(seq), AccessFlags::EMPTY, pieces)
+    }
+
+    /// Where held READ `seq`'s bytes land, as (address, length) pieces, when its SGEs
+    /// resolve in the QP's PD with LOCAL_WRITE; `false` otherwise, or if `seq` is not
+    /// held.
+    pub fn held_sink(&self, qp: QpHandle, seq: u64, pieces: &mut Vec<(u64, usize)>) -> bool {
+        pieces.clear();
+        let Some(q) = self.held_wqe(qp, seq) else {
+            return false;
+        };
+        self.list_pieces(q, q.sq.sges(seq), AccessFlags::LOCAL_WRITE, pieces)
+    }
+
+    /// Ends the hold of WQE `seq`: `moved`, its bytes moved and it is placed (if
+    /// every WQE ahead of it still is, on a QP that still has the path in RTS);
+    /// otherwise it goes by UDP. Returns whether it ended placed; `false` too if
+    /// `seq` was not held (flushed meanwhile, say).
+    pub fn settle_held(&mut self, qp: QpHandle, seq: u64, moved: bool) -> bool {
+        let Some(q) = self.qps.get_mut(qp.0) else {
+            return false;
+        };
+        if seq < q.sq.head || seq >= q.sq.tail || !q.sq.get(seq).held {
+            return false;
+        }
+        let placed = moved
+            && q.same_host
+            && q.state() == QpState::Rts
+            && (q.sq.head..seq).all(|s| q.sq.get(s).placed);
+        let w = q.sq.get_mut(seq);
+        w.held = false;
+        w.placed = placed;
+        q.sq.held -= 1;
+        self.after_activity(qp);
+        placed
     }
 }

@@ -183,7 +183,11 @@ impl Engine {
         if accepted || q.resp.accept_placed {
             self.shared.placed_changes.push_back(qp);
         }
-        if q.state() == QpState::Rtr && before != QpState::Rtr && q.init.qp_type == QpType::Rc {
+        // (Connected QPs: the same-host path is for RC and UC, `placed.rs`.)
+        if q.state() == QpState::Rtr
+            && before != QpState::Rtr
+            && matches!(q.init.qp_type, QpType::Rc | QpType::Uc)
+        {
             self.entered_rtr.push_back(qp);
         }
         self.after_activity(qp);
@@ -209,15 +213,16 @@ impl Engine {
     }
 
     pub(super) fn post_send_wr(&mut self, qp: QpHandle, wr: &SendWr<'_>) -> Result<(), PostError> {
-        self.post_send_inner(qp, wr, false)
+        self.post_send_inner(qp, wr, super::placed::Posting::Usual)
     }
 
-    /// Posts `wr`; `placed`: its bytes were moved already (`placed.rs`).
+    /// Posts `wr` the usual way, placed (its bytes were moved already) or held for
+    /// placement (`placed.rs`).
     pub(super) fn post_send_inner(
         &mut self,
         qp: QpHandle,
         wr: &SendWr<'_>,
-        placed: bool,
+        posting: super::placed::Posting,
     ) -> Result<(), PostError> {
         let q = self.qps.get_mut(qp.0).ok_or(PostError::UnknownQp)?;
         let state = q.state();
@@ -244,7 +249,12 @@ impl Engine {
             wr.flags.without(SendFlags::INLINE),
             wr.payload,
         )?;
-        q.sq.get_mut(seq).placed = placed;
+        let wqe = q.sq.get_mut(seq);
+        wqe.placed = posting == super::placed::Posting::Placed;
+        wqe.held = posting == super::placed::Posting::Held;
+        if wqe.held {
+            q.sq.held += 1;
+        }
         if matches!(state, QpState::Err | QpState::Sqe) {
             // Posting to a QP in error (or a UC send queue in error) completes at
             // once with a flush error.

@@ -125,6 +125,10 @@ impl Engine {
                 }
             }
             rearm_qp(&mut self.timers, qp, q);
+            if q.sq.held > 0 && !q.held_queued && q.first_held_ready().is_some() {
+                q.held_queued = true;
+                self.held_ready.push_back(qp);
+            }
         }
         self.wake_blocked();
     }

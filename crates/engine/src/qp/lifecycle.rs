@@ -21,6 +21,8 @@ impl Qp {
             self.retire_send(shared, seq, status);
             self.sq.head += 1;
         }
+        // Held WQEs were flushed with the rest.
+        self.sq.held = 0;
         let psn = self.req.next_psn;
         self.req.reset(psn, self.sq.head);
         self.comp.reset(psn);

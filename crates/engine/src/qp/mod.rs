@@ -75,6 +75,9 @@ pub(crate) struct Qp {
     pub comm_established: bool,
     /// The driver negotiated the same-host path with the peer (`engine/placed.rs`).
     pub same_host: bool,
+    /// In the engine's list of QPs whose held WQEs may be placed now
+    /// (`Engine::poll_held_ready`).
+    pub held_queued: bool,
 }
 
 impl Qp {
@@ -115,6 +118,7 @@ impl Qp {
             device_blocked: false,
             comm_established: false,
             same_host: false,
+            held_queued: false,
         }
     }
 

@@ -212,6 +212,7 @@ impl Qp {
     pub(super) fn reset(&mut self) {
         self.sq.head = self.sq.tail;
         self.sq.reclaimed = self.sq.tail;
+        self.sq.held = 0;
         self.rq.head = self.rq.tail;
         let cap = self.attr.cap;
         self.attr = QpAttr {

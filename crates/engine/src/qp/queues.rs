@@ -28,6 +28,11 @@ pub(crate) struct SendWqe {
     /// posted; its one packet carries the request's headers only (see
     /// `engine/placed.rs`).
     pub placed: bool,
+    /// Same-host path: this RDMA WRITE or READ waits in the queue until the requests
+    /// ahead of it that went by UDP have completed; then the driver places it or
+    /// lets it go by UDP (`engine/placed.rs`). The requester starts no WQE while it
+    /// is on one held.
+    pub held: bool,
 }
 
 impl SendWqe {
@@ -43,6 +48,7 @@ impl SendWqe {
         read_pkts_done: 0,
         done: None,
         placed: false,
+        held: false,
     };
 
     /// Whether the requester carries it out itself, with no packet: a local
@@ -78,6 +84,8 @@ pub(crate) struct SendQueue {
     pub reclaimed: u64,
     /// Next sequence number to post.
     pub tail: u64,
+    /// WQEs held for placement (`SendWqe::held`) not yet retired.
+    pub held: u32,
 }
 
 /// Why a WR cannot be posted (the verbs call fails; nothing is queued).
@@ -99,6 +107,7 @@ impl SendQueue {
             head: 0,
             reclaimed: 0,
             tail: 0,
+            held: 0,
         }
     }
 

@@ -5,32 +5,33 @@
 //!
 //! - `table`: each device publishes its memory regions in a shared file that peers
 //!   map read-only; deregistration fences peers' accesses (why it is sound: there).
-//! - `hello`: the handshake on a QP's path, when an RC QP enters RTR: pid, table, and
-//!   a probe (`process_vm_readv` of a nonce) that proves the peer shares our PID
-//!   namespace and the kernel lets us read it (the peer may be in another network
-//!   namespace of this kernel: only the probe decides).
+//! - `hello`: the handshake on a QP's path, when an RC or UC QP enters RTR: pid,
+//!   table, and a probe (`process_vm_readv` of a nonce) that proves the peer shares
+//!   our PID namespace and the kernel lets us read it (the peer may be in another
+//!   network namespace of this kernel: only the probe decides).
 //! - `retry`: an offer that got no answer is resent (sans-IO timers).
+//! - `post`: the post path: check the peer QP's word and region entry, move the bytes
+//!   (a READ's straight into the local region), post the WR *placed* (the engine's
+//!   `engine/placed.rs`: order, completions, why ordering holds), or held behind
+//!   WRITEs and READs by UDP and placed once they completed.
 //! - here: what the driver keeps (its table, the peers' tables, which QPs place into
-//!   which peer, which of ours accept placed work) and the post path: check the peer
-//!   QP's word and region entry, move the bytes (a READ's straight into the local
-//!   region), post the WR *placed* (the engine's `engine/placed.rs`: order,
-//!   completions, why ordering holds).
+//!   which peer, which of ours accept placed work) and the handshake's handling.
 //!
 //! `SOFTVERBS_SAME_HOST=0` turns it off, `1` warns when a QP cannot have it. Counters:
 //! `same_host_*` in `softverbs stat`, with one `same_host_qp_<qpn>` line per QP that
 //! uses the path.
 
 pub use softverbs_wire::samehost as hello;
+mod post;
 pub mod retry;
 pub mod table;
 pub mod vm;
 
 use crate::config::SameHostMode;
 use hello::{Hello, Kind};
+use post::PlaceState;
 use retry::OfferTimers;
-use softverbs_engine::{
-    AccessFlags, Engine, Instant, Payload, PlacedTarget, QpHandle, QpState, SendWr,
-};
+use softverbs_engine::{AccessFlags, Engine, Instant, QpHandle, QpState};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -62,14 +63,13 @@ pub struct SameHostCounters {
     pub dereg_waits: AtomicU64,
     /// Offers sent again because no answer came (`retry.rs`).
     pub offers_resent: AtomicU64,
-    /// Posts that waited for earlier WRITEs and READs sent by UDP to complete before
-    /// placing.
-    pub udp_drains: AtomicU64,
+    /// WRITEs and READs held in the send queue until the WRITEs and READs by UDP
+    /// ahead of them completed (`engine/placed.rs`), rather than sent by UDP.
+    pub held: AtomicU64,
+    /// Posts on QPs with the path: a list of WRs (`ibv_post_send` with a chain) counts
+    /// once, as it takes the placement and device locks once.
+    pub posts: AtomicU64,
 }
-
-/// The longest a post waits for RDMA WRITEs and READs that went by UDP before it may
-/// place (`SameHost::wait_for_udp_one_sided`).
-const UDP_DRAIN_BOUND: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// A QP that places into its peer.
 #[derive(Clone)]
@@ -93,9 +93,9 @@ pub(crate) struct SameHost {
     /// accepted by, or accepted, one of our QPs) is here, for the fence.
     peers: Mutex<HashMap<String, Arc<PeerTable>>>,
     qps: Mutex<HashMap<QpHandle, QpLink>>,
-    /// QPs whose last wait for UDP-borne WRITEs and READs ran out
-    /// (`wait_for_udp_one_sided`): no more waits until one of their WRs is placed.
-    drain_gave_up: Mutex<std::collections::HashSet<QpHandle>>,
+    /// QPs whose held WRs may be placed now, reported by the engine and not yet
+    /// handled ([`SameHost::place_held`]).
+    held_ready: Mutex<Vec<QpHandle>>,
     /// Our QPs whose acceptance is published in our table (their QPNs).
     published_qps: Mutex<HashMap<QpHandle, u32>>,
     /// Offers made per QP, and their resend timers (`retry.rs`).
@@ -120,24 +120,6 @@ pub(crate) trait EngineAccess {
     fn with(&self, f: &mut dyn FnMut(&mut Engine));
     /// Runs `f` on the engine for a look only (nothing to send).
     fn read(&self, f: &mut dyn FnMut(&mut Engine));
-}
-
-/// A WR of a list waiting to be posted.
-#[derive(Debug, Clone, Copy)]
-enum Pending {
-    /// A WRITE or READ whose bytes moved.
-    Placed,
-    /// The usual way (UDP).
-    Usual,
-}
-
-/// The buffers of placement, reused.
-#[derive(Default)]
-struct PlaceState {
-    /// A WRITE's local pieces, or where a READ lands (address, length).
-    pieces: Vec<(u64, usize)>,
-    /// A WRITE's inline bytes.
-    bounce: Vec<u8>,
 }
 
 /// A handshake datagram to send, and where.
@@ -203,7 +185,7 @@ impl SameHost {
             peers: Mutex::new(HashMap::new()),
             qps: Mutex::new(HashMap::new()),
             published_qps: Mutex::new(HashMap::new()),
-            drain_gave_up: Mutex::new(std::collections::HashSet::new()),
+            held_ready: Mutex::new(Vec::new()),
             offers: Mutex::new(OfferTimers::default()),
             hello_drops: AtomicU32::new(drop_first_hellos),
             place: Mutex::new(PlaceState::default()),
@@ -404,8 +386,10 @@ impl SameHost {
         with_engine(&mut |e| {
             ours = e.qp_by_qpn(h.dest_qpn).filter(|&qp| {
                 e.query_qp(qp).is_some_and(|(a, i)| {
-                    i.qp_type == softverbs_engine::QpType::Rc
-                        && a.av == Some(src)
+                    matches!(
+                        i.qp_type,
+                        softverbs_engine::QpType::Rc | softverbs_engine::QpType::Uc
+                    ) && a.av == Some(src)
                         && a.dest_qp_num == h.src_qpn.value()
                         && matches!(a.qp_state, QpState::Rtr | QpState::Rts)
                 })
@@ -505,7 +489,6 @@ impl SameHost {
     /// Forgets a destroyed QP.
     pub fn forget_qp(&self, qp: QpHandle) {
         lock(&self.qps).remove(&qp);
-        lock(&self.drain_gave_up).remove(&qp);
         if let (Some(t), Some(qpn)) = (&self.table, lock(&self.published_qps).remove(&qp)) {
             t.withdraw_qp(qpn);
         }
@@ -517,290 +500,6 @@ impl SameHost {
         let mut v: Vec<u32> = lock(&self.qps).values().map(|l| l.qpn).collect();
         v.sort_unstable();
         v
-    }
-
-    /// Posts `wrs` on a QP with the path, in order: each RDMA WRITE or READ whose bytes
-    /// can move now is placed, the others (and every WR after the first of them) are
-    /// posted the usual way; all together, under one device lock (one transmission). `None`: the QP has no path; post the usual way. On error, the
-    /// index of the first WR not posted (nothing of it or after it moved, unless another
-    /// thread filled the send queue meanwhile).
-    pub fn post_list(
-        &self,
-        qp: QpHandle,
-        wrs: &[SendWr<'_>],
-        engine: &dyn EngineAccess,
-    ) -> Option<Result<(), (usize, softverbs_engine::PostError)>> {
-        let table = self.table.as_ref()?;
-        let link = self.link(qp)?;
-        if wrs.first().and_then(PlacedTarget::of).is_some() {
-            self.wait_for_udp_one_sided(qp, engine);
-        }
-        let mut guard = lock(&self.place);
-        let st = &mut *guard;
-        let mut pending: Vec<(usize, Pending)> = Vec::with_capacity(wrs.len());
-        // Once a WR goes the usual way, the later ones of the list do too: their
-        // bytes must not land before it executes (ordering, `engine/placed.rs`).
-        let mut placing = true;
-        for (i, wr) in wrs.iter().enumerate() {
-            if placing && self.place_one(table, &link, qp, wr, None, st, pending.len(), engine) {
-                pending.push((i, Pending::Placed));
-                continue;
-            }
-            placing = false;
-            pending.push((i, Pending::Usual));
-        }
-        if pending.iter().any(|&(_, k)| matches!(k, Pending::Placed)) {
-            lock(&self.drain_gave_up).remove(&qp);
-        }
-        // Posted under the placement lock too: another thread's placements cannot
-        // take the send queue slots these were counted on.
-        let r = self.flush(qp, wrs, &mut pending, engine);
-        drop(guard);
-        Some(r)
-    }
-
-    /// A copy of `qp`'s link (outside the lock, for the copy that follows), if it has one.
-    fn link(&self, qp: QpHandle) -> Option<QpLink> {
-        lock(&self.qps).get(&qp).cloned()
-    }
-
-    /// Posts the RDMA WRITE (with or without immediate) `wr` placed, its bytes taken from
-    /// `source` (memory of the caller, in order) instead of its payload, which then only
-    /// gives the length: a stream writes from its caller's buffer without staging the
-    /// bytes in its registered send ring first. `None` when the QP has no path, or the
-    /// write cannot be placed now: then nothing was posted, and the caller posts `wr`
-    /// the usual way with its payload holding the bytes (which may have reached the
-    /// peer's memory already: the usual write then carries the same bytes over them,
-    /// into a range the peer granted and does not read before the write's completion).
-    pub fn post_write_from(
-        &self,
-        qp: QpHandle,
-        wr: &SendWr<'_>,
-        source: &[&[u8]],
-        engine: &dyn EngineAccess,
-    ) -> Option<Result<(), softverbs_engine::PostError>> {
-        let table = self.table.as_ref()?;
-        let target = PlacedTarget::of(wr)?;
-        if !target.write || source.iter().map(|s| s.len()).sum::<usize>() != target.len {
-            return None;
-        }
-        let link = self.link(qp)?;
-        let mut st = lock(&self.place);
-        if !self.place_one(table, &link, qp, wr, Some(source), &mut st, 0, engine) {
-            return None;
-        }
-        let c = &self.counters;
-        let mut result = None;
-        engine.with(&mut |e| {
-            // Another WR may have gone the usual way since the check: then this one must
-            // too, after it (ordering), from its payload.
-            if !e.placement_ready(qp) {
-                return;
-            }
-            result = Some(e.post_send_placed(qp, wr));
-        });
-        match result {
-            Some(Ok(())) => {
-                c.writes.fetch_add(1, Ordering::Relaxed);
-                c.bytes_written
-                    .fetch_add(target.len as u64, Ordering::Relaxed);
-            }
-            Some(Err(_)) => {}
-            None => {
-                c.fallbacks.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        result
-    }
-
-    /// Before placing: if only RDMA WRITEs and READs that went by UDP hold placement
-    /// back ([`Engine::placement_waits_for_one_sided`]), waits for them (at most
-    /// [`UDP_DRAIN_BOUND`]). Else an application that keeps its send queue full (as
-    /// perftest's bandwidth tests do) would send every later WR by UDP behind the
-    /// earlier ones, for good: those posted before the handshake ended would keep
-    /// the QP off the path. They complete without the peer application's help, in the
-    /// time UDP takes to move them.
-    /// A wait that runs out is not tried again for the QP until one of its WRs is
-    /// placed: many large WRs by UDP may take longer, and every post must not pay it.
-    fn wait_for_udp_one_sided(&self, qp: QpHandle, engine: &dyn EngineAccess) {
-        let mut waits = false;
-        engine.read(&mut |e| waits = e.placement_waits_for_one_sided(qp));
-        if !waits || lock(&self.drain_gave_up).contains(&qp) {
-            return;
-        }
-        self.counters.udp_drains.fetch_add(1, Ordering::Relaxed);
-        let deadline = std::time::Instant::now() + UDP_DRAIN_BOUND;
-        while waits && std::time::Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_micros(20));
-            engine.read(&mut |e| waits = e.placement_waits_for_one_sided(qp));
-        }
-        if waits {
-            lock(&self.drain_gave_up).insert(qp);
-        }
-    }
-
-    /// Moves the bytes of `wr` if it is an RDMA WRITE or READ that can be placed now,
-    /// `pending` placed WRs not yet posted before it; whether it was. A WRITE's bytes
-    /// come from `source` when given, else from its payload. The system calls happen
-    /// here, without the device lock (a READ lands straight in the local registered
-    /// memory its SGEs name).
-    #[allow(clippy::too_many_arguments)]
-    fn place_one(
-        &self,
-        table: &OwnTable,
-        link: &QpLink,
-        qp: QpHandle,
-        wr: &SendWr<'_>,
-        source: Option<&[&[u8]]>,
-        st: &mut PlaceState,
-        pending: usize,
-        engine: &dyn EngineAccess,
-    ) -> bool {
-        let Some(target) = PlacedTarget::of(wr) else {
-            return false;
-        };
-        if target.len == 0 {
-            return false;
-        }
-        // Inline data is this process's memory too: no need to copy it first.
-        let source = source.or(match &wr.payload {
-            Payload::Inline(d) => Some(std::slice::from_ref(d)),
-            Payload::InlineParts(parts) => Some(*parts),
-            Payload::Sges(_) => None,
-        });
-        let c = &self.counters;
-        let fallback = || {
-            c.fallbacks.fetch_add(1, Ordering::Relaxed);
-            false
-        };
-        let need = if target.write {
-            AccessFlags::REMOTE_WRITE
-        } else {
-            AccessFlags::REMOTE_READ
-        };
-        // The send queue must take it (bytes never move for a WR that is not posted),
-        // nothing packet-borne may be outstanding before it (ordering), and its local
-        // memory must resolve: where a WRITE's bytes come from, where a READ's land.
-        let mut ok = false;
-        engine.read(&mut |e| {
-            ok = e.placement_room(qp) > pending
-                && if target.write {
-                    source.is_some()
-                        || e.placement_source(qp, wr, &mut st.pieces)
-                        || e.gather_for_placement(qp, wr, &mut st.bounce)
-                } else {
-                    e.placement_sink(qp, wr, &mut st.pieces)
-                };
-        });
-        if let (true, Some(pieces)) = (target.write, source) {
-            st.pieces.clear();
-            st.pieces.extend(
-                pieces
-                    .iter()
-                    .filter(|p| !p.is_empty())
-                    .map(|p| (p.as_ptr() as u64, p.len())),
-            );
-        }
-        if !ok {
-            return fallback();
-        }
-        let moved = {
-            let _access = table.begin_access();
-            let peer = &link.peer;
-            // The peer QP must accept placed work from ours now (not in ERR, say) and
-            // enable the operation, or UDP, where its responder answers as IBA says.
-            let entry = if peer.qp_accepts(link.remote_qpn, link.qpn, need) {
-                peer.lookup(target.rkey)
-            } else {
-                Err(table::Refusal::QpRefuses)
-            };
-            match entry.and_then(|e| e.check(link.remote_pd, target.remote_addr, target.len, need))
-            {
-                Err(_) => {
-                    c.refusals.fetch_add(1, Ordering::Relaxed);
-                    false
-                }
-                Ok(()) if target.write && !st.pieces.is_empty() => {
-                    vm::write_gather(peer.pid(), target.remote_addr, &st.pieces).ok()
-                        == Some(target.len)
-                }
-                Ok(()) if target.write => {
-                    vm::write_to(peer.pid(), target.remote_addr, &st.bounce).ok()
-                        == Some(target.len)
-                }
-                // Straight into the local region (`quiesce_local` keeps it registered
-                // until the bytes are in).
-                Ok(()) => {
-                    vm::read_scatter(peer.pid(), target.remote_addr, &st.pieces).ok()
-                        == Some(target.len)
-                }
-            }
-        };
-        // A READ that failed part way may have changed some of its local bytes: they
-        // are the READ's to write, and the UDP path writes them again.
-        if !moved {
-            return fallback();
-        }
-        true
-    }
-
-    /// Posts the WRs waiting in `pending` (indices into `wrs`), in order, under one
-    /// device lock (one transmission for the whole list).
-    fn flush(
-        &self,
-        qp: QpHandle,
-        wrs: &[SendWr<'_>],
-        pending: &mut Vec<(usize, Pending)>,
-        engine: &dyn EngineAccess,
-    ) -> Result<(), (usize, softverbs_engine::PostError)> {
-        if pending.is_empty() {
-            return Ok(());
-        }
-        let mut result = Ok(());
-        let c = &self.counters;
-        engine.with(&mut |e| {
-            for &(i, kind) in pending.iter() {
-                let wr = &wrs[i];
-                if let Pending::Usual = kind {
-                    if let Err(err) = e.post_send(qp, wr) {
-                        result = Err((i, err));
-                        return;
-                    }
-                    continue;
-                }
-                // Another thread may have posted meanwhile: then the usual way (the
-                // bytes moved already; moving them again is harmless).
-                let placed = e.placement_ready(qp);
-                let r = if placed {
-                    e.post_send_placed(qp, wr)
-                } else {
-                    e.post_send(qp, wr)
-                };
-                if let Err(err) = r {
-                    result = Err((i, err));
-                    return;
-                }
-                let Some(t) = PlacedTarget::of(wr) else {
-                    continue;
-                };
-                let len = t.len as u64;
-                match (placed, t.write) {
-                    (false, _) => {
-                        c.fallbacks.fetch_add(1, Ordering::Relaxed);
-                    }
-                    (true, true) => {
-                        c.writes.fetch_add(1, Ordering::Relaxed);
-                        c.bytes_written.fetch_add(len, Ordering::Relaxed);
-                    }
-                    (true, false) => {
-                        c.reads.fetch_add(1, Ordering::Relaxed);
-                        c.bytes_read.fetch_add(len, Ordering::Relaxed);
-                    }
-                }
-            }
-        });
-        pending.clear();
-        result
     }
 
     /// The counter lines for `softverbs stat`.
@@ -821,7 +520,8 @@ impl SameHost {
             ),
             ("same_host_dereg_waits".to_string(), get(&c.dereg_waits)),
             ("same_host_offers_resent".to_string(), get(&c.offers_resent)),
-            ("same_host_udp_drains".to_string(), get(&c.udp_drains)),
+            ("same_host_held".to_string(), get(&c.held)),
+            ("same_host_posts".to_string(), get(&c.posts)),
         ];
         for qpn in self.qpns() {
             v.push((format!("same_host_qp_{qpn:#x}"), 1));

@@ -220,6 +220,11 @@ impl Requester {
                 return false;
             }
             let wqe = sq.get(self.cursor);
+            // Held for placement: nothing starts until the driver settles it
+            // (`engine/placed.rs`), so nothing after it is sent before it either.
+            if wqe.held {
+                return false;
+            }
             if wqe.op.is_read_or_atomic()
                 && self.rd_atomic_outstanding >= u32::from(attr.max_rd_atomic).max(1)
             {
