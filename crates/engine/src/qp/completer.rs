@@ -661,8 +661,13 @@ impl Completer {
             // again from the first one missing, as IBA does (9.7.5.1.3), but
             // what came is not thrown away. Only this requester's memory is
             // touched, and the READ completes only once every response is in.
+            // That includes the response this READ expects next when una is on
+            // an earlier READ (most often a later READ's first response while
+            // the one at una waits for a repair): it is ahead of una. Dropped,
+            // each READ after a loss would be asked again in turn as una
+            // reached it, a round trip each with the link idle.
             let ahead = ctx.shared.config.selective_repeat
-                && expected.before(psn)
+                && !psn.before(expected)
                 && self.una.distance_to(psn) < selective::WINDOW;
             if ahead && self.sr.has(psn) {
                 // A copy of a response held: the run asked again before it was lost
