@@ -57,6 +57,14 @@ pub(crate) struct Completer {
     /// that READ, see [`Completer::ask_read_again`]); its responses come after
     /// those of the READs after it, which are then no evidence of a loss in it.
     read_asked: Option<(Psn, Psn)>,
+    /// When that READ was asked again: its holes are all asked for (the requester
+    /// asks every one in the walk), so for about a round trip each hole's repair
+    /// is on its way and is not asked for again as the one before it fills.
+    read_asked_at: Option<Instant>,
+    /// The holes of that READ asked for are those before this PSN (the newest
+    /// response held then: the responder answers in order, so only a hole with
+    /// a response after it is known lost, and only those are asked for).
+    read_asked_below: Psn,
 }
 
 /// What the completer works with besides its own state, lent for one call.
@@ -113,6 +121,7 @@ impl Completer {
         self.reads_capped_until = None;
         self.newest_response = None;
         self.read_asked = None;
+        self.read_asked_at = None;
         self.sr = Scoreboard::default();
         self.sr.clear(psn);
     }
@@ -242,7 +251,61 @@ impl Completer {
         self.recovery.on_resend(now);
         self.resent = true;
         let end = w.first_psn.add(w.npsn);
+        self.note_read_asked(now, from, end);
+        v.selective = Some((from, end));
+    }
+
+    /// READ responses `[from, end)` (one READ's) are asked for again at `now`:
+    /// its holes before the newest response held.
+    fn note_read_asked(&mut self, now: Instant, from: Psn, end: Psn) {
+        let span = from.distance_to(end).min(selective::WINDOW);
+        let newest = (0..span).rev().find(|&k| self.sr.has(from.add(k)));
         self.read_asked = Some((from, end));
+        self.read_asked_at = Some(now);
+        self.read_asked_below = from.add(newest.map_or(1, |k| k + 1));
+    }
+
+    /// A response of READ `seq` at una was placed ahead at `psn` and the one
+    /// before it is missing, past the holes asked for so far: a new hole, known
+    /// lost (the responder answers in order). It is asked for at once, the holes
+    /// before it staying asked (their repairs are on their way); before, it
+    /// waited until the holes before it were filled, a round trip each, or for
+    /// the early timer.
+    fn ask_new_hole(
+        &mut self,
+        ctx: &CompleteCtx<'_>,
+        v: &mut Verdict,
+        now: Instant,
+        seq: u64,
+        psn: Psn,
+    ) {
+        let w = *ctx.sq.get(seq);
+        let expected = w.first_psn.add(w.read_pkts_done);
+        let prev = psn.sub(1);
+        if self.sr.peer != Peer::Selective
+            || Self::asking_again(v)
+            || self.una != expected
+            || !expected.before(prev)
+            || self.sr.has(prev)
+            || self.hole_asked(prev, now)
+        {
+            return;
+        }
+        let mut from = prev;
+        while expected.before(from) && !self.sr.has(from.sub(1)) {
+            from = from.sub(1);
+        }
+        if from == expected {
+            return; // the first hole: asked for as the response after it came
+        }
+        let end = w.first_psn.add(w.npsn);
+        let asked_from = match self.read_asked {
+            Some((f, e)) if e == end && f.before(from) => f,
+            _ => from,
+        };
+        self.recovery.on_resend_range(now, from, psn);
+        self.resent = true;
+        self.note_read_asked(now, asked_from, end);
         v.selective = Some((from, end));
     }
 
@@ -289,6 +352,26 @@ impl Completer {
                         || (0..l.npsn.min(selective::WINDOW))
                             .any(|k| self.sr.has(l.first_psn.add(k))))
             })
+    }
+
+    /// Whether `psn`, a READ response missing, was asked for again within about a
+    /// round trip (with the other holes of its READ): its repair is on its way.
+    fn hole_asked(&self, psn: Psn, now: Instant) -> bool {
+        let Some((from, end)) = self.read_asked else {
+            return false;
+        };
+        let srtt = self.recovery.srtt().unwrap_or(core::time::Duration::ZERO);
+        !psn.before(from)
+            && psn.before(end)
+            && psn.before(self.read_asked_below)
+            && self.read_asked_at.is_some_and(|at| now - at < 2 * srtt)
+    }
+
+    /// Whether a READ was asked again less than half a round trip ago: what
+    /// arrives now answers an earlier request, not that one.
+    fn just_asked(&self, now: Instant) -> bool {
+        let srtt = self.recovery.srtt().unwrap_or(core::time::Duration::ZERO);
+        self.read_asked_at.is_some_and(|at| now - at < srtt / 2)
     }
 
     /// Whether this verdict asks for something again already.
@@ -661,11 +744,6 @@ impl Completer {
             // again from the first one missing, as IBA does (9.7.5.1.3), but
             // what came is not thrown away. Only this requester's memory is
             // touched, and the READ completes only once every response is in.
-            // That includes the response this READ expects next when una is on
-            // an earlier READ (most often a later READ's first response while
-            // the one at una waits for a repair): it is ahead of una. Dropped,
-            // each READ after a loss would be asked again in turn as una
-            // reached it, a round trip each with the link idle.
             let ahead = ctx.shared.config.selective_repeat
                 && !psn.before(expected)
                 && self.una.distance_to(psn) < selective::WINDOW;
@@ -673,7 +751,7 @@ impl Completer {
                 // A copy of a response held: the run asked again before it was lost
                 // again (see `requester/build.rs`): ask once more.
                 ctx.shared.counters.drop_out_of_sequence += 1;
-                if self.una == expected && !Self::asking_again(v) {
+                if self.una == expected && !self.just_asked(now) && !Self::asking_again(v) {
                     self.ask_read_again(ctx, v, now, seq, expected);
                 }
                 return;
@@ -686,6 +764,16 @@ impl Completer {
                 }
                 self.sr.set_held(psn);
                 ctx.shared.counters.read_responses_ahead += 1;
+                if self.read_asked_at == Some(now)
+                    && self
+                        .read_asked
+                        .is_some_and(|(f, e)| f.before(psn) && psn.before(e))
+                    && self.read_asked_below.before(psn.next())
+                {
+                    // Asked for as this response came: the holes before it are.
+                    self.read_asked_below = psn.next();
+                }
+                self.ask_new_hole(ctx, v, now, seq, psn);
                 return;
             }
             ctx.shared.counters.drop_out_of_sequence += 1;
@@ -741,6 +829,7 @@ impl Completer {
                 let later_seen = self.later_read_answered(ctx, seq, next);
                 if (held_beyond || seen_beyond || later_seen)
                     && self.rewound_to != Some(next)
+                    && !self.hole_asked(next, now)
                     && !Self::asking_again(v)
                 {
                     self.ask_read_again(ctx, v, now, seq, next);

@@ -439,12 +439,15 @@ impl Requester {
             // one always goes again (the responder holds it but could not commit
             // it, e.g. its RNR NAK was lost). A READ some of whose responses came
             // reached the responder: it is asked again for what is missing when
-            // una reaches it (the completer does that), not from here.
+            // una reaches it (the completer does that), not from here — unless
+            // the cursor is past its next response, on a hole a selective walk
+            // asks for (`build.rs`, `Completer::ask_new_hole`).
             let is_read = matches!(w.op, SendOp::RdmaRead { .. });
             let held = psn != una
                 && if is_read {
-                    w.read_pkts_done > 0
-                        || (0..w.npsn.min(WINDOW)).any(|k| board.has(w.first_psn.add(k)))
+                    self.cursor_pkt <= w.read_pkts_done
+                        && (w.read_pkts_done > 0
+                            || (0..w.npsn.min(WINDOW)).any(|k| board.has(w.first_psn.add(k))))
                 } else {
                     !w.runs_locally() && !w.op.is_atomic() && board.holds(una, psn)
                 };
