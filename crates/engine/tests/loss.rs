@@ -28,6 +28,24 @@ struct Tap {
     /// The answers arriving with these indexes (0: the first) are dropped on
     /// arrival.
     drop_answers: Vec<u64>,
+    /// From `.0` until `.1` the node does not run (its process is not scheduled):
+    /// what arrives waits in `backlog` (its socket buffer), its timers wait.
+    stall: Option<(Instant, Instant)>,
+    backlog: Vec<(SocketAddr, Vec<u8>)>,
+}
+
+impl Tap {
+    fn stalled(&self, now: Instant) -> bool {
+        self.stall
+            .is_some_and(|(from, until)| from <= now && now < until)
+    }
+
+    /// After a stall, what arrived meanwhile is read, in order.
+    fn catch_up(&mut self, now: Instant) {
+        for (src, data) in std::mem::take(&mut self.backlog) {
+            self.receive(now, src, &data);
+        }
+    }
 }
 
 impl Node for Tap {
@@ -35,6 +53,43 @@ impl Node for Tap {
         self.e.local_addr()
     }
     fn handle_datagram(&mut self, now: Instant, src: SocketAddr, data: &[u8]) {
+        if self.stalled(now) {
+            self.backlog.push((src, data.to_vec()));
+            return;
+        }
+        self.catch_up(now);
+        self.receive(now, src, data);
+    }
+    fn handle_timeout(&mut self, now: Instant) {
+        if self.stalled(now) {
+            return;
+        }
+        self.catch_up(now);
+        self.e.handle_timeout(now);
+    }
+    fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        if self.stalled(now) {
+            return None;
+        }
+        self.catch_up(now);
+        self.transmit(now, buf)
+    }
+    fn poll_timeout(&self) -> Option<Instant> {
+        let next = self.e.poll_timeout();
+        let Some((from, until)) = self.stall else {
+            return next;
+        };
+        // During a stall nothing runs: what falls due, or arrives, then is
+        // handled when it ends.
+        if !self.backlog.is_empty() {
+            return Some(until);
+        }
+        next.map(|t| if from <= t && t < until { until } else { t })
+    }
+}
+
+impl Tap {
+    fn receive(&mut self, now: Instant, src: SocketAddr, data: &[u8]) {
         if let Ok(p) = softverbs_wire::RocePacket::new_checked(data) {
             if !p.info().is_request {
                 self.answers_seen += 1;
@@ -45,18 +100,13 @@ impl Node for Tap {
         }
         self.e.handle_datagram(now, src, data);
     }
-    fn handle_timeout(&mut self, now: Instant) {
-        self.e.handle_timeout(now);
-    }
-    fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+
+    fn transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         let t = Node::poll_transmit(&mut self.e, now, buf)?;
         let p = softverbs_wire::RocePacket::new_checked(&buf[..t.len]).expect("well formed");
         self.sent
             .push((p.info().is_request, p.bth().resv7(), self.answers_seen > 0));
         Some(t)
-    }
-    fn poll_timeout(&self) -> Option<Instant> {
-        self.e.poll_timeout()
     }
 }
 
@@ -164,6 +214,8 @@ impl Net {
                 sent: Vec::new(),
                 answers_seen: 0,
                 drop_answers: Vec::new(),
+                stall: None,
+                backlog: Vec::new(),
             });
             ends.push(End {
                 node,
@@ -309,6 +361,7 @@ fn transfer_budget(
         rd_atomic,
         read_budget,
         Mtu::Mtu4096,
+        None,
     )
 }
 
@@ -323,6 +376,7 @@ fn transfer_mtu(
     rd_atomic: u8,
     read_budget: u32,
     mtu: Mtu,
+    stall_b: Option<(Duration, Duration)>,
 ) -> Run {
     let buf_len = 2 * n * SIZE;
     let mut net = Net::build(seed, faults, sr, buf_len, mtu, rd_atomic, read_budget);
@@ -331,6 +385,10 @@ fn transfer_mtu(
     fill(&mut net.ends[src].buf[..n * SIZE], seed);
     let (a_mr, b_mr) = (net.ends[0].mr, net.ends[1].mr);
     let start = net.sim.now();
+    if let Some((from, len)) = stall_b {
+        let b = net.ends[1].node;
+        net.sim.node_mut(b).stall = Some((start + from, start + from + len));
+    }
     let mut posted = 0usize;
     let mut done = 0usize;
     let mut received = 0usize;
@@ -893,6 +951,8 @@ fn the_device_window_bounds_packets_in_flight_across_qps() {
             sent: Vec::new(),
             answers_seen: 0,
             drop_answers: Vec::new(),
+            stall: None,
+            backlog: Vec::new(),
         }));
     }
     for i in 0..2 {
@@ -1304,4 +1364,41 @@ fn a_read_stream_at_5_percent_loss_within_twice_lossless() {
         .map(|(_, ratio, _)| *ratio)
         .fold(0.0, f64::max);
     assert!(worst <= 2.0, "READ stream at 5 %: {worst:.2}x lossless");
+}
+
+/// A peer that stops running for 5 ms in the middle of a SEND or WRITE stream
+/// (its process not scheduled: nothing is lost, what arrives waits in its socket
+/// buffer) costs the tail-loss probe and one packet per backed-off early
+/// timeout, not a go-back over everything in flight per timeout: 5 packets sent
+/// again here, 153 before (1 probe, 4 timeouts going back over about 38 packets
+/// each). When the peer runs again its answer acknowledges packets the timeouts
+/// never resent, so the timeout is found spurious and nothing more goes again
+/// (RFC 5682's test). Both with selective repeat and go-back-N.
+#[test]
+fn a_stalled_peer_costs_no_go_back_over_what_is_in_flight() {
+    let faults = Faults {
+        delay: Duration::from_micros(25),
+        ..link(0.0)
+    };
+    let stall = Some((Duration::from_millis(1), Duration::from_millis(5)));
+    for (stream, sr) in [
+        (Stream::Write, BOTH),
+        (Stream::Send, BOTH),
+        (Stream::Write, NEITHER),
+    ] {
+        let run = transfer_mtu(1, faults, sr, stream, 64, 16, 4, 0, Mtu::Mtu4096, stall);
+        let a = run.a;
+        assert_eq!(run.sim.lost, 0);
+        assert_eq!(a.ack_timeouts, 0, "{stream:?} {sr:?}: {a:?}");
+        assert!(
+            a.early_retransmits >= 3,
+            "the stall outlasts several timeouts: {a:?}"
+        );
+        assert!(
+            a.retransmitted_packets <= a.tail_loss_probes + a.early_retransmits,
+            "{stream:?} {sr:?}: {} packets resent\n{a:?}",
+            a.retransmitted_packets
+        );
+        assert_eq!(a.spurious_timeouts, 1, "{stream:?} {sr:?}: {a:?}");
+    }
 }

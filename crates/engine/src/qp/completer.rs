@@ -65,6 +65,10 @@ pub(crate) struct Completer {
     /// response held then: the responder answers in order, so only a hole with
     /// a response after it is known lost, and only those are asked for).
     read_asked_below: Psn,
+    /// The early retransmission timeout resent only the oldest packet, this PSN:
+    /// what the next acknowledgement covers tells whether anything was lost
+    /// (see [`Completer::on_timeout`]).
+    timeout_resent: Option<Psn>,
 }
 
 /// What the completer works with besides its own state, lent for one call.
@@ -98,6 +102,10 @@ pub(crate) struct Verdict {
     /// Selective repeat: resend the packets in `[.0, .1)` the responder does not
     /// hold, then go on where sending was.
     pub selective: Option<(Psn, Psn)>,
+    /// Resend the oldest unacknowledged packet, asking for an ACK, then go on
+    /// where sending was (the early retransmission timeout, see
+    /// [`Completer::on_timeout`]).
+    pub resend_oldest: bool,
     /// WQE `.0` fails with status `.1`: the send queue fails (IBA 10.8.3.3).
     pub fail: Option<(u64, WcStatus)>,
 }
@@ -122,6 +130,7 @@ impl Completer {
         self.newest_response = None;
         self.read_asked = None;
         self.read_asked_at = None;
+        self.timeout_resent = None;
         self.sr = Scoreboard::default();
         self.sr.clear(psn);
     }
@@ -212,6 +221,7 @@ impl Completer {
 
     /// Sends the requester back to `psn` (go-back-N) at `now`.
     fn rewind(&mut self, v: &mut Verdict, now: Instant, psn: Psn) {
+        self.timeout_resent = None;
         self.rewound_to = Some(psn);
         // What was seen beyond a gap before going back is no evidence against the
         // responses going back brings: only a response arriving after this one
@@ -372,6 +382,16 @@ impl Completer {
     fn just_asked(&self, now: Instant) -> bool {
         let srtt = self.recovery.srtt().unwrap_or(core::time::Duration::ZERO);
         self.read_asked_at.is_some_and(|at| now - at < srtt / 2)
+    }
+
+    /// Whether the early retransmission timeout may resend only the oldest
+    /// packet: a SEND or WRITE packet, whose answer is an ACK or NAK naming it
+    /// (a READ's or atomic's is its responses: those are asked again as before).
+    fn oldest_resendable(&self, ctx: &CompleteCtx<'_>) -> bool {
+        wqe_with_psn(ctx, self.una).is_some_and(|seq| {
+            let w = ctx.sq.get(seq);
+            w.done.is_none() && !w.op.is_read_or_atomic()
+        })
     }
 
     /// Whether this verdict asks for something again already.
@@ -536,7 +556,7 @@ impl Completer {
 
     /// The oldest unacknowledged PSN moved to `una`: retries reset, the timer
     /// restarts, the window grows.
-    fn progress(&mut self, ctx: &CompleteCtx<'_>, v: &mut Verdict, now: Instant, una: Psn) {
+    fn progress(&mut self, ctx: &mut CompleteCtx<'_>, v: &mut Verdict, now: Instant, una: Psn) {
         if !self.una.before(una) {
             return;
         }
@@ -549,6 +569,19 @@ impl Completer {
         }
         if self.rewound_to.is_some_and(|r| r.before(una)) {
             self.rewound_to = None;
+        }
+        if let Some(resent) = self.timeout_resent.take() {
+            if resent.next().before(una) {
+                // Packets after the one the timeout resent, never resent, were
+                // acknowledged: they arrived, so the timeout was spurious (the
+                // peer, or the path, stalled: RFC 5682's test). Nothing more goes
+                // again.
+                ctx.shared.counters.spurious_timeouts += 1;
+            } else if una != ctx.next_psn {
+                // Only the packet resent was acknowledged: what followed it was
+                // lost as well. Go back for it now.
+                self.rewind(v, now, una);
+            }
         }
         if std::mem::take(&mut self.resent) {
             self.reads_capped_until = Some(ctx.next_psn);
@@ -920,6 +953,23 @@ impl Completer {
                 if !self.probe_read_at_una(ctx, &mut v, now) {
                     v.probe = true;
                 }
+            }
+            Some(EarlyAction::Retransmit) if self.oldest_resendable(ctx) => {
+                // Only the oldest packet goes again (RFC 5682, F-RTO): when a peer
+                // or the path stalled longer than the timeout (a process not
+                // scheduled for milliseconds: no loss), going back over everything
+                // in flight resent it all for nothing, once per backed-off expiry.
+                // The answer tells: one that acknowledges packets after it, which
+                // were not resent, shows the timeout spurious; one that
+                // acknowledges only it, or a sequence NAK, sends the requester
+                // back (see `progress`). Each later expiry without progress
+                // resends it again, as TCP does; the IBTA timer still goes back
+                // over everything.
+                ctx.shared.counters.early_retransmits += 1;
+                let una = self.una;
+                self.timeout_resent = Some(una);
+                self.recovery.on_resend_range(now, una, una.next());
+                v.resend_oldest = true;
             }
             Some(EarlyAction::Retransmit) => {
                 ctx.shared.counters.early_retransmits += 1;

@@ -402,6 +402,9 @@ impl Qp {
         if let Some((from, until)) = v.selective {
             self.req.walk(&self.sq, from, until);
         }
+        if v.resend_oldest {
+            self.req.resend_oldest(&self.sq, self.comp.una);
+        }
         // After a go-back the cursor is at or past una; otherwise it may have been
         // left behind PSNs acknowledged since.
         if v.progress && self.req.skip_acknowledged(&self.sq, self.comp.una) == Skip::MovedToUna {

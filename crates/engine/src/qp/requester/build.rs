@@ -276,14 +276,17 @@ impl Requester {
         } else {
             self.cursor_pkt += 1;
         }
+        // Sent before: a retransmission (a go-back's, a walk's, a probe's).
+        let again = psn.before(self.frontier);
         let fresh = self.advance_frontier(ctx.sq, psn) && bth.ack_req;
         self.probing = false;
         let skipped = self.skip_held(ctx.sq, ctx.board, ctx.window.una);
         ctx.shared.counters.sr_skipped += u64::from(skipped);
+        if again {
+            ctx.shared.counters.retransmitted_packets += 1;
+        }
         if let Mode::Retransmit { until } = self.mode {
-            if psn.before(until) {
-                ctx.shared.counters.retransmitted_packets += 1;
-            } else {
+            if !psn.before(until) {
                 self.mode = Mode::Normal;
             }
         }

@@ -525,6 +525,17 @@ impl Requester {
         self.probing = true;
     }
 
+    /// The early retransmission timeout: the oldest unacknowledged packet, `una`,
+    /// goes again asking for an ACK, then sending goes on where it was. Nothing
+    /// happens during an RNR wait.
+    pub fn resend_oldest(&mut self, sq: &SendQueue, una: Psn) {
+        if matches!(self.mode, Mode::RnrWait { .. }) || !una.before(self.frontier) {
+            return;
+        }
+        self.walk(sq, una, una.next());
+        self.probing = true;
+    }
+
     /// Records that the packet at `psn` was sent and the cursor moved on: returns
     /// whether it was sent for the first time.
     #[inline]
