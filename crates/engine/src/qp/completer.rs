@@ -935,10 +935,25 @@ impl Completer {
             }
             self.retry_left -= 1;
             let una = self.una;
-            self.rewind(&mut v, now, una);
             // Selective repeat falls back to plain go-back-N here: everything
             // unacknowledged goes again, whatever the responder said it held.
+            let softverbs_peer = self.sr.peer == Peer::Selective;
             self.sr.clear(una);
+            if softverbs_peer && self.oldest_resendable(ctx) {
+                // With a softverbs peer the retry starts with the oldest request
+                // (IBA 9.7.6.1.3) and, as for the early timeout, goes on with the
+                // rest only once its answer shows them lost (see `progress`): a
+                // peer not scheduled for longer than the timeout lost nothing,
+                // and each timeout sent everything in flight again for nothing.
+                // Retries count as before: this timeout took one, and the next
+                // one without progress takes another. Any other peer gets IBA's
+                // go-back-N.
+                self.timeout_resent = Some(una);
+                self.recovery.on_resend_range(now, una, una.next());
+                v.resend_oldest = true;
+                return v;
+            }
+            self.rewind(&mut v, now, una);
             self.sr.walked_to = ctx.next_psn;
             return v;
         }
