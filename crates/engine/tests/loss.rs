@@ -1373,7 +1373,11 @@ fn a_read_stream_at_5_percent_loss_within_twice_lossless() {
 /// again here, 153 before (1 probe, 4 timeouts going back over about 38 packets
 /// each). When the peer runs again its answer acknowledges packets the timeouts
 /// never resent, so the timeout is found spurious and nothing more goes again
-/// (RFC 5682's test). Both with selective repeat and go-back-N. A stall of
+/// (RFC 5682's test). Both with selective repeat and go-back-N. A probe the
+/// in-flight cap held back (it shrank below what was sent), or one left in
+/// its retransmit mode with nothing new to send after it, made the next
+/// timeout's resend of the oldest packet a go-back over everything up to the
+/// probe (65 and 120 packets in the depth 1 and early cases). A stall of
 /// 150 ms outlasts the IBTA timer (67 ms) twice: with a softverbs peer its
 /// retries, too, send the oldest packet only (11 packets, 85 before); with any
 /// other peer they go back over everything, as IBA has it.
@@ -1384,17 +1388,23 @@ fn a_stalled_peer_costs_no_go_back_over_what_is_in_flight() {
         ..link(0.0)
     };
     let short = Some((Duration::from_millis(1), Duration::from_millis(5)));
+    // Early, while the in-flight cap shrinks to its first samples below what
+    // was sent: the probe must not wait for it.
+    let early = Some((Duration::from_micros(100), Duration::from_millis(5)));
     let long = Some((Duration::from_millis(1), Duration::from_millis(150)));
-    for (stream, sr, stall, ack_timeouts) in [
-        (Stream::Write, BOTH, short, 0),
-        (Stream::Send, BOTH, short, 0),
-        (Stream::Write, NEITHER, short, 0),
-        (Stream::Write, BOTH, long, 2),
-        (Stream::Send, BOTH, long, 2),
+    for (stream, sr, stall, depth, ack_timeouts) in [
+        (Stream::Write, BOTH, short, 16, 0),
+        (Stream::Send, BOTH, short, 16, 0),
+        (Stream::Write, NEITHER, short, 16, 0),
+        (Stream::Write, BOTH, short, 1, 0),
+        (Stream::Write, BOTH, early, 4, 0),
+        (Stream::Write, NEITHER, early, 4, 0),
+        (Stream::Write, BOTH, long, 16, 2),
+        (Stream::Send, BOTH, long, 16, 2),
     ] {
-        let run = transfer_mtu(1, faults, sr, stream, 64, 16, 4, 0, Mtu::Mtu4096, stall);
+        let run = transfer_mtu(1, faults, sr, stream, 64, depth, 4, 0, Mtu::Mtu4096, stall);
         let a = run.a;
-        let what = format!("{stream:?} {sr:?} {stall:?}");
+        let what = format!("{stream:?} {sr:?} {stall:?} depth {depth}");
         assert_eq!(run.sim.lost, 0);
         assert_eq!(a.ack_timeouts, ack_timeouts, "{what}: {a:?}");
         assert!(a.early_retransmits >= 3, "{what}: several timeouts: {a:?}");

@@ -235,7 +235,11 @@ impl Requester {
         let new_read = self.cursor == self.started
             && matches!(sq.get(self.cursor).op, SendOp::RdmaRead { .. });
         let size = if new_read { w.reads } else { w.size };
-        w.una.distance_to(self.cursor_psn(sq)) < size
+        // A probe is one packet sent before, adding nothing in flight: a cap
+        // that shrank since must not hold it back (a probe held back turns the
+        // next timeout's resend of the oldest packet into a go-back over
+        // everything up to the probe).
+        self.probing || w.una.distance_to(self.cursor_psn(sq)) < size
     }
 
     /// PSN of the packet at the cursor.
@@ -379,7 +383,8 @@ impl Requester {
     pub fn walk(&mut self, sq: &SendQueue, from: Psn, until: Psn) {
         match self.mode {
             Mode::RnrWait { .. } => {}
-            Mode::Retransmit { until: u } => {
+            // A go-back, walk or probe under way, with packets left to send.
+            Mode::Retransmit { until: u } if self.cursor_psn(sq).before(u) => {
                 let end = if u.before(until) { until } else { u };
                 // A walk or go-back whose cursor is already past `from` (it may
                 // have sent its last packet and still be in this mode) goes back
@@ -390,7 +395,12 @@ impl Requester {
                 }
                 self.mode = Mode::Retransmit { until: end };
             }
-            Mode::Normal => {
+            // Nothing under way, or one that sent its last packet (a probe of
+            // the newest packet, with no new packet to send after it, stays in
+            // its mode): a walk of its own. Extending that one would go back over
+            // everything up to its end (an early timeout resending the oldest
+            // packet after a probe resent every packet in flight).
+            Mode::Normal | Mode::Retransmit { .. } => {
                 self.seek(sq, from);
                 self.since_ack_req = 0;
                 self.mode = Mode::Retransmit { until };
