@@ -20,9 +20,10 @@ pub struct Counters {
     pub early_retransmits: u64,
     /// Tail-loss probes sent (the newest packet again, on the early timer).
     pub tail_loss_probes: u64,
-    /// Early retransmission timeouts found spurious: the answer to the oldest
-    /// packet resent acknowledged packets after it that were not resent, so
-    /// nothing was lost (a peer or path that stalled); nothing more was resent.
+    /// Retransmission timeouts found spurious: after the oldest packet was resent
+    /// alone, everything sent before the timeout was acknowledged, packets never
+    /// resent among it, so nothing was lost (a peer or path that stalled);
+    /// nothing more was resent.
     pub spurious_timeouts: u64,
     /// Request packets a responder kept ahead of the expected PSN (selective
     /// repeat).

@@ -65,10 +65,10 @@ pub(crate) struct Completer {
     /// response held then: the responder answers in order, so only a hole with
     /// a response after it is known lost, and only those are asked for).
     read_asked_below: Psn,
-    /// The early retransmission timeout resent only the oldest packet, this PSN:
-    /// what the next acknowledgement covers tells whether anything was lost
-    /// (see [`Completer::on_timeout`]).
-    timeout_resent: Option<Psn>,
+    /// The early retransmission timeout resent only the oldest packet, `.0`,
+    /// when everything before `.1` had been sent: what the next acknowledgement
+    /// covers tells whether anything was lost (see [`Completer::on_timeout`]).
+    timeout_resent: Option<(Psn, Psn)>,
 }
 
 /// What the completer works with besides its own state, lent for one call.
@@ -80,6 +80,8 @@ pub(crate) struct CompleteCtx<'a> {
     pub mtu: u32,
     /// The requester's next PSN and the WQEs it started (below this sequence number).
     pub next_psn: Psn,
+    /// The PSN after the newest packet sent.
+    pub frontier: Psn,
     pub started: u64,
     /// Whether the requester is waiting out an RNR NAK.
     pub rnr_waiting: bool,
@@ -570,16 +572,17 @@ impl Completer {
         if self.rewound_to.is_some_and(|r| r.before(una)) {
             self.rewound_to = None;
         }
-        if let Some(resent) = self.timeout_resent.take() {
-            if resent.next().before(una) {
-                // Packets after the one the timeout resent, never resent, were
-                // acknowledged: they arrived, so the timeout was spurious (the
-                // peer, or the path, stalled: RFC 5682's test). Nothing more goes
-                // again.
+        if let Some((resent, sent)) = self.timeout_resent.take() {
+            if resent.next().before(una) && !una.before(sent) {
+                // Everything sent before the timeout was acknowledged, packets
+                // the timeout never resent among it: they arrived, so the timeout
+                // was spurious (the peer, or the path, stalled: RFC 5682's test).
+                // Nothing more goes again.
                 ctx.shared.counters.spurious_timeouts += 1;
             } else if una != ctx.next_psn {
-                // Only the packet resent was acknowledged: what followed it was
-                // lost as well. Go back for it now.
+                // Only part of it was acknowledged: what follows may have been
+                // lost as well (on a lossy path it mostly was). Go back for it
+                // now, as the timeout did before.
                 self.rewind(v, now, una);
             }
         }
@@ -948,7 +951,7 @@ impl Completer {
                 // Retries count as before: this timeout took one, and the next
                 // one without progress takes another. Any other peer gets IBA's
                 // go-back-N.
-                self.timeout_resent = Some(una);
+                self.timeout_resent = Some((una, ctx.frontier));
                 self.recovery.on_resend_range(now, una, una.next());
                 v.resend_oldest = true;
                 return v;
@@ -974,15 +977,16 @@ impl Completer {
                 // or the path stalled longer than the timeout (a process not
                 // scheduled for milliseconds: no loss), going back over everything
                 // in flight resent it all for nothing, once per backed-off expiry.
-                // The answer tells: one that acknowledges packets after it, which
-                // were not resent, shows the timeout spurious; one that
-                // acknowledges only it, or a sequence NAK, sends the requester
-                // back (see `progress`). Each later expiry without progress
+                // The answer tells: one that acknowledges everything sent before
+                // the timeout, packets never resent among it, shows the timeout
+                // spurious; one that acknowledges less, or a sequence NAK, sends
+                // the requester back (see `progress`), an RTT later than a
+                // go-back at once would have. Each later expiry without progress
                 // resends it again, as TCP does; the IBTA timer still goes back
                 // over everything.
                 ctx.shared.counters.early_retransmits += 1;
                 let una = self.una;
-                self.timeout_resent = Some(una);
+                self.timeout_resent = Some((una, ctx.frontier));
                 self.recovery.on_resend_range(now, una, una.next());
                 v.resend_oldest = true;
             }

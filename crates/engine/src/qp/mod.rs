@@ -189,6 +189,7 @@ impl Qp {
             pd: self.init.pd,
             mtu,
             next_psn: self.req.next_psn,
+            frontier: self.req.frontier(),
             started: self.req.started,
             rnr_waiting: matches!(self.req.mode(), requester::Mode::RnrWait { .. }),
         };

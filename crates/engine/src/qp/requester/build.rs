@@ -174,7 +174,6 @@ impl Requester {
                 // missing up to the next one placed ahead (`qp/selective.rs`).
                 let rest = wqe.length - offset.min(wqe.length);
                 let resent = psn.before(self.frontier);
-                next_hole = None;
                 let dma_len = if resent && ctx.board.peer == Peer::Selective {
                     // The run missing, and the response after it (held already):
                     // its copy arriving with the run still missing says the run
