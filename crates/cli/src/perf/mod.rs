@@ -23,6 +23,7 @@ mod cm;
 mod lat;
 mod report;
 mod ud;
+mod udlat;
 
 use crate::cmlink::CmLink;
 use crate::conn::{connect_qp, open_device, random_psn, Ctrl, QpInfo};
@@ -35,7 +36,6 @@ use softverbs::{
 };
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -582,12 +582,19 @@ fn client_session(
             Mode::Lat => {
                 match a.op {
                     Op::Write => lat::write_prepare(&side, step.size),
+                    Op::Send if plan.ud => {}
                     Op::Send => lat::send_prepare(&side, step.size, step.iters)?,
                     Op::Read | Op::Atomic => {}
                 }
                 run_cmd(ctrl, step)?;
+                let mut resent = None;
                 let mut samples = match a.op {
                     Op::Write => lat::write_lat(&side, step, true, &mut progress)?,
+                    Op::Send if plan.ud => {
+                        let r = udlat::client(&side, step, ud::tag(run), &mut progress)?;
+                        resent = Some(r.resent);
+                        r.samples
+                    }
                     Op::Send => lat::send_lat(&side, step, true, &mut progress)?,
                     Op::Read | Op::Atomic => lat::rdma_lat(&side, a.op, step, &mut progress)?,
                 };
@@ -598,6 +605,7 @@ fn client_session(
                     bytes: step.size,
                     iters: step.iters,
                     stats,
+                    resent,
                 });
             }
             Mode::Bw => {
@@ -828,24 +836,11 @@ fn server_step(
         (Mode::Bw, Op::Send) if side.qps.iter().any(|e| e.ud.is_some()) => {
             ud::server_prepare(side)?;
             ctrl.send("GO")?;
-            // The client's FIN ends the run (see `ud`): a thread waits for it while this
-            // one receives and answers markers.
-            let fin = AtomicBool::new(false);
-            let (fin_result, result) = std::thread::scope(|s| {
-                let waiter = s.spawn(|| {
-                    let r = ctrl.expect("FIN");
-                    fin.store(true, Ordering::Release);
-                    r.map_err(|e| e.to_string())
-                });
-                let result = ud::server_receive(side, tag, &fin);
-                (waiter.join(), result)
-            });
-            result?;
-            match fin_result {
-                Ok(r) => r?,
-                Err(_) => fail!("the control connection's reader panicked"),
-            }
+            ud::serve_until_fin(ctrl, |fin| ud::server_receive(side, tag, fin))?;
             return ctrl.send("DONE");
+        }
+        (Mode::Lat, Op::Send) if side.qps.iter().any(|e| e.ud.is_some()) => {
+            return udlat::server(side, ctrl, step, tag);
         }
         (Mode::Bw, Op::Send) => {
             let mut posted = bw::recv_prepare(side, step)?;

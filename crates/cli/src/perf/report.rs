@@ -28,6 +28,8 @@ pub struct LatRow {
     pub bytes: u32,
     pub iters: u32,
     pub stats: LatStats,
+    /// UD SEND: pings sent again after a loss (their round trips give no sample).
+    pub resent: Option<u64>,
 }
 
 pub struct Report {
@@ -179,7 +181,7 @@ impl Report {
                     println!(" latency = post to completion, on the first QP");
                 }
                 println!(
-                    " {:<8} {:<12} {:<14} {:<14} {:<16} {:<14} {:<15} {:<22} 99.9% percentile[usec]",
+                    " {:<8} {:<12} {:<14} {:<14} {:<16} {:<14} {:<15} {:<22} {}",
                     "#bytes",
                     "#iterations",
                     "t_min[usec]",
@@ -187,13 +189,21 @@ impl Report {
                     "t_typical[usec]",
                     "t_avg[usec]",
                     "t_stdev[usec]",
-                    "99% percentile[usec]"
+                    "99% percentile[usec]",
+                    if r.resent.is_some() {
+                        // UD: pings sent again after a loss.
+                        "99.9% percentile[usec]  #resent"
+                    } else {
+                        "99.9% percentile[usec]"
+                    }
                 );
             }
             let s = &r.stats;
+            let p999 = format!("{:.2}", s.p999);
+            let last = r.resent.map_or(p999.clone(), |n| format!("{p999:<23} {n}"));
             println!(
-                " {:<8} {:<12} {:<14.2} {:<14.2} {:<16.2} {:<14.2} {:<15.2} {:<22.2} {:.2}",
-                r.bytes, r.iters, s.min, s.max, s.typical, s.avg, s.stdev, s.p99, s.p999
+                " {:<8} {:<12} {:<14.2} {:<14.2} {:<16.2} {:<14.2} {:<15.2} {:<22.2} {last}",
+                r.bytes, r.iters, s.min, s.max, s.typical, s.avg, s.stdev, s.p99
             );
             let _ = std::io::stdout().flush();
         }
@@ -273,7 +283,7 @@ impl Report {
             .iter()
             .map(|r| {
                 let s = &r.stats;
-                Json::obj()
+                let row = Json::obj()
                     .with("bytes", r.bytes)
                     .with("iterations", r.iters)
                     .with("t_min_usec", s.min)
@@ -282,7 +292,11 @@ impl Report {
                     .with("t_avg_usec", s.avg)
                     .with("t_stdev_usec", s.stdev)
                     .with("p99_usec", s.p99)
-                    .with("p99_9_usec", s.p999)
+                    .with("p99_9_usec", s.p999);
+                match r.resent {
+                    Some(n) => row.with("resent", n),
+                    None => row,
+                }
             })
             .collect();
         Json::obj()

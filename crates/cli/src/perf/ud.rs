@@ -31,6 +31,7 @@
 //! the longer of its own time (first post to last send completion) and the server's.
 
 use super::{Plan, Side, Step, RX_DEPTH};
+use crate::conn::Ctrl;
 use crate::conn::{check_wc, Spin, STALL};
 use crate::progress::Progress;
 use crate::stats::peak_rate;
@@ -442,7 +443,7 @@ pub fn server_receive(side: &Side, tag: u32, fin: &AtomicBool) -> Result<()> {
 /// RESET empties the receive queue without completions (ibv_modify_qp(3)); then back
 /// to RTS with the same Q_Key and PSN. Completions of this run still in the CQ (datagrams
 /// that arrived after the last poll) are dropped with it.
-fn retire_receives(side: &Side) -> Result<()> {
+pub(super) fn retire_receives(side: &Side) -> Result<()> {
     for e in &side.qps {
         let qkey = e.qp.query().qkey;
         e.qp.to_reset()?;
@@ -456,4 +457,28 @@ fn retire_receives(side: &Side) -> Result<()> {
     let mut wcs = [WorkCompletion::default(); 64];
     while side.cq.poll(&mut wcs) > 0 {}
     Ok(())
+}
+
+/// Runs `serve` on this thread while another waits for the client's `FIN` on the
+/// control connection and then sets the flag `serve` watches: a UD server cannot tell
+/// from its QP when the client has all it needs.
+pub fn serve_until_fin(
+    ctrl: &mut Ctrl,
+    serve: impl FnOnce(&AtomicBool) -> Result<()>,
+) -> Result<()> {
+    let fin = AtomicBool::new(false);
+    let (fin_result, result) = std::thread::scope(|s| {
+        let waiter = s.spawn(|| {
+            let r = ctrl.expect("FIN");
+            fin.store(true, Ordering::Release);
+            r.map_err(|e| e.to_string())
+        });
+        let result = serve(&fin);
+        (waiter.join(), result)
+    });
+    result?;
+    match fin_result {
+        Ok(r) => Ok(r?),
+        Err(_) => fail!("the control connection's reader panicked"),
+    }
 }

@@ -15,6 +15,7 @@
 //! put in reserved fields. LAP and APR (path migration) are not supported: Linux
 //! ignores them on RoCE ports too.
 
+pub mod comm_ids;
 pub mod datagram;
 pub mod drep;
 pub mod dreq;
