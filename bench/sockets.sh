@@ -16,17 +16,22 @@
 #
 # Usage: bench/sockets.sh [SECONDS_PER_TCP_RUN]   (default 5). Talks only to 127.0.0.1;
 # every process it starts is bounded by `timeout`. Needs iperf3, sockperf, python3, cargo.
+# SOCKETS_BIN=DIR takes `softverbs`, libsoftverbs_rdmacm.so and libsoftverbs_ibverbs.so
+# from DIR instead of building this tree (an A/B run against saved binaries).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS="${1:-5}"
-cargo build --release -q -p softverbs-cli -p softverbs-rdmacm-abi -p softverbs-ibverbs-abi \
-    -p softverbs-mlx5-stub -p softverbs-efa-stub
-SV=target/release/softverbs
+BIN=${SOCKETS_BIN:-$PWD/target/release}
+if [[ -z ${SOCKETS_BIN:-} ]]; then
+    cargo build --release -q -p softverbs-cli -p softverbs-rdmacm-abi -p softverbs-ibverbs-abi \
+        -p softverbs-mlx5-stub -p softverbs-efa-stub
+fi
+SV=$BIN/softverbs
 PRELOAD=/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so
 DROPIN=$(mktemp -d)
 trap 'rm -rf "$DROPIN"' EXIT
-ln -s "$PWD/target/release/libsoftverbs_rdmacm.so" "$DROPIN/librdmacm.so.1"
-ln -s "$PWD/target/release/libsoftverbs_ibverbs.so" "$DROPIN/libibverbs.so.1"
+ln -s "$BIN/libsoftverbs_rdmacm.so" "$DROPIN/librdmacm.so.1"
+ln -s "$BIN/libsoftverbs_ibverbs.so" "$DROPIN/libibverbs.so.1"
 port() { python3 -c 'import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 # rstream: run server and client with the same test args, print the client's result line.

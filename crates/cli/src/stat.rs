@@ -15,13 +15,19 @@ use softverbs::Context;
 /// The counters of `ctx` as (name, value) pairs: the engine's, then the
 /// driver's, named as devices publish them.
 pub fn counters(ctx: &Context) -> Vec<(&'static str, u64)> {
-    let (tx, rx, tx_err, drops) = ctx.driver_counters();
+    let d = ctx.device_counters();
     let mut v = ctx.counters().named().to_vec();
     v.extend([
-        ("udp_tx_datagrams", tx),
-        ("udp_rx_datagrams", rx),
-        ("udp_tx_errors", tx_err),
-        ("injected_drops", drops),
+        ("udp_tx_datagrams", d.tx_datagrams),
+        ("udp_rx_datagrams", d.rx_datagrams),
+        ("udp_rx_by_progress_thread", d.rx_by_progress_thread),
+        ("udp_tx_errors", d.tx_errors),
+        ("udp_tx_syscalls", d.tx_syscalls),
+        ("progress_timer_wakeups", d.timer_wakeups),
+        ("progress_wakes", d.progress_wakes),
+        ("acks_held", d.acks_held),
+        ("acks_after_requests", d.acks_after_requests),
+        ("injected_drops", d.injected_drops),
     ]);
     v
 }

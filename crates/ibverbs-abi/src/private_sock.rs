@@ -470,6 +470,34 @@ unsafe extern "C" fn connect_bound(
     })())
 }
 
+thread_local! {
+    /// The device sockets this thread watches (`watch` ... `unwatch`): held apart from
+    /// the sockets, so closing one meanwhile cannot leave a watch behind.
+    static WATCHES: std::cell::RefCell<Vec<softverbs::sock::DeviceWatch>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+unsafe extern "C" fn watch(sock: SockHandle, fd: *mut c_int) -> c_int {
+    status((|| {
+        let s = lookup(sock)?;
+        let w = match &*s {
+            Sock::Stream(st) => st.watch_device(),
+            _ => None,
+        };
+        // SAFETY: writable (caller).
+        unsafe { fd.write(w.as_ref().map_or(-1, |w| w.fd())) };
+        if let Some(w) = w {
+            WATCHES.with(|v| v.borrow_mut().push(w));
+        }
+        Ok(())
+    })())
+}
+
+unsafe extern "C" fn unwatch() -> c_int {
+    WATCHES.with(|v| v.borrow_mut().clear());
+    0
+}
+
 /// The table `CmOps::stream` points to.
 pub static STREAM_OPS: StreamOps = StreamOps {
     size: size_of::<StreamOps>() as u32,
@@ -489,4 +517,6 @@ pub static STREAM_OPS: StreamOps = StreamOps {
     bind,
     listen_bound,
     connect_bound,
+    watch,
+    unwatch,
 };

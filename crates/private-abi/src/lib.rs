@@ -398,6 +398,14 @@ pub struct StreamOps {
         settings: *const StreamSettings,
         out: *mut SockHandle,
     ) -> c_int,
+    /// For a thread about to block on the wait fds of `readiness`: it watches the
+    /// connection's device socket too (its fd in `*fd`, -1 when the device does not hand
+    /// it over), until this thread calls `unwatch`: the progress thread leaves the socket
+    /// to it meanwhile, so a message wakes that thread alone (which receives it in its
+    /// next `readiness` or `recv`).
+    pub watch: unsafe extern "C" fn(sock: SockHandle, fd: *mut c_int) -> c_int,
+    /// Ends every watch the calling thread began with `watch`.
+    pub unwatch: unsafe extern "C" fn() -> c_int,
 }
 
 /// The number of bytes of [`CmOps`] a table must provide for this crate's version.

@@ -728,6 +728,13 @@ mod tests {
             -libc::ENOSYS
         }
 
+        unsafe extern "C" fn no_watch(_: u64, _: *mut i32) -> i32 {
+            -libc::ENOSYS
+        }
+        unsafe extern "C" fn no_unwatch() -> i32 {
+            -libc::ENOSYS
+        }
+
         static NO_STREAMS: softverbs_private_abi::StreamOps = softverbs_private_abi::StreamOps {
             size: size_of::<softverbs_private_abi::StreamOps>() as u32,
             listen: no_listen,
@@ -746,6 +753,8 @@ mod tests {
             bind: no_bind,
             listen_bound: no_shutdown,
             connect_bound: no_connect_bound,
+            watch: no_watch,
+            unwatch: no_unwatch,
         };
     }
 

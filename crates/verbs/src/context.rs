@@ -219,6 +219,11 @@ pub struct DeviceCounters {
     pub timer_wakeups: u64,
     /// Times another thread woke the progress thread at once (its eventfd).
     pub progress_wakes: u64,
+    /// Times a thread polling its CQ kept the ACKs of what it received back until its
+    /// answer.
+    pub acks_held: u64,
+    /// Times held ACKs left right behind the answer, in its `sendmmsg`.
+    pub acks_after_requests: u64,
 }
 
 /// What a context is: the device it shares, and what it owns.
@@ -440,6 +445,8 @@ impl Context {
             tx_backpressure: get(&c.tx_backpressure),
             timer_wakeups: get(&c.timer_wakeups),
             progress_wakes: get(&c.progress_wakes),
+            acks_held: get(&c.acks_held),
+            acks_after_requests: get(&c.acks_after_requests),
         }
     }
 

@@ -113,6 +113,11 @@ impl Cq {
         }
     }
 
+    /// The driver of the CQ's device (`None` in a child that inherited it by fork).
+    pub(crate) fn driver(&self) -> Option<&Arc<crate::driver::Driver>> {
+        self.inner.ctx.device.driver().ok()
+    }
+
     /// Takes up to `out.len()` completions already in the CQ, without receiving what
     /// waits on the socket (`ibv_next_poll`): a completion that arrives later raises its
     /// armed event instead of being consumed here while the event still fires.
@@ -132,7 +137,8 @@ impl Cq {
             ));
         }
         // The caller will wait on the channel rather than poll: the progress thread
-        // receives again from now on.
+        // receives again from now on, and what the thread held back leaves now.
+        crate::ack_hold::release_thread_held();
         if let Ok(d) = self.inner.ctx.device.driver() {
             d.end_poller_handoff();
         }

@@ -45,7 +45,7 @@ use std::io;
 use std::io::BufWriter;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -74,6 +74,11 @@ pub struct DriverCounters {
     pub timer_wakeups: AtomicU64,
     /// Times the progress thread woke because another thread signalled it.
     pub progress_wakes: AtomicU64,
+    /// Times a polling thread kept the ACKs of what it received back until its answer
+    /// (see `crate::ack_hold`).
+    pub acks_held: AtomicU64,
+    /// Times held ACKs left behind the requests of the next batch (the answer first).
+    pub acks_after_requests: AtomicU64,
 }
 
 /// A completion channel's queue of CQ events.
@@ -87,6 +92,9 @@ pub(crate) struct State {
     pub engine: Engine,
     /// The batch being built.
     tx: SendBatch,
+    /// The first `held` datagrams of `tx` are ACKs a polling thread keeps back (see
+    /// `crate::ack_hold`); 0: none, and `tx` is empty between pumps.
+    held: usize,
     /// The completion channel of each CQ that has one.
     pub channels: HashMap<CqHandle, Arc<ChannelShared>>,
     /// The context (its event queue) each CQ, QP and SRQ belongs to.
@@ -178,6 +186,16 @@ pub(crate) struct Driver {
     app_polled_at: AtomicU64,
     /// The progress thread sleeps without watching the socket (a hand-off to pollers).
     socket_unwatched: AtomicBool,
+    /// Whether `State::held` is not 0 (read without the lock).
+    acks_held: AtomicBool,
+    /// Application threads blocked in `poll` on the socket themselves
+    /// ([`Driver::watch_blocked`]): while there are any, the progress thread leaves the
+    /// socket to them.
+    blocked_watchers: AtomicU32,
+    /// Wakes the progress thread when the socket was left unwatched by blocked threads
+    /// for `poll_handoff` ([`Driver::blocked_watch_ended`]); whether it is armed.
+    handoff_timer: sys::TimerFd,
+    handoff_timer_armed: Mutex<bool>,
     /// The port's active MTU: the configured one, capped to fit the link.
     pub active_mtu: Mtu,
     warned_tx_error: AtomicBool,
@@ -412,6 +430,7 @@ impl Driver {
         let state = State {
             engine: Engine::new(ecfg.clone()),
             tx: SendBatch::new(MAX_DATAGRAM, gso),
+            held: 0,
             channels: HashMap::new(),
             owners: HashMap::new(),
             last_rx: Instant::from_nanos(0),
@@ -452,6 +471,10 @@ impl Driver {
             poll_handoff: config.poll_handoff,
             app_polled_at: AtomicU64::new(0),
             socket_unwatched: AtomicBool::new(false),
+            acks_held: AtomicBool::new(false),
+            blocked_watchers: AtomicU32::new(0),
+            handoff_timer: sys::TimerFd::new().map_err(io_err("timerfd"))?,
+            handoff_timer_armed: Mutex::new(false),
             active_mtu,
             warned_tx_error: AtomicBool::new(false),
             published_at: AtomicU64::new(0),
@@ -501,15 +524,21 @@ impl Driver {
     /// events; call with the lock held after any engine call that may have produced work,
     /// and pass the result to [`Driver::finish`] once the lock is released.
     pub fn pump(&self, st: &mut State) -> Deferred {
+        self.pump_holding(st, false)
+    }
+
+    /// [`Driver::pump`]; with `hold`, ACKs the engine produced stay in the batch being
+    /// built (see `crate::ack_hold`).
+    fn pump_holding(&self, st: &mut State, hold: bool) -> Deferred {
         let now = self.now();
         let mut d = Deferred::default();
         // The cm's QP moves first (they may make the engine send), then the engine's
         // output, whose COMM_EST events feed the cm again.
         self.cm_pump(st, now, &mut d);
-        self.transmit(st, now);
+        self.transmit(st, now, hold);
         self.dispatch(st, now, &mut d);
         self.cm_pump(st, now, &mut d);
-        self.transmit(st, now);
+        self.transmit(st, now, hold);
         while let Some(qp) = st.engine.poll_placed_change() {
             self.same_host.republish_qp(&st.engine, qp);
         }
@@ -522,8 +551,9 @@ impl Driver {
         // A progress thread that left the socket to pollers sleeps no longer than the
         // hand-off, and the pollers fire due timers meanwhile: waking it for an earlier
         // timer would cost a context switch per posted message.
+        // Threads blocked on the socket fire none: then it must wake for them.
         let earlier = next < self.sleeping_until.load(Ordering::Acquire)
-            && !self.socket_unwatched.load(Ordering::SeqCst);
+            && (!self.socket_unwatched.load(Ordering::SeqCst) || self.blocked_watch_active());
         d.timer_at = earlier.then_some(next);
         d
     }
@@ -653,20 +683,69 @@ impl Driver {
         self.send_hellos(out);
     }
 
-    fn transmit(&self, st: &mut State, now: Instant) {
+    fn transmit(&self, st: &mut State, now: Instant, hold: bool) {
         while let Some(t) = st.engine.poll_transmit(now, st.tx.next_buf()) {
             st.tx.commit(t);
             if st.tx.is_full() {
+                // Held ACKs leave in the full batch.
                 self.enqueue(st);
             }
         }
-        if !st.tx.is_empty() {
-            self.enqueue(st);
+        if st.tx.is_empty() {
+            return;
         }
+        let fresh = st.held..st.tx.len();
+        if fresh.is_empty() && !on_progress_thread() {
+            // Nothing new: the held ACKs wait for the thread's answer.
+            return;
+        }
+        if hold
+            && !fresh.is_empty()
+            && fresh
+                .clone()
+                .all(|i| crate::ack_hold::is_plain_ack(st.tx.datagram(i)))
+        {
+            if st.held == 0 {
+                self.counters.acks_held.fetch_add(1, Ordering::Relaxed);
+            }
+            st.held = st.tx.len();
+            self.acks_held.store(true, Ordering::Release);
+            return;
+        }
+        if st.held > 0
+            && !fresh.is_empty()
+            && fresh
+                .clone()
+                .all(|i| crate::ack_hold::is_request(st.tx.datagram(i)))
+        {
+            // The answer first: the peer waits for it, not for the ACKs.
+            st.tx.move_to_back(st.held);
+            self.counters
+                .acks_after_requests
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        self.enqueue(st);
+    }
+
+    /// Sends the ACKs a polling thread held back on this device, if any (see
+    /// `crate::ack_hold`; [`Driver::transmit`] holds them). Call without the device lock.
+    pub(crate) fn release_held_acks(&self) {
+        if !self.acks_held.load(Ordering::Acquire) {
+            return;
+        }
+        {
+            let mut st = self.lock();
+            if st.held > 0 {
+                self.enqueue(&mut st);
+            }
+        }
+        self.flush_outbox(false);
     }
 
     /// Moves the batch being built to the outbox and starts a fresh one.
     fn enqueue(&self, st: &mut State) {
+        st.held = 0;
+        self.acks_held.store(false, Ordering::Release);
         let mut ob = lock(&self.outbox);
         let fresh = ob
             .pool
@@ -907,8 +986,9 @@ impl Driver {
     }
 
     /// Receives what waits on the socket (one batch) and hands it to the engine;
-    /// returns how many reads there were.
-    fn receive(&self, rx: &mut RecvBatch) -> usize {
+    /// returns how many reads there were. With `hold_acks` the ACKs the engine answers
+    /// with wait for the calling thread's answer (see `crate::ack_hold`).
+    fn receive(&self, rx: &mut RecvBatch, hold_acks: bool) -> usize {
         let got = match rx.recv(&self.socket) {
             Ok(n) => n,
             // An ICMP report of a send (IP_RECVERR): the cm reads the error queue.
@@ -958,7 +1038,7 @@ impl Driver {
                 }
             });
             st.engine.handle_timeout(now);
-            self.pump(&mut st)
+            self.pump_holding(&mut st, hold_acks)
         };
         self.finish(deferred);
         for (src, data) in hellos {
@@ -997,8 +1077,14 @@ impl Driver {
     /// Also fires the timers that are due: while the progress thread leaves the socket
     /// to pollers it does not wake for them.
     ///
+    /// A spinning thread under the hand-off keeps the ACKs of what it receives back
+    /// until its answer (`crate::ack_hold`); an empty poll first sends what this thread
+    /// held on any device and what any thread held on this one.
+    ///
     /// Returns whether anything arrived.
-    pub(crate) fn try_progress(&self, spinning: bool) -> bool {
+    pub(crate) fn try_progress(self: &Arc<Self>, spinning: bool) -> bool {
+        crate::ack_hold::release_thread_held();
+        self.release_held_acks();
         let now = self.now().as_nanos();
         let in_loop = STREAK.with(|s| {
             let mut streak = s.get();
@@ -1010,10 +1096,16 @@ impl Driver {
         if spinning && (in_loop || self.poller_handoff().is_some()) {
             self.app_polled_at.store(now + 1, Ordering::Release);
         }
+        // The progress thread wakes by the end of the hand-off at the latest and sends
+        // what is held then: that bounds the hold.
+        let hold = spinning && self.poller_handoff().is_some();
         let got = match self.rx.try_lock() {
-            Ok(mut rx) => self.receive(&mut rx) > 0,
+            Ok(mut rx) => self.receive(&mut rx, hold) > 0,
             Err(_) => false,
         };
+        if hold && self.acks_held.load(Ordering::Acquire) {
+            crate::ack_hold::note_held(self);
+        }
         // (Receiving fired them already.)
         if !got && self.now().as_nanos() >= self.next_timer.load(Ordering::Acquire) {
             let deferred = {
@@ -1096,6 +1188,67 @@ impl Driver {
         (until > now).then(|| Duration::from_nanos(until - now))
     }
 
+    /// The device's socket, for a thread that blocks watching it ([`Driver::watch_blocked`]).
+    pub(crate) fn socket_fd(&self) -> std::os::fd::RawFd {
+        self.socket.as_raw_fd()
+    }
+
+    /// Hands the socket to a thread about to block in `poll` on it (beside its completion
+    /// channel) until the returned guard drops; `None` when hand-offs are off
+    /// (`poll_handoff` 0). The thread receives what arrives itself
+    /// ([`Driver::try_progress`]) and the progress thread does not wake for it: a
+    /// blocked reader of a stream is woken once per message, by the datagram, instead of
+    /// twice (the progress thread, then the reader through the completion channel).
+    /// The progress thread still runs the timers, which blocked threads do not.
+    pub(crate) fn watch_blocked(self: &Arc<Driver>) -> Option<BlockedWatch> {
+        if self.poll_handoff.is_zero() {
+            return None;
+        }
+        if self.blocked_watchers.fetch_add(1, Ordering::SeqCst) == 0 {
+            // Back within the hand-off: the progress thread need not look.
+            let mut armed = lock(&self.handoff_timer_armed);
+            if std::mem::take(&mut *armed) {
+                self.handoff_timer.set(None);
+            }
+            drop(armed);
+            // A progress thread asleep on the socket would wake for the next datagram
+            // with this thread (and may take it): it leaves the socket now instead,
+            // once, not on the next message's path.
+            if self.sleeping_until.load(Ordering::Acquire) != 0
+                && !self.socket_unwatched.load(Ordering::SeqCst)
+            {
+                self.wake.signal();
+            }
+        }
+        Some(BlockedWatch {
+            driver: Arc::clone(self),
+        })
+    }
+
+    /// Whether a thread blocks watching the socket ([`Driver::watch_blocked`]).
+    fn blocked_watch_active(&self) -> bool {
+        self.blocked_watchers.load(Ordering::SeqCst) > 0
+    }
+
+    /// The last blocked watcher left: the socket stays handed over for `poll_handoff`
+    /// more, as after a spinning poller's last poll (a ping-pong's reader is back within
+    /// it), then the progress thread watches it again. It may sleep without a timeout
+    /// now, so a timer of its own wakes it then, unless a thread blocks on the socket
+    /// again first and disarms it: two `timerfd_settime` instead of a wake-up per
+    /// message.
+    fn blocked_watch_ended(&self) {
+        if self.blocked_watchers.fetch_sub(1, Ordering::SeqCst) != 1 {
+            return;
+        }
+        let now = self.now().as_nanos();
+        self.app_polled_at.store(now + 1, Ordering::SeqCst);
+        if self.socket_unwatched.load(Ordering::SeqCst) {
+            let mut armed = lock(&self.handoff_timer_armed);
+            *armed = true;
+            self.handoff_timer.set(Some(self.poll_handoff));
+        }
+    }
+
     /// Reads what waits on the multicast group sockets and hands it to the
     /// engine; returns how many reads there were.
     fn receive_groups(&self, groups: &[(SocketAddr, Arc<UdpSocket>)], rx: &mut RecvBatch) -> usize {
@@ -1156,6 +1309,7 @@ impl Driver {
                 let _ = h.join();
             }
         }
+        self.release_held_acks();
         self.flush_outbox(true);
         self.flush_capture();
         crate::fork::unregister_socket(self.socket.as_raw_fd());
@@ -1227,6 +1381,8 @@ impl Driver {
         lines.push(("udp_tx_backpressure", get(&dc.tx_backpressure)));
         lines.push(("progress_timer_wakeups", get(&dc.timer_wakeups)));
         lines.push(("progress_wakes", get(&dc.progress_wakes)));
+        lines.push(("acks_held", get(&dc.acks_held)));
+        lines.push(("acks_after_requests", get(&dc.acks_after_requests)));
         lines.push(("injected_drops", get(&dc.injected_drops)));
         lines.push(("rx_truncated", get(&dc.rx_truncated)));
         let same_host = self.same_host.stat_lines();
@@ -1273,6 +1429,32 @@ thread_local! {
 /// Whether the caller is a device's progress thread (which must never wait for itself).
 pub(crate) fn on_progress_thread() -> bool {
     PROGRESS_THREAD.with(|p| p.get())
+}
+
+/// A thread blocked watching the device's socket ([`Driver::watch_blocked`]), until
+/// dropped.
+pub struct BlockedWatch {
+    driver: Arc<Driver>,
+}
+
+impl BlockedWatch {
+    /// The device's socket: the thread polls it for `POLLIN` (and receives what arrives
+    /// through a CQ poll or a stream call afterwards).
+    pub fn fd(&self) -> std::os::fd::RawFd {
+        self.driver.socket_fd()
+    }
+}
+
+impl Drop for BlockedWatch {
+    fn drop(&mut self) {
+        self.driver.blocked_watch_ended();
+    }
+}
+
+impl std::fmt::Debug for BlockedWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("BlockedWatch").field(&self.fd()).finish()
+    }
 }
 
 fn progress_thread(d: Arc<Driver>) {
@@ -1324,6 +1506,7 @@ fn progress_thread(d: Arc<Driver>) {
         // Another thread holds the receive buffers: it is reading the socket now.
         let mut rx_busy = false;
         let rx = match handoff {
+            _ if d.blocked_watch_active() => None,
             Some(_) => None,
             None => match d.rx.try_lock() {
                 Ok(rx) => Some(rx),
@@ -1335,11 +1518,11 @@ fn progress_thread(d: Arc<Driver>) {
             },
         };
         let got = if let Some(mut rx) = rx {
-            let mut got = d.receive(&mut rx);
+            let mut got = d.receive(&mut rx, false);
             if got == 0 && !d.busy_poll.is_zero() {
                 let until = std::time::Instant::now() + d.busy_poll;
                 while got == 0 && std::time::Instant::now() < until {
-                    got = d.receive(&mut rx);
+                    got = d.receive(&mut rx, false);
                     std::hint::spin_loop();
                 }
             }
@@ -1353,10 +1536,11 @@ fn progress_thread(d: Arc<Driver>) {
         // Nothing to read: run timers, then sleep until the next deadline, a
         // datagram or a wake-up. The sleep deadline is published under the lock,
         // so a poster that arms an earlier timer afterwards sees it and wakes us.
-        let (deferred, timer, counters, handoff) = {
+        let (deferred, timer, counters, handoff, watchers) = {
             let mut st = d.lock();
             let now = d.now();
             let handoff = d.poller_handoff();
+            let watchers = d.blocked_watch_active();
             Driver::fire_timers(&mut st, now);
             let deferred = d.pump(&mut st);
             let deadline = d.next_deadline(&st);
@@ -1366,20 +1550,25 @@ fn progress_thread(d: Arc<Driver>) {
             // end a wait on POLLIN at once: look again shortly instead.
             // While pollers receive, they fire the timers too: sleep until the hand-off
             // ends (a timer comes at most that late if they stop polling at once).
+            // Threads blocked on the socket fire no timers: it wakes for them (and by its
+            // hand-off timer once they all left).
             let wake_at = match handoff {
+                _ if watchers => deadline,
                 Some(h) => Some(now + h),
                 None => [deadline, rx_busy.then(|| now + Driver::MIN_TICK)]
                     .into_iter()
                     .flatten()
                     .min(),
             };
-            let handoff = handoff.or(rx_busy.then_some(Driver::MIN_TICK));
+            let handoff = handoff
+                .or(rx_busy.then_some(Driver::MIN_TICK))
+                .or(watchers.then_some(Duration::ZERO));
             d.sleeping_until.store(
                 wake_at.map_or(u64::MAX, |t| t.as_nanos()),
                 Ordering::Release,
             );
             let timer = wake_at.map(|t| t.saturating_duration_since(now));
-            (deferred, timer, st.engine.counters(), handoff)
+            (deferred, timer, st.engine.counters(), handoff, watchers)
         };
         d.finish(deferred);
         d.flush_capture();
@@ -1396,8 +1585,14 @@ fn progress_thread(d: Arc<Driver>) {
         let input = if handoff.is_some() { 0 } else { libc::POLLIN };
         d.socket_unwatched
             .store(handoff.is_some(), Ordering::SeqCst);
-        // An arming thread may have ended the hand-off before the flag was up.
-        let input = if handoff.is_some() && !rx_busy && d.poller_handoff().is_none() {
+        // An arming thread may have ended the hand-off before the flag was up; blocked
+        // threads may all have left (then they did not see the flag: this sleep may
+        // have no timeout).
+        let input = if handoff.is_some()
+            && !rx_busy
+            && !d.blocked_watch_active()
+            && (watchers || d.poller_handoff().is_none())
+        {
             libc::POLLIN
         } else {
             input
@@ -1406,6 +1601,7 @@ fn progress_thread(d: Arc<Driver>) {
             (d.socket.as_raw_fd(), input | out),
             (d.wake.raw(), libc::POLLIN),
             (d.timer.raw(), libc::POLLIN),
+            (d.handoff_timer.raw(), libc::POLLIN),
         ]
         .into_iter()
         .chain(groups.iter().map(|(_, s)| (s.as_raw_fd(), libc::POLLIN)))
@@ -1430,7 +1626,12 @@ fn progress_thread(d: Arc<Driver>) {
         if pfds[0].revents & libc::POLLERR != 0 {
             d.cm_device_errors();
         }
-        if pfds[3 + groups.len()..].iter().any(|p| p.revents != 0) {
+        if pfds[3].revents & libc::POLLIN != 0 {
+            let mut armed = lock(&d.handoff_timer_armed);
+            *armed = false;
+            d.handoff_timer.set(None);
+        }
+        if pfds[4 + groups.len()..].iter().any(|p| p.revents != 0) {
             d.cm_receive(&cm_socks, &mut cm_buf);
         }
         if blocked.is_some() {

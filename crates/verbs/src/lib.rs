@@ -16,6 +16,7 @@
 //! ```
 #![warn(missing_docs)]
 
+mod ack_hold;
 pub mod addressing;
 pub mod cm;
 pub mod config;

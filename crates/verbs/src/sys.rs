@@ -403,6 +403,34 @@ impl SendBatch {
         self.count == 0
     }
 
+    /// How many datagrams are queued.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    /// Queued datagram `i` (unsealed until [`SendBatch::seal`]); empty past the end.
+    pub fn datagram(&self, i: usize) -> &[u8] {
+        if i < self.count {
+            &self.bufs[i][..self.lens[i]]
+        } else {
+            &[]
+        }
+    }
+
+    /// Moves the first `n` queued datagrams behind the others (before sealing: no
+    /// flush may have started); the buffers trade places, nothing is copied.
+    pub fn move_to_back(&mut self, n: usize) {
+        let n = n.min(self.count);
+        if n == 0 || n == self.count || self.started {
+            return;
+        }
+        let c = self.count;
+        self.bufs[..c].rotate_left(n);
+        self.lens[..c].rotate_left(n);
+        self.txs[..c].rotate_left(n);
+        self.sealed = false;
+    }
+
     /// The buffer the next datagram is built in.
     pub fn next_buf(&mut self) -> &mut [u8] {
         &mut self.bufs[self.count]
@@ -954,6 +982,26 @@ mod tests {
         // PROT_NONE.
         assert!(covered(MAPS, 0x7f0000000800, 0x7f0000001800, false).is_err());
         assert_eq!(covered(MAPS, 0x7f0000001000, 0x7f0000003000, true), Ok(()));
+    }
+
+    #[test]
+    fn moved_datagrams_trade_places_whole() {
+        let dst = SocketAddr::from(([127, 0, 0, 1], 4791));
+        let mut b = SendBatch::new(64, false);
+        for (i, len) in [(1u8, 8), (2, 12), (3, 16)] {
+            b.next_buf()[..len].fill(i);
+            b.commit(Transmit { src: dst, dst, len });
+        }
+        b.move_to_back(2);
+        assert_eq!(b.len(), 3);
+        assert_eq!(b.datagram(0), &[3u8; 16]);
+        assert_eq!(b.datagram(1), &[1u8; 8]);
+        assert_eq!(b.datagram(2), &[2u8; 12]);
+        assert!(b.datagram(3).is_empty());
+        // All of them, or none: nothing moves.
+        b.move_to_back(3);
+        b.move_to_back(0);
+        assert_eq!(b.datagram(0), &[3u8; 16]);
     }
 
     #[test]

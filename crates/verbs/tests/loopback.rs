@@ -977,3 +977,140 @@ fn a_thread_that_spins_on_memory_after_its_poll_loops_ends_the_hand_off() {
     assert!(b.ctx.device_counters().rx_by_progress_thread > before.rx_by_progress_thread);
     assert_eq!(a.cq.wait_for(1, WAIT)[0].status, WcStatus::Success);
 }
+
+/// Polls `cq` until a receive completes; returns its wr_id and how many send
+/// completions came before it.
+fn spin_recv(cq: &Cq) -> (u64, u64) {
+    let mut sends = 0;
+    loop {
+        let wc = spin_one(cq);
+        assert_eq!(wc.status, WcStatus::Success);
+        if wc.opcode == WcOpcode::Recv {
+            return (wc.wr_id, sends);
+        }
+        sends += 1;
+    }
+}
+
+#[test]
+fn a_pollers_ack_leaves_behind_its_answer_in_one_send() {
+    // A SEND ping-pong with both ends polling their CQs, under a hand-off longer than
+    // the test (no progress thread receives). The thread that receives a SEND keeps its
+    // ACK back until the application posts its answer, which leaves first, with the ACK
+    // behind it in one sendmmsg: one system call per one-way message, where the ACK used
+    // to leave alone, before the application even saw the SEND (two).
+    const N: u64 = 100;
+    let cfg = Config {
+        poll_handoff: Duration::from_secs(3600),
+        ..Config::default()
+    };
+    let (a, b) = pair(cfg);
+    for cq in [&a.cq, &a.cq, &b.cq, &b.cq] {
+        assert_eq!(cq.poll(&mut []), 0);
+    }
+    let (sa, sb) = ([a.mr.sge(0, 8)], [b.mr.sge(0, 8)]);
+    let (mut sends_a, mut sends_b) = (0, 0);
+    let mut before = None;
+    for i in 0..N {
+        if i == 1 {
+            before = Some((a.ctx.device_counters(), b.ctx.device_counters()));
+        }
+        a.qp.post_recv(i, &[a.mr.sge(64, 64)]).unwrap();
+        b.qp.post_recv(i, &[b.mr.sge(64, 64)]).unwrap();
+        a.qp.post_send(&SendWr::new(i, SendOp::Send, &sa)).unwrap();
+        let (got, sends) = spin_recv(&b.cq);
+        assert_eq!(got, i);
+        sends_b += sends;
+        b.qp.post_send(&SendWr::new(i, SendOp::Send, &sb)).unwrap();
+        let (got, sends) = spin_recv(&a.cq);
+        assert_eq!(got, i);
+        sends_a += sends;
+    }
+    let after = (a.ctx.device_counters(), b.ctx.device_counters());
+    // Every SEND is acknowledged all the same: the held ACKs leave with the next
+    // message, the last ones at the next empty poll.
+    while sends_a < N || sends_b < N {
+        for (cq, sends) in [(&a.cq, &mut sends_a), (&b.cq, &mut sends_b)] {
+            let mut wc = [WorkCompletion::default()];
+            if cq.poll(&mut wc) == 1 {
+                assert_eq!(wc[0].status, WcStatus::Success);
+                *sends += 1;
+            }
+        }
+    }
+    let before = before.unwrap();
+    let calls =
+        (after.0.tx_syscalls - before.0.tx_syscalls) + (after.1.tx_syscalls - before.1.tx_syscalls);
+    assert_eq!(
+        after.1.rx_by_progress_thread, before.1.rx_by_progress_thread,
+        "the progress thread received while a thread polled"
+    );
+    // Two one-way messages per exchange, one sendmmsg each (it was four: two more for
+    // the ACKs); a few spare for timers.
+    assert!(
+        calls <= 2 * (N - 1) + 4,
+        "{calls} sendmmsg calls for {} exchanges",
+        N - 1
+    );
+    for (x, y) in [(before.0, after.0), (before.1, after.1)] {
+        assert!(y.acks_held - x.acks_held >= N - 2);
+        assert!(y.acks_after_requests - x.acks_after_requests >= N - 2);
+    }
+}
+
+#[test]
+fn a_forked_child_leaves_the_acks_its_parent_held_alone() {
+    // B's thread holds the ACK of A's SEND back when the process forks. In the child,
+    // B is the parent's device: arming a CQ (which sends what the thread held) must
+    // not touch its locks or its socket.
+    let cfg = Config {
+        poll_handoff: Duration::from_secs(3600),
+        ..Config::default()
+    };
+    let (a, b) = pair(cfg);
+    let channel = a.ctx.create_comp_channel().unwrap();
+    let armed_cq = a.ctx.create_cq(4, Some(&channel)).unwrap();
+    for _ in 0..2 {
+        assert_eq!(b.cq.poll(&mut []), 0);
+    }
+    b.qp.post_recv(1, &[b.mr.sge(0, 64)]).unwrap();
+    let sges = [a.mr.sge(0, 8)];
+    a.qp.post_send(&SendWr::new(1, SendOp::Send, &sges))
+        .unwrap();
+    assert_eq!(spin_recv(&b.cq).0, 1);
+    let held = b.ctx.device_counters();
+    assert!(held.acks_held >= 1, "{held:?}");
+    // SAFETY: the child only arms a CQ, reads counters and leaves with _exit.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        let _ = armed_cq.req_notify(false);
+        let now = b.ctx.device_counters();
+        let untouched = now.tx_syscalls == held.tx_syscalls
+            && now.tx_errors == held.tx_errors
+            && now.tx_datagrams == held.tx_datagrams;
+        // SAFETY: ends the child without running the parent's destructors.
+        unsafe { libc::_exit(if untouched { 0 } else { 3 }) };
+    }
+    assert!(pid > 0, "fork failed");
+    let deadline = std::time::Instant::now() + WAIT;
+    let mut status = 0;
+    loop {
+        // SAFETY: waits for our own child.
+        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if r == pid {
+            break;
+        }
+        if std::time::Instant::now() > deadline {
+            // SAFETY: our own child.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            panic!("the child hung");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "the child sent what the parent held (status {status:#x})"
+    );
+    // In the parent the held ACK still leaves: A's SEND completes.
+    assert_eq!(spin_one(&a.cq).status, WcStatus::Success);
+}

@@ -219,6 +219,130 @@ fn a_same_host_write_is_one_placed_write() {
     assert!(got == data);
 }
 
+/// A reader blocked on its stream watches the device's socket itself: the peer's message
+/// wakes it and it receives the datagram, where the progress thread would receive it and
+/// then wake the reader through the completion channel (a second wake-up per message).
+/// Once no reader is blocked, the progress thread watches the socket again.
+#[test]
+fn a_blocked_reader_receives_the_message_itself() {
+    const ROUNDS: usize = 6;
+    let server_ctx = device(Config::default());
+    let (listener, at) = listen(&server_ctx, StreamOptions::default());
+    let client_ctx = device(Config::default());
+    let t = std::thread::spawn(move || {
+        RdmaStream::connect_with(&client_ctx, at, &StreamOptions::default()).unwrap()
+    });
+    let (server, _) = listener.accept().unwrap();
+    let client = t.join().unwrap();
+    let server = std::sync::Arc::new(server);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = {
+        let server = std::sync::Arc::clone(&server);
+        std::thread::spawn(move || {
+            for _ in 0..ROUNDS {
+                let mut b = [0u8; 64];
+                (&*server).read_exact(&mut b).unwrap();
+                tx.send(b).unwrap();
+            }
+        })
+    };
+    let counts = || {
+        let c = server_ctx.device_counters();
+        (c.rx_datagrams, c.rx_by_progress_thread)
+    };
+    // Rounds in which the reader received a datagram itself.
+    let mut by_reader = 0;
+    for i in 0..ROUNDS {
+        // Long enough for the reader to be asleep in its blocking read (setup, not a
+        // measurement: a round in which it is not yet does not count).
+        std::thread::sleep(Duration::from_millis(100));
+        let (r0, p0) = counts();
+        (&client).write_all(&[i as u8; 64]).unwrap();
+        assert_eq!(rx.recv().unwrap(), [i as u8; 64]);
+        let (r1, p1) = counts();
+        if r1 - r0 > p1 - p0 {
+            by_reader += 1;
+        }
+    }
+    reader.join().unwrap();
+    assert!(
+        by_reader * 2 >= ROUNDS,
+        "the blocked reader received in {by_reader} rounds of {ROUNDS}"
+    );
+    // Nobody reads now: the progress thread receives the next message (were the socket
+    // still left to blocked readers, nothing would).
+    let p0 = counts().1;
+    (&client).write_all(b"unread").unwrap();
+    let start = std::time::Instant::now();
+    while counts().1 == p0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the progress thread no longer receives"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let mut six = [0u8; 6];
+    (&*server).read_exact(&mut six).unwrap();
+    assert_eq!(&six, b"unread");
+}
+
+/// What the C `rpoll` does: a thread sleeping in `poll(2)` on a stream's wait fds and the
+/// device socket it watches (`watch_device`) is woken by the peer's message and receives
+/// it itself (its next `readiness`), not the progress thread.
+#[test]
+fn a_poller_watching_the_device_socket_receives_the_message_itself() {
+    const ROUNDS: u8 = 6;
+    let server_ctx = device(Config::default());
+    let (listener, at) = listen(&server_ctx, StreamOptions::default());
+    let client_ctx = device(Config::default());
+    let t = std::thread::spawn(move || {
+        RdmaStream::connect_with(&client_ctx, at, &StreamOptions::default()).unwrap()
+    });
+    let (server, _) = listener.accept().unwrap();
+    let client = t.join().unwrap();
+    let counts = || {
+        let c = server_ctx.device_counters();
+        (c.rx_datagrams, c.rx_by_progress_thread)
+    };
+    let mut by_poller = 0;
+    for round in 0..ROUNDS {
+        let watch = server
+            .watch_device()
+            .expect("the hand-off is on by default");
+        assert!(!server.readiness(true).unwrap().readable);
+        // Setup, not a measurement: the progress thread has left the socket by then.
+        std::thread::sleep(Duration::from_millis(20));
+        let (r0, p0) = counts();
+        (&client).write_all(&[round; 64]).unwrap();
+        let [a, b] = server.wait_fds();
+        let mut fds = [a, b, watch.fd()].map(|fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        });
+        // SAFETY: three valid pollfds.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), 3, 20_000) };
+        assert!(n > 0, "nothing woke the poller");
+        drop(watch);
+        let start = std::time::Instant::now();
+        while !server.readiness(false).unwrap().readable {
+            assert!(start.elapsed() < Duration::from_secs(20), "never readable");
+            std::thread::yield_now();
+        }
+        let (r1, p1) = counts();
+        if r1 - r0 > p1 - p0 {
+            by_poller += 1;
+        }
+        let mut b = [0u8; 64];
+        (&server).read_exact(&mut b).unwrap();
+        assert_eq!(b, [round; 64]);
+    }
+    assert!(
+        by_poller * 2 >= ROUNDS,
+        "the poller received in {by_poller} rounds of {ROUNDS}"
+    );
+}
+
 #[test]
 fn dropping_a_stream_gives_eof_and_writes_then_fail() {
     let ctx = device(Config::default());

@@ -793,8 +793,22 @@ fn poll_loop(fds: &mut [pollfd], socks: &[Option<Socket>], timeout: c_int) -> Re
         };
         // Round up: a sleep of less than a millisecond must not become a busy loop.
         let ms = sleep.as_micros().div_ceil(1000) as c_int;
+        // The streams' device sockets too: this thread receives what arrives for them.
+        let mut devices = Vec::new();
+        for s in socks.iter().flatten() {
+            if let Socket::Stream(s) = s {
+                // Without the watch it sleeps on the completion channels alone.
+                let _ = s.watch_device(&mut devices);
+            }
+        }
+        waits.extend(devices.iter().map(|&fd| pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        }));
         // SAFETY: `waits` is a valid array of its length.
         let r = unsafe { libc::poll(waits.as_mut_ptr(), waits.len() as nfds_t, ms) };
+        stream::unwatch_devices();
         if r < 0 {
             return Err(crate::errno::errno());
         }

@@ -53,6 +53,14 @@ fn ops() -> Result<&'static StreamOps, Errno> {
     Ok(ops)
 }
 
+/// Ends the watches this thread began with [`StreamSocket::watch_device`].
+pub fn unwatch_devices() {
+    if let Ok(ops) = ops() {
+        // SAFETY: a table call without arguments.
+        unsafe { (ops.unwatch)() };
+    }
+}
+
 /// A connect running on its own thread (non-blocking `rconnect`).
 struct Pending {
     /// The outcome once known; `abandoned` once the rsocket was closed meanwhile.
@@ -979,6 +987,24 @@ impl StreamSocket {
             }
         }
         Ok(sent)
+    }
+
+    /// Before `rpoll` sleeps: the connection's device socket is watched by this thread
+    /// too (its fd goes to `wait` unless there already) until [`unwatch_devices`], so a
+    /// message wakes this thread alone rather than the device's progress thread, which
+    /// would then wake it through the completion channel.
+    pub fn watch_device(&self, wait: &mut Vec<RawFd>) -> Res<()> {
+        let Phase::Connected(h) = self.settled().phase else {
+            return Ok(());
+        };
+        let ops = ops()?;
+        let mut fd = -1;
+        // SAFETY: a table call with a valid out pointer.
+        neg(unsafe { (ops.watch)(h, &mut fd) })?;
+        if fd >= 0 && !wait.contains(&fd) {
+            wait.push(fd);
+        }
+        Ok(())
     }
 
     /// `rpoll`'s look at this rsocket: the `poll` bits of `events` it is ready for (plus

@@ -32,4 +32,4 @@ pub use self::tokio::{AsyncRdmaListener, AsyncRdmaStream};
 pub use bound::{BindOptions, RdmaSocket};
 pub use listener::RdmaListener;
 pub use softverbs_sock::Config as StreamConfig;
-pub use stream::{RdmaStream, Readiness, StreamOptions};
+pub use stream::{DeviceWatch, RdmaStream, Readiness, StreamOptions};

@@ -19,6 +19,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+/// See [`RdmaStream::watch_device`].
+pub use crate::driver::BlockedWatch as DeviceWatch;
+
 /// How a stream is set up.
 #[derive(Debug, Clone)]
 pub struct StreamOptions {
@@ -561,6 +564,15 @@ impl RdmaStream {
         self.handled.load(Ordering::Relaxed)
     }
 
+    /// For a thread about to block on [`Self::wait_fds`]: it watches the device's socket
+    /// too ([`DeviceWatch::fd`]) until the guard drops, and the progress thread leaves
+    /// the socket to it meanwhile, so a message for this stream wakes that thread alone
+    /// (it then receives it through [`Self::readiness`] or a read). `None`: the device
+    /// does not hand its socket over (poll hand-off off, or inherited across `fork`).
+    pub fn watch_device(&self) -> Option<DeviceWatch> {
+        self.cq.driver().and_then(|d| d.watch_blocked())
+    }
+
     /// The completion channel's fd: readable after an [`Self::attempt`] returned
     /// `WouldBlock` and something happened since.
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
@@ -627,19 +639,22 @@ impl RdmaStream {
                 sleep = sleep.min(due.saturating_sub(self.epoch.elapsed()));
             }
             drop(core);
-            let mut fds = [
-                libc::pollfd {
-                    fd: self.channel.fd(),
+            // The device's socket too, handed over from the progress thread while this
+            // thread sleeps: the peer's message wakes this thread alone, which receives
+            // it itself (the next `progress`), rather than the progress thread, which
+            // would then wake this one through the completion channel.
+            let watch = self.watch_device();
+            let socket = watch.as_ref().map_or(-1, |w| w.fd());
+            let mut fds =
+                [self.channel.fd(), self.id.channel().fd(), socket].map(|fd| libc::pollfd {
+                    fd,
                     events: libc::POLLIN,
                     revents: 0,
-                },
-                libc::pollfd {
-                    fd: self.id.channel().fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
-            ];
-            match crate::sys::poll(&mut fds, Some(sleep)) {
+                });
+            let watched = if watch.is_some() { 3 } else { 2 };
+            let polled = crate::sys::poll(&mut fds[..watched], Some(sleep));
+            drop(watch);
+            match polled {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),

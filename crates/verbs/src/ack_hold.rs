@@ -1,0 +1,104 @@
+//! ACKs a polling thread keeps back until its answer (see `Driver::hold_acks`).
+//!
+//! A thread spinning on its CQ receives a SEND itself; the ACK the engine produces for
+//! it used to leave at once, in a `sendmmsg` made before the thread even looked at the
+//! completion, so every one-way message carried one more system call on its path (on
+//! loopback the sender also runs the peer's receive path). Now the ACK waits in the
+//! batch being built: the thread takes its completion first, and the ACK leaves with
+//! whatever the device sends next — typically the answer the application posts, in the
+//! same `sendmmsg`, the answer first.
+//!
+//! An ACK may come late: one ACK acknowledges every request before it (IBA 9.7.5.1.6,
+//! coalesced acknowledgements), and the requester's timers allow for it (its early
+//! timer follows the measured round trip, which includes the hold). A hold is short
+//! and bounded: held ACKs leave with the device's next datagram, at the next empty
+//! poll of any of its CQs, when the holding thread polls another device or arms a CQ,
+//! and at the latest when the progress thread next wakes (by the end of the hand-off
+//! to pollers that made the thread receive).
+
+use crate::driver::Driver;
+use softverbs_wire::{AethSyndrome, Opcode, RocePacket};
+use std::cell::RefCell;
+use std::sync::{Arc, Weak};
+
+/// Whether `datagram` (a RoCE packet as the engine emits it, unsealed) is a positive
+/// RC ACK: what may wait for the thread's answer. NAKs (sequence errors, RNR) leave at
+/// once: the requester waits for them to recover.
+pub(crate) fn is_plain_ack(datagram: &[u8]) -> bool {
+    let Ok(pkt) = RocePacket::new_checked(datagram) else {
+        return false;
+    };
+    pkt.opcode() == Opcode::RcAcknowledge
+        && pkt
+            .aeth()
+            .and_then(|a| AethSyndrome::from_byte(a.syndrome()).ok())
+            .is_some_and(AethSyndrome::is_ack)
+}
+
+/// Whether `datagram` is a request packet: requests and the held ACKs belong to
+/// different PSN sequences (the requester's and the responder's, IBA 9.7.1), so a
+/// request may leave before them.
+pub(crate) fn is_request(datagram: &[u8]) -> bool {
+    RocePacket::new_checked(datagram).is_ok_and(|p| p.info().is_request)
+}
+
+thread_local! {
+    /// The device on which this thread holds ACKs back, if any, and the fork generation
+    /// it was noted in (`crate::fork`).
+    static HELD_HERE: RefCell<Option<(u64, Weak<Driver>)>> = const { RefCell::new(None) };
+}
+
+/// Notes that the calling thread holds ACKs back on `driver`.
+pub(crate) fn note_held(driver: &Arc<Driver>) {
+    let generation = crate::fork::generation();
+    HELD_HERE.with(|h| *h.borrow_mut() = Some((generation, Arc::downgrade(driver))));
+}
+
+/// Sends the ACKs the calling thread held back, on whatever device (it is about to poll
+/// or wait on another, or to block). Call without a device lock. In a child forked since
+/// they were held the device is the parent's: its locks and socket are not touched.
+pub(crate) fn release_thread_held() {
+    let held = HELD_HERE.with(|h| h.borrow_mut().take());
+    let Some((generation, driver)) = held else {
+        return;
+    };
+    if generation != crate::fork::generation() {
+        return;
+    }
+    if let Some(driver) = driver.upgrade() {
+        driver.release_held_acks();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use softverbs_wire::{AethRepr, BthRepr, NakCode, PacketRepr, Psn, Qpn};
+
+    fn emit(opcode: Opcode, aeth: Option<AethSyndrome>) -> Vec<u8> {
+        let mut repr = PacketRepr::new(BthRepr::new(opcode, Qpn::new(0x11), Psn::new(5)), &[]);
+        repr.aeth = aeth.map(|syndrome| AethRepr { syndrome, msn: 3 });
+        let mut buf = vec![0u8; repr.buffer_len()];
+        let len = repr.emit(&mut buf).unwrap();
+        buf.truncate(len);
+        buf
+    }
+
+    #[test]
+    fn only_positive_acks_are_held() {
+        let ack = emit(Opcode::RcAcknowledge, Some(AethSyndrome::ACK_UNLIMITED));
+        assert!(is_plain_ack(&ack));
+        assert!(!is_request(&ack));
+        for syndrome in [
+            AethSyndrome::RnrNak { timer: 4 },
+            AethSyndrome::Nak(NakCode::PsnSequenceError),
+        ] {
+            assert!(!is_plain_ack(&emit(Opcode::RcAcknowledge, Some(syndrome))));
+        }
+        let send = emit(Opcode::RcSendOnly, None);
+        assert!(!is_plain_ack(&send));
+        assert!(is_request(&send));
+        assert!(!is_plain_ack(&ack[..5]), "a short buffer is no ACK");
+        assert!(!is_request(&[]));
+    }
+}
