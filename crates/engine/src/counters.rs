@@ -20,6 +20,11 @@ pub struct Counters {
     pub early_retransmits: u64,
     /// Tail-loss probes sent (the newest packet again, on the early timer).
     pub tail_loss_probes: u64,
+    /// Retransmission timeouts found spurious: after the oldest packet was resent
+    /// alone, everything sent before the timeout was acknowledged, packets never
+    /// resent among it, so nothing was lost (a peer or path that stalled);
+    /// nothing more was resent.
+    pub spurious_timeouts: u64,
     /// Request packets a responder kept ahead of the expected PSN (selective
     /// repeat).
     pub sr_held_ahead: u64,
@@ -84,7 +89,7 @@ pub struct Counters {
 
 impl Counters {
     /// Every counter with its name, in declaration order.
-    pub fn named(&self) -> [(&'static str, u64); 35] {
+    pub fn named(&self) -> [(&'static str, u64); 36] {
         [
             ("tx_packets", self.tx_packets),
             ("tx_bytes", self.tx_bytes),
@@ -94,6 +99,7 @@ impl Counters {
             ("ack_timeouts", self.ack_timeouts),
             ("early_retransmits", self.early_retransmits),
             ("tail_loss_probes", self.tail_loss_probes),
+            ("spurious_timeouts", self.spurious_timeouts),
             ("sr_held_ahead", self.sr_held_ahead),
             ("read_responses_ahead", self.read_responses_ahead),
             ("sack_sent", self.sack_sent),

@@ -57,6 +57,18 @@ pub(crate) struct Completer {
     /// that READ, see [`Completer::ask_read_again`]); its responses come after
     /// those of the READs after it, which are then no evidence of a loss in it.
     read_asked: Option<(Psn, Psn)>,
+    /// When that READ was asked again: its holes are all asked for (the requester
+    /// asks every one in the walk), so for about a round trip each hole's repair
+    /// is on its way and is not asked for again as the one before it fills.
+    read_asked_at: Option<Instant>,
+    /// The holes of that READ asked for are those before this PSN (the newest
+    /// response held then: the responder answers in order, so only a hole with
+    /// a response after it is known lost, and only those are asked for).
+    read_asked_below: Psn,
+    /// The early retransmission timeout resent only the oldest packet, `.0`,
+    /// when everything before `.1` had been sent: what the next acknowledgement
+    /// covers tells whether anything was lost (see [`Completer::on_timeout`]).
+    timeout_resent: Option<(Psn, Psn)>,
 }
 
 /// What the completer works with besides its own state, lent for one call.
@@ -68,6 +80,8 @@ pub(crate) struct CompleteCtx<'a> {
     pub mtu: u32,
     /// The requester's next PSN and the WQEs it started (below this sequence number).
     pub next_psn: Psn,
+    /// The PSN after the newest packet sent.
+    pub frontier: Psn,
     pub started: u64,
     /// Whether the requester is waiting out an RNR NAK.
     pub rnr_waiting: bool,
@@ -90,6 +104,10 @@ pub(crate) struct Verdict {
     /// Selective repeat: resend the packets in `[.0, .1)` the responder does not
     /// hold, then go on where sending was.
     pub selective: Option<(Psn, Psn)>,
+    /// Resend the oldest unacknowledged packet, asking for an ACK, then go on
+    /// where sending was (the early retransmission timeout, see
+    /// [`Completer::on_timeout`]).
+    pub resend_oldest: bool,
     /// WQE `.0` fails with status `.1`: the send queue fails (IBA 10.8.3.3).
     pub fail: Option<(u64, WcStatus)>,
 }
@@ -113,6 +131,8 @@ impl Completer {
         self.reads_capped_until = None;
         self.newest_response = None;
         self.read_asked = None;
+        self.read_asked_at = None;
+        self.timeout_resent = None;
         self.sr = Scoreboard::default();
         self.sr.clear(psn);
     }
@@ -203,6 +223,7 @@ impl Completer {
 
     /// Sends the requester back to `psn` (go-back-N) at `now`.
     fn rewind(&mut self, v: &mut Verdict, now: Instant, psn: Psn) {
+        self.timeout_resent = None;
         self.rewound_to = Some(psn);
         // What was seen beyond a gap before going back is no evidence against the
         // responses going back brings: only a response arriving after this one
@@ -242,7 +263,61 @@ impl Completer {
         self.recovery.on_resend(now);
         self.resent = true;
         let end = w.first_psn.add(w.npsn);
+        self.note_read_asked(now, from, end);
+        v.selective = Some((from, end));
+    }
+
+    /// READ responses `[from, end)` (one READ's) are asked for again at `now`:
+    /// its holes before the newest response held.
+    fn note_read_asked(&mut self, now: Instant, from: Psn, end: Psn) {
+        let span = from.distance_to(end).min(selective::WINDOW);
+        let newest = (0..span).rev().find(|&k| self.sr.has(from.add(k)));
         self.read_asked = Some((from, end));
+        self.read_asked_at = Some(now);
+        self.read_asked_below = from.add(newest.map_or(1, |k| k + 1));
+    }
+
+    /// A response of READ `seq` at una was placed ahead at `psn` and the one
+    /// before it is missing, past the holes asked for so far: a new hole, known
+    /// lost (the responder answers in order). It is asked for at once, the holes
+    /// before it staying asked (their repairs are on their way); before, it
+    /// waited until the holes before it were filled, a round trip each, or for
+    /// the early timer.
+    fn ask_new_hole(
+        &mut self,
+        ctx: &CompleteCtx<'_>,
+        v: &mut Verdict,
+        now: Instant,
+        seq: u64,
+        psn: Psn,
+    ) {
+        let w = *ctx.sq.get(seq);
+        let expected = w.first_psn.add(w.read_pkts_done);
+        let prev = psn.sub(1);
+        if self.sr.peer != Peer::Selective
+            || Self::asking_again(v)
+            || self.una != expected
+            || !expected.before(prev)
+            || self.sr.has(prev)
+            || self.hole_asked(prev, now)
+        {
+            return;
+        }
+        let mut from = prev;
+        while expected.before(from) && !self.sr.has(from.sub(1)) {
+            from = from.sub(1);
+        }
+        if from == expected {
+            return; // the first hole: asked for as the response after it came
+        }
+        let end = w.first_psn.add(w.npsn);
+        let asked_from = match self.read_asked {
+            Some((f, e)) if e == end && f.before(from) => f,
+            _ => from,
+        };
+        self.recovery.on_resend_range(now, from, psn);
+        self.resent = true;
+        self.note_read_asked(now, asked_from, end);
         v.selective = Some((from, end));
     }
 
@@ -289,6 +364,36 @@ impl Completer {
                         || (0..l.npsn.min(selective::WINDOW))
                             .any(|k| self.sr.has(l.first_psn.add(k))))
             })
+    }
+
+    /// Whether `psn`, a READ response missing, was asked for again within about a
+    /// round trip (with the other holes of its READ): its repair is on its way.
+    fn hole_asked(&self, psn: Psn, now: Instant) -> bool {
+        let Some((from, end)) = self.read_asked else {
+            return false;
+        };
+        let srtt = self.recovery.srtt().unwrap_or(core::time::Duration::ZERO);
+        !psn.before(from)
+            && psn.before(end)
+            && psn.before(self.read_asked_below)
+            && self.read_asked_at.is_some_and(|at| now - at < 2 * srtt)
+    }
+
+    /// Whether a READ was asked again less than half a round trip ago: what
+    /// arrives now answers an earlier request, not that one.
+    fn just_asked(&self, now: Instant) -> bool {
+        let srtt = self.recovery.srtt().unwrap_or(core::time::Duration::ZERO);
+        self.read_asked_at.is_some_and(|at| now - at < srtt / 2)
+    }
+
+    /// Whether the early retransmission timeout may resend only the oldest
+    /// packet: a SEND or WRITE packet, whose answer is an ACK or NAK naming it
+    /// (a READ's or atomic's is its responses: those are asked again as before).
+    fn oldest_resendable(&self, ctx: &CompleteCtx<'_>) -> bool {
+        wqe_with_psn(ctx, self.una).is_some_and(|seq| {
+            let w = ctx.sq.get(seq);
+            w.done.is_none() && !w.op.is_read_or_atomic()
+        })
     }
 
     /// Whether this verdict asks for something again already.
@@ -453,7 +558,7 @@ impl Completer {
 
     /// The oldest unacknowledged PSN moved to `una`: retries reset, the timer
     /// restarts, the window grows.
-    fn progress(&mut self, ctx: &CompleteCtx<'_>, v: &mut Verdict, now: Instant, una: Psn) {
+    fn progress(&mut self, ctx: &mut CompleteCtx<'_>, v: &mut Verdict, now: Instant, una: Psn) {
         if !self.una.before(una) {
             return;
         }
@@ -466,6 +571,20 @@ impl Completer {
         }
         if self.rewound_to.is_some_and(|r| r.before(una)) {
             self.rewound_to = None;
+        }
+        if let Some((resent, sent)) = self.timeout_resent.take() {
+            if resent.next().before(una) && !una.before(sent) {
+                // Everything sent before the timeout was acknowledged, packets
+                // the timeout never resent among it: they arrived, so the timeout
+                // was spurious (the peer, or the path, stalled: RFC 5682's test).
+                // Nothing more goes again.
+                ctx.shared.counters.spurious_timeouts += 1;
+            } else if una != ctx.next_psn {
+                // Only part of it was acknowledged: what follows may have been
+                // lost as well (on a lossy path it mostly was). Go back for it
+                // now, as the timeout did before.
+                self.rewind(v, now, una);
+            }
         }
         if std::mem::take(&mut self.resent) {
             self.reads_capped_until = Some(ctx.next_psn);
@@ -662,13 +781,13 @@ impl Completer {
             // what came is not thrown away. Only this requester's memory is
             // touched, and the READ completes only once every response is in.
             let ahead = ctx.shared.config.selective_repeat
-                && expected.before(psn)
+                && !psn.before(expected)
                 && self.una.distance_to(psn) < selective::WINDOW;
             if ahead && self.sr.has(psn) {
                 // A copy of a response held: the run asked again before it was lost
                 // again (see `requester/build.rs`): ask once more.
                 ctx.shared.counters.drop_out_of_sequence += 1;
-                if self.una == expected && !Self::asking_again(v) {
+                if self.una == expected && !self.just_asked(now) && !Self::asking_again(v) {
                     self.ask_read_again(ctx, v, now, seq, expected);
                 }
                 return;
@@ -681,6 +800,16 @@ impl Completer {
                 }
                 self.sr.set_held(psn);
                 ctx.shared.counters.read_responses_ahead += 1;
+                if self.read_asked_at == Some(now)
+                    && self
+                        .read_asked
+                        .is_some_and(|(f, e)| f.before(psn) && psn.before(e))
+                    && self.read_asked_below.before(psn.next())
+                {
+                    // Asked for as this response came: the holes before it are.
+                    self.read_asked_below = psn.next();
+                }
+                self.ask_new_hole(ctx, v, now, seq, psn);
                 return;
             }
             ctx.shared.counters.drop_out_of_sequence += 1;
@@ -736,6 +865,7 @@ impl Completer {
                 let later_seen = self.later_read_answered(ctx, seq, next);
                 if (held_beyond || seen_beyond || later_seen)
                     && self.rewound_to != Some(next)
+                    && !self.hole_asked(next, now)
                     && !Self::asking_again(v)
                 {
                     self.ask_read_again(ctx, v, now, seq, next);
@@ -808,10 +938,25 @@ impl Completer {
             }
             self.retry_left -= 1;
             let una = self.una;
-            self.rewind(&mut v, now, una);
             // Selective repeat falls back to plain go-back-N here: everything
             // unacknowledged goes again, whatever the responder said it held.
+            let softverbs_peer = self.sr.peer == Peer::Selective;
             self.sr.clear(una);
+            if softverbs_peer && self.oldest_resendable(ctx) {
+                // With a softverbs peer the retry starts with the oldest request
+                // (IBA 9.7.6.1.3) and, as for the early timeout, goes on with the
+                // rest only once its answer shows them lost (see `progress`): a
+                // peer not scheduled for longer than the timeout lost nothing,
+                // and each timeout sent everything in flight again for nothing.
+                // Retries count as before: this timeout took one, and the next
+                // one without progress takes another. Any other peer gets IBA's
+                // go-back-N.
+                self.timeout_resent = Some((una, ctx.frontier));
+                self.recovery.on_resend_range(now, una, una.next());
+                v.resend_oldest = true;
+                return v;
+            }
+            self.rewind(&mut v, now, una);
             self.sr.walked_to = ctx.next_psn;
             return v;
         }
@@ -826,6 +971,24 @@ impl Completer {
                 if !self.probe_read_at_una(ctx, &mut v, now) {
                     v.probe = true;
                 }
+            }
+            Some(EarlyAction::Retransmit) if self.oldest_resendable(ctx) => {
+                // Only the oldest packet goes again (RFC 5682, F-RTO): when a peer
+                // or the path stalled longer than the timeout (a process not
+                // scheduled for milliseconds: no loss), going back over everything
+                // in flight resent it all for nothing, once per backed-off expiry.
+                // The answer tells: one that acknowledges everything sent before
+                // the timeout, packets never resent among it, shows the timeout
+                // spurious; one that acknowledges less, or a sequence NAK, sends
+                // the requester back (see `progress`), an RTT later than a
+                // go-back at once would have. Each later expiry without progress
+                // resends it again, as TCP does; the IBTA timer still goes back
+                // over everything.
+                ctx.shared.counters.early_retransmits += 1;
+                let una = self.una;
+                self.timeout_resent = Some((una, ctx.frontier));
+                self.recovery.on_resend_range(now, una, una.next());
+                v.resend_oldest = true;
             }
             Some(EarlyAction::Retransmit) => {
                 ctx.shared.counters.early_retransmits += 1;

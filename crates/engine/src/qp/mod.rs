@@ -193,6 +193,7 @@ impl Qp {
             pd: self.init.pd,
             mtu,
             next_psn: self.req.next_psn,
+            frontier: self.req.frontier(),
             started: self.req.started,
             rnr_waiting: matches!(self.req.mode(), requester::Mode::RnrWait { .. }),
         };
@@ -405,6 +406,9 @@ impl Qp {
         }
         if let Some((from, until)) = v.selective {
             self.req.walk(&self.sq, from, until);
+        }
+        if v.resend_oldest {
+            self.req.resend_oldest(&self.sq, self.comp.una);
         }
         // After a go-back the cursor is at or past una; otherwise it may have been
         // left behind PSNs acknowledged since.

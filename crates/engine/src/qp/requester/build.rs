@@ -153,6 +153,9 @@ impl Requester {
             }
             _ => {}
         }
+        // A READ asked again under selective repeat: the next response missing
+        // after the run this request asks for.
+        let mut next_hole: Option<u32> = None;
         match wqe.op {
             SendOp::RdmaWrite { remote_addr, rkey }
             | SendOp::RdmaWriteWithImm {
@@ -183,6 +186,16 @@ impl Requester {
                         .take_while(|&j| !ctx.board.has(wqe.first_psn.add(j)))
                         .count() as u32;
                     if missing < scanned && k + missing + 1 < wqe.npsn {
+                        // The next run missing after the held one is asked for
+                        // in this walk too (the next request, see below): one
+                        // round trip for every hole of the READ, not one each.
+                        // Only a hole with a response held after it is known
+                        // lost (the responder answers in order); the rest may be
+                        // on its way.
+                        let has = |j: u32| ctx.board.has(wqe.first_psn.add(j));
+                        next_hole = (k + missing + 1..k + scanned)
+                            .find(|&j| !has(j))
+                            .filter(|&j| (j + 1..k + scanned).any(has));
                         (missing + 1) * mtu
                     } else {
                         rest
@@ -249,21 +262,30 @@ impl Requester {
         };
         debug_assert!(len >= BTH_LEN);
 
-        // Advance the cursor.
-        if last_packet {
+        // Advance the cursor: to the READ's next hole if this walk covers it.
+        let next_hole = next_hole.filter(|&j| match self.mode {
+            Mode::Retransmit { until } => wqe.first_psn.add(j).before(until),
+            _ => false,
+        });
+        if let Some(j) = next_hole {
+            self.cursor_pkt = j;
+        } else if last_packet {
             self.cursor += 1;
             self.cursor_pkt = 0;
         } else {
             self.cursor_pkt += 1;
         }
+        // Sent before: a retransmission (a go-back's, a walk's, a probe's).
+        let again = psn.before(self.frontier);
         let fresh = self.advance_frontier(ctx.sq, psn) && bth.ack_req;
         self.probing = false;
         let skipped = self.skip_held(ctx.sq, ctx.board, ctx.window.una);
         ctx.shared.counters.sr_skipped += u64::from(skipped);
+        if again {
+            ctx.shared.counters.retransmitted_packets += 1;
+        }
         if let Mode::Retransmit { until } = self.mode {
-            if psn.before(until) {
-                ctx.shared.counters.retransmitted_packets += 1;
-            } else {
+            if !psn.before(until) {
                 self.mode = Mode::Normal;
             }
         }

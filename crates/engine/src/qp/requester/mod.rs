@@ -240,7 +240,11 @@ impl Requester {
         let new_read = self.cursor == self.started
             && matches!(sq.get(self.cursor).op, SendOp::RdmaRead { .. });
         let size = if new_read { w.reads } else { w.size };
-        w.una.distance_to(self.cursor_psn(sq)) < size
+        // A probe is one packet sent before, adding nothing in flight: a cap
+        // that shrank since must not hold it back (a probe held back turns the
+        // next timeout's resend of the oldest packet into a go-back over
+        // everything up to the probe).
+        self.probing || w.una.distance_to(self.cursor_psn(sq)) < size
     }
 
     /// PSN of the packet at the cursor.
@@ -384,7 +388,8 @@ impl Requester {
     pub fn walk(&mut self, sq: &SendQueue, from: Psn, until: Psn) {
         match self.mode {
             Mode::RnrWait { .. } => {}
-            Mode::Retransmit { until: u } => {
+            // A go-back, walk or probe under way, with packets left to send.
+            Mode::Retransmit { until: u } if self.cursor_psn(sq).before(u) => {
                 let end = if u.before(until) { until } else { u };
                 // A walk or go-back whose cursor is already past `from` (it may
                 // have sent its last packet and still be in this mode) goes back
@@ -395,7 +400,12 @@ impl Requester {
                 }
                 self.mode = Mode::Retransmit { until: end };
             }
-            Mode::Normal => {
+            // Nothing under way, or one that sent its last packet (a probe of
+            // the newest packet, with no new packet to send after it, stays in
+            // its mode): a walk of its own. Extending that one would go back over
+            // everything up to its end (an early timeout resending the oldest
+            // packet after a probe resent every packet in flight).
+            Mode::Normal | Mode::Retransmit { .. } => {
                 self.seek(sq, from);
                 self.since_ack_req = 0;
                 self.mode = Mode::Retransmit { until };
@@ -444,12 +454,15 @@ impl Requester {
             // one always goes again (the responder holds it but could not commit
             // it, e.g. its RNR NAK was lost). A READ some of whose responses came
             // reached the responder: it is asked again for what is missing when
-            // una reaches it (the completer does that), not from here.
+            // una reaches it (the completer does that), not from here — unless
+            // the cursor is past its next response, on a hole a selective walk
+            // asks for (`build.rs`, `Completer::ask_new_hole`).
             let is_read = matches!(w.op, SendOp::RdmaRead { .. });
             let held = psn != una
                 && if is_read {
-                    w.read_pkts_done > 0
-                        || (0..w.npsn.min(WINDOW)).any(|k| board.has(w.first_psn.add(k)))
+                    self.cursor_pkt <= w.read_pkts_done
+                        && (w.read_pkts_done > 0
+                            || (0..w.npsn.min(WINDOW)).any(|k| board.has(w.first_psn.add(k))))
                 } else {
                     !w.runs_locally() && !w.op.is_atomic() && board.holds(una, psn)
                 };
@@ -524,6 +537,17 @@ impl Requester {
             return;
         }
         self.rewind(sq, self.frontier.sub(1));
+        self.probing = true;
+    }
+
+    /// The early retransmission timeout: the oldest unacknowledged packet, `una`,
+    /// goes again asking for an ACK, then sending goes on where it was. Nothing
+    /// happens during an RNR wait.
+    pub fn resend_oldest(&mut self, sq: &SendQueue, una: Psn) {
+        if matches!(self.mode, Mode::RnrWait { .. }) || !una.before(self.frontier) {
+            return;
+        }
+        self.walk(sq, una, una.next());
         self.probing = true;
     }
 

@@ -94,7 +94,10 @@ impl Answers {
     }
 
     /// Queues the responses to an RDMA READ ahead of every other answer (they
-    /// answer an older request asked again); `tail` if they reach its end.
+    /// answer an older request asked again), after runs asked again before it
+    /// with lower PSNs (a READ asked again hole by hole gets its runs in PSN
+    /// order, so the requester sees each run's last, held, response after the
+    /// run: see `requester/build.rs`); `tail` if they reach its end.
     pub fn queue_read_first(
         &mut self,
         psn: Psn,
@@ -104,15 +107,23 @@ impl Answers {
         tail: bool,
         msn: u32,
     ) {
-        self.out.push_front(Outgoing::Read {
-            psn,
-            va,
-            rkey,
-            remaining: dma_len,
-            first: true,
-            tail,
-            msn,
-        });
+        let at = self
+            .out
+            .iter()
+            .take_while(|o| matches!(o, Outgoing::Read { psn: p, .. } if p.before(psn)))
+            .count();
+        self.out.insert(
+            at,
+            Outgoing::Read {
+                psn,
+                va,
+                rkey,
+                remaining: dma_len,
+                first: true,
+                tail,
+                msn,
+            },
+        );
     }
 
     /// Whether READ responses from `psn` on are still queued.
