@@ -25,7 +25,11 @@
 //!   acknowledgements ([`SACK_SEEN`], [`sack_run`]): RC Acknowledge packets that
 //!   are plain cumulative ACKs (BTH PSN = expected PSN - 1) whose AETH MSN field
 //!   carries the PSN the report is about (a packet seen but not kept, or the
-//!   first of a run of kept ones, Resv7 giving the run's length). They go only to a requester that
+//!   first of a run of kept ones, Resv7 giving the run's length). Packets ahead
+//!   that could not be kept are asked for again the same way, once the expected
+//!   PSN reaches them: one report names the newest of them as seen and not kept,
+//!   so the requester resends the holes up to it and nothing after it (never a
+//!   sequence NAK, which would send it back over everything in flight). They go only to a requester that
 //!   offered, so no foreign peer ever has to read them; read as plain IBA they
 //!   are still a correct cumulative ACK.
 //! - A responder that does not offer it (a foreign one, or softverbs with it off)
@@ -211,6 +215,8 @@ pub(crate) struct AheadMessage {
     pub first: Psn,
     pub last: Option<Psn>,
     pub takes_wqe: Option<bool>,
+    /// The highest PSN seen of a packet of it that does not end it.
+    pub open_at: Option<Psn>,
 }
 
 /// Most messages ahead tracked at once.
@@ -274,37 +280,74 @@ impl Reorder {
         }
     }
 
-    /// What a packet that arrived ahead says of its message (which starts at
-    /// `first`): where it ends, if this is its last packet, and whether it takes
-    /// a receive WQE, if that is known now. Messages that ended before `epsn`
-    /// are forgotten to make room.
+    /// What a packet `psn` that arrived ahead says of its message (which starts
+    /// at `first`): where it ends, if this is its last packet, and whether it
+    /// takes a receive WQE, if that is known now. Messages that ended before
+    /// `epsn` are forgotten to make room (see [`Reorder::entry`]).
+    ///
+    /// A message's end is also inferred from its neighbours, whether the packets
+    /// were kept or not: a packet that does not end its message two PSNs before
+    /// another message's first one means the PSN between is its message's last
+    /// (it belongs to that message, and the next starts after it). Without this a
+    /// SEND whose last packet was lost leaves the receive WQEs of every message
+    /// after it unknown, and all their packets dropped until the hole is filled.
     pub fn note_message(
         &mut self,
         epsn: Psn,
+        in_progress: Option<Psn>,
+        psn: Psn,
         first: Psn,
         last: Option<Psn>,
         takes_wqe: Option<bool>,
     ) {
-        let entry = match self.messages.iter_mut().find(|m| m.first == first) {
-            Some(m) => m,
-            None => {
-                if self.messages.len() >= AHEAD_MESSAGES {
-                    self.messages
-                        .retain(|m| m.last.is_none_or(|l| !l.before(epsn)));
-                }
-                if self.messages.len() >= AHEAD_MESSAGES {
-                    return;
-                }
-                self.messages.push(AheadMessage {
-                    first,
-                    last: None,
-                    takes_wqe: None,
-                });
-                self.messages.last_mut().expect("just pushed")
-            }
+        let Some(i) = self.entry(epsn, in_progress, first) else {
+            return;
         };
+        let entry = &mut self.messages[i];
         entry.last = entry.last.or(last);
         entry.takes_wqe = entry.takes_wqe.or(takes_wqe);
+        if last.is_none() && entry.open_at.is_none_or(|o| o.before(psn)) {
+            entry.open_at = Some(psn);
+        }
+        if last.is_none() && self.message(psn.add(2)).is_some() {
+            self.messages[i].last = Some(psn.next());
+        }
+        if psn == first {
+            let before = psn.sub(2);
+            if let Some(m) = self
+                .messages
+                .iter_mut()
+                .find(|m| m.last.is_none() && m.open_at == Some(before))
+            {
+                m.last = Some(before.next());
+            }
+        }
+    }
+
+    /// The index of the message starting at `first`, added if there is room.
+    /// When the table is full, messages the expected PSN has passed make room:
+    /// every message starting before it but the one in progress (the one
+    /// starting at `in_progress`), whether its end was seen or not (a message
+    /// whose last packet never came ahead would otherwise stay for good, and a
+    /// long lossy stream fill the table, leaving nothing placeable ahead).
+    fn entry(&mut self, epsn: Psn, in_progress: Option<Psn>, first: Psn) -> Option<usize> {
+        if let Some(i) = self.messages.iter().position(|m| m.first == first) {
+            return Some(i);
+        }
+        if self.messages.len() >= AHEAD_MESSAGES {
+            self.messages
+                .retain(|m| Some(m.first) == in_progress || epsn.distance_to(m.first) < WINDOW);
+        }
+        if self.messages.len() >= AHEAD_MESSAGES {
+            return None;
+        }
+        self.messages.push(AheadMessage {
+            first,
+            last: None,
+            takes_wqe: None,
+            open_at: None,
+        });
+        Some(self.messages.len() - 1)
     }
 
     /// The message starting at `first`, if a packet of it arrived ahead.
@@ -441,5 +484,65 @@ mod tests {
         s.set_held(una.add(300));
         s.peer = Peer::Plain;
         assert!(!s.holds(una.add(4), una.add(255)));
+    }
+
+    #[test]
+    fn a_message_ends_two_psns_before_the_next_one_starts() {
+        let epsn = Psn::new(100);
+        // Message at 100: its packet 104 arrived (not its last), 105 was lost; a
+        // message starts at 106.
+        let mut r = Reorder::default();
+        r.activate();
+        r.note_message(epsn, None, Psn::new(104), Psn::new(100), None, Some(true));
+        assert_eq!(r.message(Psn::new(100)).unwrap().last, None);
+        r.note_message(epsn, None, Psn::new(106), Psn::new(106), None, Some(true));
+        assert_eq!(r.message(Psn::new(100)).unwrap().last, Some(Psn::new(105)));
+        // The same in the other order: the next message's first packet first.
+        let mut r = Reorder::default();
+        r.activate();
+        r.note_message(epsn, None, Psn::new(106), Psn::new(106), None, Some(true));
+        r.note_message(epsn, None, Psn::new(104), Psn::new(100), None, Some(true));
+        assert_eq!(r.message(Psn::new(100)).unwrap().last, Some(Psn::new(105)));
+        // Two PSNs missing before it: nothing is inferred (a whole message may
+        // be between).
+        let mut r = Reorder::default();
+        r.activate();
+        r.note_message(epsn, None, Psn::new(103), Psn::new(100), None, Some(true));
+        r.note_message(epsn, None, Psn::new(106), Psn::new(106), None, Some(true));
+        assert_eq!(r.message(Psn::new(100)).unwrap().last, None);
+    }
+
+    #[test]
+    fn messages_the_expected_psn_passed_make_room_whether_their_end_was_seen_or_not() {
+        let mut r = Reorder::default();
+        r.activate();
+        // A long stream: messages of 4 PSNs, a middle packet of each seen ahead,
+        // never its last.
+        for m in 0..AHEAD_MESSAGES as u32 {
+            let first = Psn::new(4 * m);
+            r.note_message(first, None, first.add(1), first, None, Some(true));
+        }
+        // Much later, with the message at 1000 in progress.
+        let epsn = Psn::new(1002);
+        let in_progress = Some(Psn::new(1000));
+        r.note_message(
+            epsn,
+            in_progress,
+            Psn::new(1001),
+            Psn::new(1000),
+            None,
+            Some(true),
+        );
+        r.note_message(
+            epsn,
+            in_progress,
+            Psn::new(1005),
+            Psn::new(1004),
+            None,
+            Some(true),
+        );
+        assert!(r.message(Psn::new(1004)).is_some(), "room was made");
+        assert!(r.message(Psn::new(1000)).is_some(), "in progress: kept");
+        assert!(r.message(Psn::new(0)).is_none());
     }
 }

@@ -9,7 +9,7 @@ use super::{InMessage, RecvCtx, Request, Responder};
 use crate::qp::selective::{offered_index, AheadWrite, Held, WINDOW};
 use crate::types::AccessFlags;
 use crate::wc::WcOpcode;
-use softverbs_wire::{AethSyndrome, NakCode, OpKind, Position, Psn};
+use softverbs_wire::{OpKind, Position, Psn};
 
 impl Responder {
     /// A request `psn` ahead of the expected PSN, from a requester doing selective
@@ -42,7 +42,7 @@ impl Responder {
         // hole), with the run held before the hole; and the run held up to a
         // packet that asked for an ACK. Packets not kept are not reported one by
         // one: once the gap before them is filled, the responder asks for them
-        // with one sequence NAK (see `ask_for_dropped`).
+        // with one selective ACK (see `ask_for_dropped`).
         let cumulative = self.epsn.sub(1);
         let newest = match self.highest_ahead {
             Some(h) if cumulative.before(h) => h,
@@ -52,8 +52,8 @@ impl Responder {
         if newest.before(psn) {
             self.highest_ahead = Some(psn);
         }
-        if !held {
-            self.dropped_ahead = true;
+        if !held && self.dropped_ahead.is_none_or(|d| d.before(psn)) {
+            self.dropped_ahead = Some(psn);
         }
         if after_hole {
             let before = psn.sub(1);
@@ -75,28 +75,31 @@ impl Responder {
     }
 
     /// After the expected PSN moved on: if it now names a packet that arrived
-    /// ahead but could not be kept, ask for it (and what follows that the
-    /// responder does not hold) with one sequence NAK, as IBA's go-back-N does.
+    /// ahead but could not be kept, ask for it and the others not kept, up to
+    /// the newest of them, with one selective ACK saying that one was seen and
+    /// not kept: the requester resends what this responder does not hold up to
+    /// there, and nothing after it. (A sequence NAK would make it go back over
+    /// everything it sent since, a window's worth of packets still in flight
+    /// that arrive and are kept: a go-back storm per NAK in a long SEND stream.)
     pub(super) fn ask_for_dropped(&mut self, ctx: &mut RecvCtx<'_>) {
         let Some(h) = self.highest_ahead else {
             return;
         };
         if !self.epsn.before(h.next()) {
             self.highest_ahead = None;
-            self.dropped_ahead = false;
+            self.dropped_ahead = None;
             return;
         }
-        if self.dropped_ahead && self.asked_from != Some(self.epsn) {
-            // The requester resends everything from here that is not held: one
-            // NAK covers what was dropped so far.
-            self.dropped_ahead = false;
+        let Some(dropped) = self.dropped_ahead else {
+            return;
+        };
+        if !self.epsn.before(dropped.next()) {
+            // What was dropped came again and was committed.
+            self.dropped_ahead = None;
+        } else if self.asked_from != Some(self.epsn) {
+            self.dropped_ahead = None;
             self.asked_from = Some(self.epsn);
-            self.answers.push(Outgoing::Nak {
-                psn: self.epsn,
-                syndrome: AethSyndrome::Nak(NakCode::PsnSequenceError),
-                msn: self.msn,
-            });
-            ctx.shared.counters.nak_seq_sent += 1;
+            self.sack(ctx, dropped, 0);
         }
     }
 
@@ -241,7 +244,9 @@ impl Responder {
             }
             _ => (Some(psn), Some(false)),
         };
-        self.sr.note_message(self.epsn, first, last, takes_wqe);
+        let in_progress = self.msg.map(|_| self.msg_first);
+        self.sr
+            .note_message(self.epsn, in_progress, psn, first, last, takes_wqe);
         // A message starting right after the expected PSN, with a message in
         // progress: the expected packet (lost) is that message's last, so it ends
         // there. (Anything else between could be whole messages nothing is known
@@ -255,8 +260,14 @@ impl Responder {
             };
             if let Some(takes_wqe) = in_progress {
                 let first = self.msg_first;
-                self.sr
-                    .note_message(self.epsn, first, Some(self.epsn), takes_wqe);
+                self.sr.note_message(
+                    self.epsn,
+                    Some(first),
+                    self.epsn,
+                    first,
+                    Some(self.epsn),
+                    takes_wqe,
+                );
             }
         }
     }
@@ -268,12 +279,20 @@ impl Responder {
         let (mut at, mut n) = match self.msg {
             None => (self.epsn, 0),
             Some(m) => {
-                let known = self.sr.message(self.msg_first)?;
+                let known = self.sr.message(self.msg_first);
                 let takes = match m {
                     InMessage::Send { .. } => true,
-                    InMessage::Write { .. } => known.takes_wqe?,
+                    InMessage::Write { .. } => known?.takes_wqe?,
                 };
-                (known.last?.next(), u32::from(takes))
+                // The packet before the expected one did not end the message in
+                // progress: if a message starts right after the expected PSN, the
+                // expected packet is this one's last.
+                let last = match known.and_then(|k| k.last) {
+                    Some(last) => last,
+                    None if self.sr.message(self.epsn.next()).is_some() => self.epsn,
+                    None => return None,
+                };
+                (last.next(), u32::from(takes))
             }
         };
         for _ in 0..WINDOW {

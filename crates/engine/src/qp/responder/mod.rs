@@ -88,9 +88,9 @@ pub(crate) struct Responder {
     sr: Reorder,
     /// Selective repeat: the newest PSN that arrived ahead of `epsn`.
     highest_ahead: Option<Psn>,
-    /// Selective repeat: a packet ahead arrived and was not kept.
-    dropped_ahead: bool,
-    /// Selective repeat: the PSN a sequence NAK last asked for.
+    /// Selective repeat: the newest packet ahead that arrived and was not kept.
+    dropped_ahead: Option<Psn>,
+    /// Selective repeat: the expected PSN when dropped packets were last asked for.
     asked_from: Option<Psn>,
     /// A sequence-error or RNR NAK was sent; stay quiet until `epsn` arrives.
     nak_outstanding: bool,
@@ -147,7 +147,7 @@ impl Responder {
             msg_first: Psn::new(epsn),
             sr: Reorder::default(),
             highest_ahead: None,
-            dropped_ahead: false,
+            dropped_ahead: None,
             asked_from: None,
             nak_outstanding: false,
             refused: false,
