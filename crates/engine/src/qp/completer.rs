@@ -361,8 +361,9 @@ impl Completer {
                 matches!(l.op, SendOp::RdmaRead { .. })
                     && (l.done.is_some()
                         || l.read_pkts_done > 0
-                        || (0..l.npsn.min(selective::WINDOW))
-                            .any(|k| self.sr.has(l.first_psn.add(k))))
+                        || !self.sr.is_empty()
+                            && (0..l.npsn.min(selective::WINDOW))
+                                .any(|k| self.sr.has(l.first_psn.add(k))))
             })
     }
 
@@ -851,9 +852,9 @@ impl Completer {
             if !complete {
                 // Responses ahead but the next one missing: ask again from it.
                 let next = w.first_psn.add(w.read_pkts_done);
-                let held_beyond = (w.read_pkts_done
-                    ..w.npsn.min(w.read_pkts_done + selective::WINDOW))
-                    .any(|k| self.sr.has(w.first_psn.add(k)));
+                let held_beyond = !self.sr.is_empty()
+                    && (w.read_pkts_done..w.npsn.min(w.read_pkts_done + selective::WINDOW))
+                        .any(|k| self.sr.has(w.first_psn.add(k)));
                 // Or later responses came but were not held (past the window).
                 let seen_beyond = self
                     .newest_response

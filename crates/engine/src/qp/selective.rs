@@ -147,6 +147,13 @@ impl Scoreboard {
         self.held[w] & b != 0
     }
 
+    /// Whether no PSN is marked (the lossless path): every [`Scoreboard::has`] is
+    /// false then, and scans for held PSNs can be skipped.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
     pub fn set_held(&mut self, psn: Psn) {
         let (w, b) = Self::bit(psn);
         self.count += u32::from(self.held[w] & b == 0);
