@@ -10,8 +10,8 @@
 //! its own in the middle of its run (after its control connection it opens the data
 //! listener while the client, past the same handshake, already connects; perftest's own
 //! retry loop reuses the ids it has just destroyed). So a case whose client failed that way
-//! while its server still ran is run again from scratch, on a new port, a few times; the
-//! report says how many attempts it took.
+//! while its server still ran is run again from scratch, on a new port and with a longer head
+//! start for the servers, a few times; the report says how many attempts it took.
 
 use super::procs::{self, Outcome, Running, Side};
 use std::path::{Path, PathBuf};
@@ -23,7 +23,8 @@ pub const TIMEOUT: Duration = Duration::from_secs(180);
 /// How long servers that exit by themselves may take once the clients finished.
 const SERVER_GRACE: Duration = Duration::from_secs(20);
 
-/// Before the clients start: the servers get this long to listen (unless the case says).
+/// Before the clients start: the servers get this long to listen (unless the case says),
+/// times the attempt's number.
 const SERVER_HEAD_START: Duration = Duration::from_millis(300);
 
 /// Attempts of one case (see the module comment).
@@ -218,7 +219,9 @@ fn run_once(dropin: &Path, case: &Case, attempts: u32) -> (CaseOutcome, bool) {
         .iter()
         .map(|s| Running::spawn(s, dropin))
         .collect();
-    std::thread::sleep(case.head_start.unwrap_or(SERVER_HEAD_START));
+    // Each attempt after a client came too early gives the servers longer: a slow start
+    // (a busy machine, a cold cache) is not lost five times in a row.
+    std::thread::sleep(case.head_start.unwrap_or(SERVER_HEAD_START) * attempts);
     let clients: Vec<Outcome> = if case.clients_one_by_one {
         case.clients
             .iter()
