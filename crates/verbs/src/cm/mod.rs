@@ -336,6 +336,13 @@ impl ConnectionManager {
 
     /// Disconnects (`rdma_disconnect`): DREQ, or DREP when the peer's DREQ came first.
     pub fn disconnect(&self, id: CmIdHandle) -> Result<(), CmError> {
+        // ACKs a polling thread holds back for its answer (`crate::ack_hold`) leave before
+        // the DREQ: a peer that reads the DREQ first moves its QP to error and flushes a
+        // SEND this side already received (WR_FLUSH_ERR where the sender saw success).
+        crate::ack_hold::release_thread_held();
+        if let Ok(d) = self.core().driver() {
+            d.release_held_acks();
+        }
         self.call(|cm, now| cm.disconnect(now, id))
     }
 
