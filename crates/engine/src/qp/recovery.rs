@@ -154,8 +154,8 @@ impl Recovery {
     }
 
     /// When the early timer fires next, armed at a time `until_ibta` before the
-    /// IBTA timer: a tail-loss probe after 2 SRTT (RFC 8985 7.2's PTO, at least
-    /// [`Recovery::min_pto`]), then the RTO, doubled per expiry.
+    /// IBTA timer: a tail-loss probe after [`Recovery::pto`] (or, before any
+    /// estimate, [`Recovery::initial_pto`]), then the RTO, doubled per expiry.
     fn timeout(&self, until_ibta: Option<Duration>) -> Option<Duration> {
         if !self.rtt.sampled {
             return until_ibta
@@ -163,9 +163,23 @@ impl Recovery {
                 .map(|t| self.initial_pto(t));
         }
         if self.backoff == 0 {
-            return Some(Duration::from_nanos(2 * self.rtt.srtt).max(self.min_pto()));
+            return Some(self.pto());
         }
         self.rto()
+    }
+
+    /// The tail-loss probe's timeout: SRTT + max(4 RTTVAR, SRTT / 4), as QUIC's
+    /// PTO (RFC 9002 6.2.1; its max_ack_delay is 0 here: the responder does not
+    /// delay ACKs, and an ACK the driver holds for the application's answer is
+    /// inside every sample), at most RFC 8985's 2 SRTT, at least
+    /// [`Recovery::min_pto`]. On a steady path the probe comes a quarter of a
+    /// round trip after the answer was due instead of a whole one: in a
+    /// ping-pong, where every lost last packet or ACK waits for the probe, that
+    /// is most of what a loss costs.
+    fn pto(&self) -> Duration {
+        let srtt = self.rtt.srtt;
+        let pto = (srtt + (4 * self.rtt.rttvar).max(srtt / 4)).min(2 * srtt);
+        Duration::from_nanos(pto).max(self.min_pto())
     }
 
     /// The probe's timeout before anything is measured, armed `until_ibta` before
@@ -559,6 +573,36 @@ mod tests {
         r.on_progress(at(10), Psn::new(2), 1, false, None);
         r.on_sent(at(100), Psn::new(2), true, None);
         assert_eq!(r.deadline(), Some(at(150)), "the floor");
+    }
+
+    #[test]
+    fn on_a_steady_path_the_probe_comes_a_quarter_srtt_after_the_answer_was_due() {
+        let mut r = Recovery::new(Duration::from_micros(200));
+        // Every round trip 100 µs: RTTVAR decays to nothing.
+        let mut t = 0;
+        for psn in 0..40 {
+            r.on_sent(at(t), Psn::new(psn), true, None);
+            t += 100;
+            r.on_progress(at(t), Psn::new(psn + 1), 1, false, None);
+            t += 10;
+        }
+        assert_eq!(r.srtt(), Some(Duration::from_micros(100)));
+        r.on_sent(at(t), Psn::new(40), true, None);
+        // SRTT + SRTT / 4, not 2 SRTT.
+        assert_eq!(r.deadline(), Some(at(t + 125)));
+        // A path whose round trips vary: 4 RTTVAR, up to 2 SRTT.
+        let mut r = Recovery::new(Duration::from_micros(200));
+        let mut t = 0;
+        for (psn, rtt) in [100, 140, 60, 130, 70, 100].into_iter().enumerate() {
+            r.on_sent(at(t), Psn::new(psn as u32), true, None);
+            t += rtt;
+            r.on_progress(at(t), Psn::new(psn as u32 + 1), 1, false, None);
+        }
+        let (srtt, rttvar) = (r.rtt.srtt, r.rtt.rttvar);
+        r.on_sent(at(t), Psn::new(6), true, None);
+        let pto = (srtt + 4 * rttvar).min(2 * srtt);
+        assert!(4 * rttvar > srtt / 4 && pto > srtt);
+        assert_eq!(r.deadline(), Some(at(t) + Duration::from_nanos(pto)));
     }
 
     #[test]
