@@ -318,7 +318,9 @@ impl Recovery {
     /// shortest RTT seen would keep the in-flight cap small for good.) Without it a re-request
     /// lost before the first sample (a READ whose responses were lost: nothing
     /// times it until it completes) waits out the IBTA timer, 67 ms at the tools'
-    /// timeout 14, and at 20 % loss often twice.
+    /// timeout 14, and at 20 % loss often twice. With a stale estimate (an IBTA
+    /// timeout since) the same measure replaces it if shorter
+    /// ([`RttEstimator::ambiguous`]).
     #[inline]
     pub fn on_answer(&mut self, now: Instant, psn: Psn) {
         if self.rtt.sampled && !self.rtt.stale {
