@@ -623,14 +623,15 @@ mod tests {
         assert_eq!(r.on_timeout(at(4200), ibta), Some(EarlyAction::Probe));
         r.on_sent(at(4200), Psn::new(7), false, ibta);
         assert_eq!(r.deadline(), None, "no RTO without an estimate");
-        // An answer to the probe gives a first estimate, from the probe.
-        r.on_answer(at(4250), Psn::new(7));
-        assert_eq!(r.srtt(), Some(Duration::from_micros(50)));
-        // After an IBTA timeout drops the estimate, no second probe before one.
+        // Nothing came back: the IBTA timer goes back, and its period gets no
+        // probe of its own (a dead peer: one packet more in all).
         r.on_ibta_timeout();
-        r.on_progress(at(67_300), Psn::new(8), 1, false, None);
-        r.on_sent(at(67_400), Psn::new(8), true, Some(at(134_600)));
+        r.on_resend(at(67_200));
+        r.on_sent(at(67_200), Psn::new(7), false, Some(at(134_400)));
         assert_eq!(r.deadline(), None);
+        // An answer to the go-back gives a first estimate, from it.
+        r.on_answer(at(67_250), Psn::new(7));
+        assert_eq!(r.srtt(), Some(Duration::from_micros(50)));
     }
 
     #[test]
