@@ -626,8 +626,9 @@ impl RdmaStream {
         let start = Instant::now();
         loop {
             let mut core = self.lock();
-            // A non-blocking call is repeated by a program spinning on `WouldBlock`.
-            self.progress_as(&mut core, nonblocking)?;
+            // A non-blocking call is repeated by a program spinning on `WouldBlock`; a
+            // blocking one spins here, or has just woken from its watch on the socket.
+            self.progress_as(&mut core, true)?;
             if ready(&core) {
                 return Ok(core);
             }
@@ -654,10 +655,13 @@ impl RdmaStream {
                 None => self.cq.req_notify(false),
             }
             .map_err(io::Error::other)?;
-            self.progress(&mut core)?;
+            // (A message found now has its ACK held for the answer too; if the call must
+            // still sleep, what was held leaves first.)
+            self.progress_as(&mut core, true)?;
             if ready(&core) {
                 return Ok(core);
             }
+            crate::ack_hold::release_thread_held();
             let mut sleep = WAIT_SLICE;
             if let Some(due) = core.next_keepalive() {
                 sleep = sleep.min(due.saturating_sub(self.epoch.elapsed()));
