@@ -76,6 +76,9 @@ pub(crate) struct Window {
     pub size: u32,
     /// The size that applies to an RDMA READ request (see `Completer::window`).
     pub reads: u32,
+    /// The size that applies to an RDMA READ request asked again (a walk over
+    /// the responses a READ lacks; see `Completer::window`).
+    pub reads_again: u32,
 }
 
 /// What sending needs of the QP, lent for one call.
@@ -239,7 +242,15 @@ impl Requester {
         // loss stay under the cap, which recovery shrank for them.
         let new_read = self.cursor == self.started
             && matches!(sq.get(self.cursor).op, SendOp::RdmaRead { .. });
-        let size = if new_read { w.reads } else { w.size };
+        let read_again =
+            self.cursor < self.started && matches!(sq.get(self.cursor).op, SendOp::RdmaRead { .. });
+        let size = if new_read {
+            w.reads
+        } else if read_again {
+            w.reads_again
+        } else {
+            w.size
+        };
         // A probe is one packet sent before, adding nothing in flight: a cap
         // that shrank since must not hold it back (a probe held back turns the
         // next timeout's resend of the oldest packet into a go-back over
