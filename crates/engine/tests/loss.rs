@@ -1393,18 +1393,23 @@ fn a_read_stream_at_5_percent_loss_within_twice_lossless() {
 /// between two namespaces: MTU 1024 (a 1500-byte veth: 64 responses per READ)
 /// and the driver's read budget (a quarter of the socket's SO_RCVBUF, 2 MiB), so
 /// new READ requests pass the in-flight cap while nothing was resent lately.
-/// 2.32x-2.65x lossless over these seeds; 2.73x-3.70x while a hole in a READ
-/// after the one at una was asked for only when una reached that READ, and a
-/// READ asked again stayed under the in-flight cap (at its floor after a loss:
-/// the walk for a hole past the cap's reach waited for una to come near), a
-/// round trip per hole with the link idle.
+/// Within twice the lossless time on every seed: 1.58x-1.80x. Before: 2.73x-3.70x
+/// (the real `ib_read_bw` 2.29x); by the traces, the link sat idle a round trip
+/// per hole in a READ after the one at una (asked for only once una reached its
+/// READ, and a READ asked again stayed under the in-flight cap, at its floor
+/// after a loss), a READ's responses past what the requester can hold ahead
+/// (256 PSNs) were dropped while an earlier READ waited for a repair, and of the
+/// first 16 READs, sent before the first answer said the peer was a softverbs
+/// one, those past its responder's window were dropped there and each found
+/// missing only as una reached it (2.32x-2.65x, then 2.05x-2.51x, as each was
+/// fixed).
 #[test]
-fn a_read_stream_with_the_drivers_read_budget_at_5_percent() {
+fn a_read_stream_with_the_drivers_read_budget_at_5_percent_within_twice_lossless() {
     let worst = read_stream_at_5_percent_with(Mtu::Mtu1024, 2 << 20)
         .iter()
         .map(|(_, ratio, _)| *ratio)
         .fold(0.0, f64::max);
-    assert!(worst <= 2.7, "READ stream at 5 %: {worst:.2}x lossless");
+    assert!(worst <= 2.0, "READ stream at 5 %: {worst:.2}x lossless");
 }
 
 /// A peer that stops running for 5 ms in the middle of a SEND or WRITE stream

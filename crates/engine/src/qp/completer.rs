@@ -48,6 +48,8 @@ pub(crate) struct Completer {
     recovery: Recovery,
     /// Selective repeat: what the peer is, and which packets it holds.
     pub sr: Scoreboard,
+    /// The requester offers selective repeat (`EngineConfig::selective_repeat`).
+    offers_sr: bool,
     /// When the last selective walk was asked for.
     walked_at: Option<Instant>,
     /// The newest READ response PSN seen: a response missing before it was lost
@@ -118,10 +120,12 @@ pub(crate) struct Verdict {
 }
 
 impl Completer {
-    /// A completer whose early timer is never shorter than `min_rto`.
-    pub fn new(min_rto: core::time::Duration) -> Completer {
+    /// A completer whose early timer is never shorter than `min_rto`; whose
+    /// requester offers selective repeat if `selective_repeat`.
+    pub fn new(min_rto: core::time::Duration, selective_repeat: bool) -> Completer {
         Completer {
             recovery: Recovery::new(min_rto),
+            offers_sr: selective_repeat,
             ..Completer::default()
         }
     }
@@ -141,6 +145,11 @@ impl Completer {
         self.timeout_resent = None;
         self.sr = Scoreboard::default();
         self.sr.clear(psn);
+    }
+
+    /// Whether the requester offers selective repeat.
+    pub fn offers_sr(&self) -> bool {
+        self.offers_sr
     }
 
     /// The early timer's floor.
@@ -218,6 +227,18 @@ impl Completer {
             size,
             reads,
             reads_again,
+            // Before the first answer says what the peer is, a softverbs
+            // responder may be answering: it drops READ requests past its
+            // window after a lost one, and the requester would find each of
+            // them missing only as una reaches it (the first 16 READs of
+            // `ib_read_bw`, a round trip or a probe each).
+            hold: if self.sr.peer == Peer::Selective
+                || self.sr.peer == Peer::Unknown && self.offers_sr
+            {
+                selective::WINDOW
+            } else {
+                u32::MAX
+            },
         }
     }
 

@@ -79,6 +79,9 @@ pub(crate) struct Window {
     /// The size that applies to an RDMA READ request asked again (a walk over
     /// the responses a READ lacks; see `Completer::window`).
     pub reads_again: u32,
+    /// How far past una the requester keeps READ responses that arrive ahead
+    /// (selective repeat's window; unbounded otherwise, nothing is kept).
+    pub hold: u32,
 }
 
 /// What sending needs of the QP, lent for one call.
@@ -255,7 +258,17 @@ impl Requester {
         // that shrank since must not hold it back (a probe held back turns the
         // next timeout's resend of the oldest packet into a go-back over
         // everything up to the probe).
-        self.probing || w.una.distance_to(self.cursor_psn(sq)) < size
+        let ahead = w.una.distance_to(self.cursor_psn(sq));
+        if new_read && ahead > 0 {
+            // A new READ goes only if all its responses fall where they can be
+            // kept ahead: a response past that, arriving while an earlier READ
+            // waits for a repair, is dropped and asked for again.
+            let npsn = packets_for(sq.get(self.cursor).length, attr.path_mtu.bytes());
+            if ahead.saturating_add(npsn) > w.hold {
+                return false;
+            }
+        }
+        self.probing || ahead < size
     }
 
     /// PSN of the packet at the cursor.
