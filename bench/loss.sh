@@ -44,9 +44,11 @@
 #   --strict      exit with status 2 when a target is missed (default: 0, the table says)
 #   --tools LIST  run only these, comma-separated (default: ib_send_bw,ib_write_bw,
 #                 ib_read_bw,ibv_rc_pingpong,iperf3); the targets of the others are not judged
-#   --sv PATH     run this softverbs binary (its drop-in libraries next to it) instead of
-#                 building the worktree's: e.g. another build's binaries copied aside, to
-#                 interleave runs of two builds (one invocation each, in turn)
+#   --sv PATH     as LOSS_SOFTVERBS=PATH below: e.g. another build's binaries copied
+#                 aside, to interleave runs of two builds (one invocation each, in turn)
+#
+# LOSS_SOFTVERBS=PATH: run that softverbs binary (its drop-in libraries beside it)
+# instead of building this checkout's.
 #
 # Needs root (network namespaces, nftables), iproute2, nftables, perftest, ibverbs-utils,
 # iperf3, python3 and cargo; installs nothing. Talks only inside the namespaces it makes,
@@ -60,7 +62,6 @@ OUT=""
 STRICT=0
 UNIT=wire
 TOOLS="ib_send_bw,ib_write_bw,ib_read_bw,ibv_rc_pingpong,iperf3"
-SV=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --rates)
@@ -86,7 +87,7 @@ while [ $# -gt 0 ]; do
             shift
             ;;
         --sv)
-            SV="${2:?--sv needs the path of a softverbs binary}"
+            LOSS_SOFTVERBS="${2:?--sv needs the path of a softverbs binary}"
             shift
             ;;
         -h | --help)
@@ -224,9 +225,11 @@ log "kernel $(uname -r), $(nproc) CPU(s), load average $(cut -d' ' -f1-3 /proc/l
 log "$(iperf3 --version | head -1); $(nft --version)"
 log "drop rates: ${rate_list[*]} %; $REPS run(s) each; drop unit: $UNIT; every run bounded to ${BOUND} s"
 
-if [ -n "$SV" ]; then
-    SV="$(cd "$(dirname "$SV")" && pwd)/$(basename "$SV")"
-    section "softverbs: $SV"
+if [ -n "${LOSS_SOFTVERBS:-}" ]; then
+    # Another build's binary (with its drop-in libraries beside it), e.g. to
+    # measure main's against a branch's in alternating runs.
+    SV="$(realpath "$LOSS_SOFTVERBS")"
+    section "softverbs: $SV (LOSS_SOFTVERBS)"
 else
     section "build (release)"
     unset CARGO_TARGET_DIR
