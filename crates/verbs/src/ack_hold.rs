@@ -17,15 +17,18 @@
 //! to pollers that made the thread receive).
 //!
 //! The progress thread holds one kind of ACK too, for a bounded time
-//! ([`Config::ack_hold`](crate::Config), 20 µs by default: below the shortest
-//! retransmission timer, a tail-loss probe from 50 µs, so a target that never answers
-//! costs the requester no resend): that of a lone RDMA WRITE it
+//! ([`Config::ack_hold`](crate::Config), 50 µs by default, as long as the hand-off to
+//! pollers): that of a lone RDMA WRITE it
 //! placed into memory. A program that spins on memory for the peer's WRITE (ib_write_lat,
 //! `softverbs perf write --lat`) cannot poll, so only the progress thread takes that
 //! WRITE in; its ACK then leaves with the WRITE the program answers with, and the peer
 //! reads both at once. Sent alone and early, the ACK let the peer's poll loop end before
 //! the answer came, so the peer too spun on memory and needed its progress thread for
 //! the answer: ib_write_lat's slow state, which kept itself (`docs/udp-latency.md`).
+//! A target that never answers delays its requester's completion by the hold; the
+//! requester's first tail-loss probe (from 50 µs) may then resend the WRITE once, whose
+//! duplicate sends the held ACK at once; its measured round trip then includes the hold
+//! and later probes wait longer. In a stream the next WRITE ends a hold (one at a time).
 
 use crate::driver::Driver;
 use softverbs_wire::{AethSyndrome, Opcode, RocePacket};

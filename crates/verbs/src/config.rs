@@ -120,7 +120,7 @@ impl Default for Config {
             mtu: Mtu::Mtu4096,
             busy_poll: Duration::ZERO,
             poll_handoff: Duration::from_micros(50),
-            ack_hold: Duration::from_micros(20),
+            ack_hold: Duration::from_micros(50),
             faults: None,
             pcap: None,
             icrc: IcrcPolicy::Enforce,
