@@ -806,6 +806,13 @@ impl Driver {
         self.enqueue(st);
     }
 
+    /// Sends the ACKs the calling thread held back on any device, then what any thread
+    /// held on this one: before this thread polls, blocks, or disconnects.
+    pub(crate) fn release_all_held_acks(&self) {
+        crate::ack_hold::release_thread_held();
+        self.release_held_acks();
+    }
+
     /// Sends the ACKs a polling thread held back on this device, if any (see
     /// `crate::ack_hold`; [`Driver::transmit`] holds them). Call without the device lock.
     pub(crate) fn release_held_acks(&self) {
@@ -1080,6 +1087,27 @@ impl Driver {
         result
     }
 
+    /// Receives everything that waits on the device socket now (a few batches at most),
+    /// unless another thread keeps the receive buffers for long: it reads the socket then.
+    pub(crate) fn receive_pending(&self) {
+        for _ in 0..64 {
+            let mut rx = match self.rx.try_lock() {
+                Ok(rx) => rx,
+                Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => {
+                    std::thread::yield_now();
+                    continue;
+                }
+            };
+            for _ in 0..8 {
+                if self.receive(&mut rx, false) == 0 {
+                    break;
+                }
+            }
+            return;
+        }
+    }
+
     /// Receives what waits on the socket (one batch) and hands it to the engine;
     /// returns how many reads there were. With `hold_acks` the ACKs the engine answers
     /// with wait for the calling thread's answer; on the progress thread, the ACK of a
@@ -1195,8 +1223,7 @@ impl Driver {
     ///
     /// Returns whether anything arrived.
     pub(crate) fn try_progress(self: &Arc<Self>, spinning: bool) -> bool {
-        crate::ack_hold::release_thread_held();
-        self.release_held_acks();
+        self.release_all_held_acks();
         let now = self.now().as_nanos();
         let in_loop = STREAK.with(|s| {
             let mut streak = s.get();

@@ -425,3 +425,77 @@ fn resolution_reports_the_kernels_route_and_its_failures() {
     assert_eq!(path.mtu, softverbs_cm::IbMtu::Mtu4096);
     assert!(id.local_addr().unwrap().ip().is_loopback());
 }
+
+/// A SEND the peer received is never flushed by the peer's disconnect that follows at
+/// once. The receiver spins on its CQ through a ping-pong, so it holds its ACKs back for
+/// its answer (`ack_hold`); after the last SEND it has no answer and disconnects. Its ACK
+/// goes to the sender's device socket, its DREQ to the sender's rendezvous socket: the
+/// ACK must leave first, and the sender's device must read what waits on its device
+/// socket before it acts on the DREQ, as a NIC's ACK precedes anything sent after it.
+#[test]
+fn a_send_received_just_before_the_peers_disconnect_completes_successfully() {
+    const EXCHANGES: u64 = 200;
+    let spin = |cq: &Cq| {
+        let mut wc = [WorkCompletion::default(); 1];
+        let end = Instant::now() + T;
+        while cq.poll(&mut wc) == 0 {
+            assert!(Instant::now() < end, "no completion");
+        }
+        wc[0]
+    };
+    for round in 0..5 {
+        let s = side();
+        let listener = RcListener::bind(&s.ctx, "127.0.0.1:0".parse().unwrap(), 1).unwrap();
+        let at = listener.local_addr().unwrap();
+        let server = std::thread::spawn(move || {
+            let (id, data) = listener.get_request(T).unwrap();
+            let conn = accept_request_with(id, data, &s.pd, &s.cq, &RcOptions::default(), |qp| {
+                qp.post_recv(0, &[s.mr.sge(64, 64)])
+            })
+            .unwrap();
+            let sge = [s.mr.sge(0, 8)];
+            let mut statuses = Vec::new();
+            for i in 0..=EXCHANGES {
+                conn.qp
+                    .post_send(&SendWr::new(i, SendOp::Send, &sge))
+                    .unwrap();
+                // The send's completion and, but after the last, the answer.
+                let wanted = if i == EXCHANGES { 1 } else { 2 };
+                for _ in 0..wanted {
+                    let wc = spin(&s.cq);
+                    if wc.opcode == WcOpcode::Recv {
+                        conn.qp.post_recv(0, &[s.mr.sge(64, 64)]).unwrap();
+                    } else {
+                        statuses.push(wc.status);
+                    }
+                }
+            }
+            conn.wait_disconnected(T).unwrap();
+            statuses
+        });
+        let c = side();
+        let conn = connect_rc_with(&c.pd, &c.cq, at, &RcOptions::default(), |qp| {
+            qp.post_recv(7, &[c.mr.sge(0, 64)])
+        })
+        .unwrap();
+        let sge = [c.mr.sge(128, 8)];
+        for i in 0..=EXCHANGES {
+            let wc = spin(&c.cq);
+            assert_eq!(wc.status, WcStatus::Success, "round {round}");
+            conn.qp.post_recv(7, &[c.mr.sge(0, 64)]).unwrap();
+            if i < EXCHANGES {
+                conn.qp
+                    .post_send(&SendWr::new(i, SendOp::Send, &sge))
+                    .unwrap();
+                assert_eq!(spin(&c.cq).status, WcStatus::Success, "round {round}");
+            }
+        }
+        conn.disconnect(T).unwrap();
+        let statuses = server.join().unwrap();
+        assert_eq!(statuses.len() as u64, EXCHANGES + 1);
+        assert!(
+            statuses.iter().all(|s| *s == WcStatus::Success),
+            "round {round}: a SEND the peer received was flushed: {statuses:?}"
+        );
+    }
+}

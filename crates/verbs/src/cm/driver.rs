@@ -578,6 +578,12 @@ impl Driver {
         if let Some(c) = lock(&self.cm_io.companion).clone() {
             refused.extend(cmsys::drain_errors(&c));
         }
+        if !got.is_empty() {
+            // What a peer sent to the device socket before a CM message to a rendezvous
+            // socket goes first: an ACK its disconnect followed at once must not be
+            // overtaken by the DREQ, which would flush a SEND the peer had received.
+            self.receive_pending();
+        }
         self.cm_input(got, refused);
     }
 

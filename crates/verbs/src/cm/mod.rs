@@ -339,9 +339,9 @@ impl ConnectionManager {
         // ACKs a polling thread holds back for its answer (`crate::ack_hold`) leave before
         // the DREQ: a peer that reads the DREQ first moves its QP to error and flushes a
         // SEND this side already received (WR_FLUSH_ERR where the sender saw success).
-        crate::ack_hold::release_thread_held();
-        if let Ok(d) = self.core().driver() {
-            d.release_held_acks();
+        match self.core().driver() {
+            Ok(d) => d.release_all_held_acks(),
+            Err(_) => crate::ack_hold::release_thread_held(),
         }
         self.call(|cm, now| cm.disconnect(now, id))
     }
