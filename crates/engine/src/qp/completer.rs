@@ -50,6 +50,9 @@ pub(crate) struct Completer {
     pub sr: Scoreboard,
     /// When the last selective walk was asked for.
     walked_at: Option<Instant>,
+    /// The requester's frontier when the last selective walk was asked for: a
+    /// packet at or past it was first sent after that walk's resends.
+    walk_frontier: Psn,
     /// The newest READ response PSN seen: a response missing before it was lost
     /// (the responder sends them in order), held or not.
     newest_response: Option<Psn>,
@@ -133,6 +136,8 @@ impl Completer {
         self.read_asked = None;
         self.read_asked_at = None;
         self.timeout_resent = None;
+        self.walked_at = None;
+        self.walk_frontier = psn;
         self.sr = Scoreboard::default();
         self.sr.clear(psn);
     }
@@ -501,8 +506,17 @@ impl Completer {
         // lost again (RFC 8985's idea, per walk): this walk covers them too.
         let srtt = self.recovery.srtt().unwrap_or(core::time::Duration::ZERO);
         let stale = self.walked_at.is_none_or(|at| now - at > srtt + srtt / 4);
+        // A report of a packet first sent after the last walk went out shows the
+        // holes that walk resent and the responder still lacks lost again (RFC
+        // 8985's rule, by send order: the walk's resends went before any new
+        // packet): this walk covers them too, and at once. Without it a lost
+        // resend of the packet at una waited for the early timer, and at 16-18 %
+        // loss now and then for the IBTA timer until retries ran out (issue 15's
+        // chaos cases). The walk under way is over by then (the report's packet
+        // went after it), so going back to una resends only the holes, once.
+        let lost_again = !seen.before(self.walk_frontier);
         let walked = self.sr.walked_to;
-        let from = if !stale && una.before(walked) && walked.before(ctx.next_psn) {
+        let from = if !stale && !lost_again && una.before(walked) && walked.before(ctx.next_psn) {
             walked
         } else {
             una
@@ -510,6 +524,7 @@ impl Completer {
         if from.before(until) {
             self.sr.walked_to = until;
             self.walked_at = Some(now);
+            self.walk_frontier = ctx.frontier;
             self.recovery.on_resend_range(now, from, until);
             self.resent = true;
             v.selective = Some((from, until));
