@@ -1674,7 +1674,11 @@ fn duplicates_that_cannot_leave_do_not_grow_the_answer_queue() {
     let out = drain(&mut p, End::B);
     let dropped = after.drop_answer_queue_full - before.drop_answer_queue_full;
     // Answered (ACKs in a row are one), or dropped as if lost.
-    assert!(out.len() as u64 + dropped <= 1000, "{} {dropped}", out.len());
+    assert!(
+        out.len() as u64 + dropped <= 1000,
+        "{} {dropped}",
+        out.len()
+    );
     assert!(dropped > 0 && out.len() > 2, "{} {dropped}", out.len());
     for b in &out {
         let pkt = RocePacket::new_checked(&b[..]).unwrap();
