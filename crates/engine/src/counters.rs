@@ -79,7 +79,9 @@ pub struct Counters {
     pub drop_duplicate_mismatch: u64,
     /// Dropped as if lost: a duplicate request (or a selective ACK) the
     /// responder had no room to answer, its answer queue full of answers that
-    /// could not leave yet. The requester asks again.
+    /// could not leave yet; or a new request from a requester past its
+    /// READ/atomic limit, in the same state (not executed). The requester asks
+    /// again.
     pub drop_answer_queue_full: u64,
     /// UC messages dropped by the responder (a check failed or no receive WQE).
     pub uc_messages_dropped: u64,

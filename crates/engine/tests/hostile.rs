@@ -1761,3 +1761,59 @@ fn read_runs_asked_again_and_again_do_not_grow_the_answer_queue() {
     assert_undisturbed(&mut p, End::B, "after the runs asked again");
     round_trip(&mut p, "after the runs asked again");
 }
+
+/// A requester past its READ limit (max_dest_rd_atomic is 4 here) sends 100 new
+/// one-packet READs in a row while B's answers cannot leave. B's answer queue
+/// must not grow: what it has no room for is dropped unexecuted, as if lost,
+/// and answered when asked again once answers have left.
+#[test]
+fn new_reads_past_the_limit_do_not_grow_the_answer_queue() {
+    const MTU: u32 = 1024;
+    let mut p = Pair::lossless();
+    let first = p.opts.psn_a;
+    let len_b = p.b.buf.len();
+    p.fill(End::B, 0, len_b, 0x29);
+    let rkey = p.rkey(End::B);
+    let (va, dest) = (p.addr(End::B, 0), qpn(&p, End::B));
+    let qp_b = p.side(End::B).qp;
+    let allocated = p.engine(End::B).qp_answer_queue(qp_b).unwrap().capacity;
+    let read = |k: u32| {
+        let mut r = repr_op(Opcode::RcReadRequest, dest, first + k, &[]);
+        r.reth = Some(RethRepr {
+            va: va + u64::from(k * MTU),
+            rkey,
+            dma_len: MTU,
+        });
+        to_end(End::B, &r)
+    };
+    let before = counters(&mut p, End::B);
+    // Each READ names its own PSN: one dropped means every later one is out
+    // of sequence, so each is sent until taken, as a requester would.
+    let mut taken = 0;
+    for _ in 0..100 {
+        inject(&mut p, End::B, &read(taken));
+        if counters(&mut p, End::B).drop_answer_queue_full == before.drop_answer_queue_full {
+            taken += 1;
+        }
+        answer_queue_within_reservation(&mut p, &format!("{taken}"), allocated);
+    }
+    let dropped = counters(&mut p, End::B).drop_answer_queue_full - before.drop_answer_queue_full;
+    assert_eq!(u64::from(taken) + dropped, 100);
+    assert!(dropped > 0 && taken > 4, "{taken} {dropped}");
+    let check = |p: &mut Pair, want: std::ops::Range<u32>| {
+        let out = drain(p, End::B);
+        assert_eq!(out.len(), want.len());
+        for (b, k) in out.iter().zip(want) {
+            let pkt = RocePacket::new_checked(&b[..]).unwrap();
+            assert_eq!(pkt.info().kind, OpKind::RdmaReadResponse);
+            assert_eq!(pkt.bth().psn().value(), first + k);
+            let at = (k * MTU) as usize;
+            assert_eq!(pkt.payload(), p.bytes(End::B, at, MTU as usize), "{k}");
+        }
+    };
+    check(&mut p, 0..taken);
+    // Asked again once the answers left: executed and answered.
+    inject(&mut p, End::B, &read(taken));
+    check(&mut p, taken..taken + 1);
+    assert_eq!(p.qp_state(End::B), QpState::Rts);
+}

@@ -101,6 +101,15 @@ impl Answers {
         self.out.len() < self.duplicate_room
     }
 
+    /// Whether answers to a new request may be queued. Only a requester with
+    /// more READs and atomics outstanding than max_dest_rd_atomic (its
+    /// max_rd_atomic is set to at most that, ibv_modify_qp(3)) fills the room
+    /// `reserve` counts; two entries stay for the NAKs it counts. The request
+    /// is then dropped unexecuted, as if lost: the requester sends it again.
+    pub fn has_room_for_new(&self) -> bool {
+        self.out.len() + 2 < self.reserved
+    }
+
     pub fn usage(&self) -> AnswerQueue {
         AnswerQueue {
             queued: self.out.len(),

@@ -227,6 +227,12 @@ impl Responder {
             }
             return Verdict::Done;
         }
+        // A requester past its READ/atomic limit, its answers not leaving: the
+        // request is dropped unexecuted, as if lost (the queue stays bounded).
+        if !self.answers.has_room_for_new() {
+            ctx.shared.counters.drop_answer_queue_full += 1;
+            return Verdict::Done;
+        }
         // The packet itself replaces any copy kept ahead of it (and what was noted
         // of the WRITE it starts).
         if self.sr.count > 0 && self.sr.take(psn).is_some() {
