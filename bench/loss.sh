@@ -43,6 +43,9 @@
 #   --out DIR     keep every raw output (logs, iperf3 JSON, results.tsv) in DIR
 #   --strict      exit with status 2 when a target is missed (default: 0, the table says)
 #
+# LOSS_SOFTVERBS=PATH: run that softverbs binary (its drop-in libraries beside it)
+# instead of building this checkout's.
+#
 # Needs root (network namespaces, nftables), iproute2, nftables, perftest, ibverbs-utils,
 # iperf3, python3 and cargo; installs nothing. Talks only inside the namespaces it makes,
 # and removes them (and with them the rules and the veth pair) on exit, also on Ctrl-C.
@@ -198,10 +201,17 @@ log "kernel $(uname -r), $(nproc) CPU(s), load average $(cut -d' ' -f1-3 /proc/l
 log "$(iperf3 --version | head -1); $(nft --version)"
 log "drop rates: ${rate_list[*]} %; $REPS run(s) each; drop unit: $UNIT; every run bounded to ${BOUND} s"
 
-section "build (release)"
-unset CARGO_TARGET_DIR
-cargo build --release --workspace --quiet
-SV="$(pwd)/target/release/softverbs"
+if [ -n "${LOSS_SOFTVERBS:-}" ]; then
+    # Another build's binary (with its drop-in libraries beside it), e.g. to
+    # measure main's against a branch's in alternating runs.
+    SV="$(realpath "$LOSS_SOFTVERBS")"
+    section "softverbs: $SV (LOSS_SOFTVERBS)"
+else
+    section "build (release)"
+    unset CARGO_TARGET_DIR
+    cargo build --release --workspace --quiet
+    SV="$(pwd)/target/release/softverbs"
+fi
 [ -x "$SV" ] || {
     echo "loss.sh: $SV was not built" >&2
     exit 1

@@ -155,13 +155,13 @@ fn rstream_all_sizes(test: &str, args: &[&str]) {
 }
 
 #[test]
-#[ignore = "minutes (6.2 measured in the dev profile on a busy 2-core machine): every size, 100 000 round trips for the small ones"]
+#[ignore = "minutes (4.1 measured in the dev profile at load 9-11 on a busy 2-core machine, 6.2 before session 6): every size, 100 000 round trips for the small ones"]
 fn rstream_all_sizes_verified_nonblocking() {
     rstream_all_sizes("rstream_all", &["-T", "v"]);
 }
 
 #[test]
-#[ignore = "minutes (4.0 measured in the dev profile on a busy 2-core machine): every size, 100 000 round trips for the small ones"]
+#[ignore = "minutes (3.2 measured in the dev profile at load 9-10 on a busy 2-core machine, 4.0 before session 6): every size, 100 000 round trips for the small ones"]
 fn rstream_all_sizes_verified_blocking() {
     rstream_all_sizes("rstream_all_blocking", &["-T", "b", "-T", "v"]);
 }

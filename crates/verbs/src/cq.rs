@@ -72,20 +72,26 @@ impl Cq {
     /// again, so a thread spinning on its CQ needs no other thread to run; when
     /// nothing arrived it yields the CPU (`sched_yield`) before returning 0.
     pub fn poll(&self, out: &mut [WorkCompletion]) -> usize {
-        self.poll_receiving(out, true)
+        self.poll_receiving(out, true, true)
     }
 
     /// [`Cq::poll`]; with `spinning` false the caller is not a thread that keeps polling
     /// (it arms the CQ when this finds nothing), so the progress thread keeps watching
-    /// the socket (see `Driver::poller_handoff`).
-    pub(crate) fn poll_receiving(&self, out: &mut [WorkCompletion], spinning: bool) -> usize {
+    /// the socket (see `Driver::poller_handoff`). With `ends_handoff` false a poll that
+    /// finds completions never ends the hand-off (`Driver::note_found`).
+    pub(crate) fn poll_receiving(
+        &self,
+        out: &mut [WorkCompletion],
+        spinning: bool,
+        ends_handoff: bool,
+    ) -> usize {
         let driver = self.inner.ctx.device.driver();
         match self.poll_ready(out) {
             0 => match driver {
                 Ok(d) if d.try_progress(spinning) => {
                     let n = self.poll_ready(out);
                     if n > 0 {
-                        d.note_found();
+                        d.note_found(ends_handoff);
                     }
                     n
                 }
@@ -106,7 +112,7 @@ impl Cq {
             },
             n => {
                 if let Ok(d) = driver {
-                    d.note_found();
+                    d.note_found(ends_handoff);
                 }
                 n
             }
@@ -131,6 +137,19 @@ impl Cq {
     /// Arms the CQ: the next completion (only solicited or error ones when
     /// `solicited_only`) raises an event on its completion channel.
     pub fn req_notify(&self, solicited_only: bool) -> Result<(), ResourceError> {
+        self.arm(solicited_only, true)
+    }
+
+    /// [`Cq::req_notify`] for a thread that holds a watch on the device's socket
+    /// (`Driver::watch_blocked`) and is about to sleep on it: the socket is handed over to
+    /// it, so the poller hand-off need not end. Ending it woke the progress thread (an
+    /// eventfd write and a context switch) only for it to find the socket taken by the
+    /// watcher and sleep again: once per blocking stream read that slept.
+    pub(crate) fn req_notify_watched(&self, solicited_only: bool) -> Result<(), ResourceError> {
+        self.arm(solicited_only, false)
+    }
+
+    fn arm(&self, solicited_only: bool, end_handoff: bool) -> Result<(), ResourceError> {
         if self.inner.channel.is_none() {
             return Err(ResourceError::InvalidArgument(
                 "CQ has no completion channel",
@@ -139,7 +158,7 @@ impl Cq {
         // The caller will wait on the channel rather than poll: the progress thread
         // receives again from now on, and what the thread held back leaves now.
         crate::ack_hold::release_thread_held();
-        if let Ok(d) = self.inner.ctx.device.driver() {
+        if let (true, Ok(d)) = (end_handoff, self.inner.ctx.device.driver()) {
             d.end_poller_handoff();
         }
         self.inner

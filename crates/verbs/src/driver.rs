@@ -1163,8 +1163,16 @@ impl Driver {
 
     /// A poll by the calling thread found completions: its run of empty polls is over
     /// (datagrams that arrive without completing anything for it do not end the run).
-    /// Ends the hand-off if the thread leaves after its loops ([`PollStreak`]).
-    pub(crate) fn note_found(&self) {
+    /// Ends the hand-off if the thread leaves after its loops ([`PollStreak`]) and
+    /// `ends_handoff` (a verbs poller, `Cq::poll`). A stream call's poll does not
+    /// (`crate::sock`): the call goes on to a blocking wait that watches the socket
+    /// itself, or returns to a program that calls again at once (a ping-pong, or a spin
+    /// on `WouldBlock`). Ending the hand-off there woke the progress thread once per
+    /// message only for it to leave the socket again (`tests/sock.rs`,
+    /// `a_blocking_ping_pong_leaves_the_progress_thread_asleep`), or, when a slow round
+    /// counted as leaving, sent every ACK alone. The hand-off such a call leaves lapses on
+    /// its own, `poll_handoff` after its last empty poll or blocked watch.
+    pub(crate) fn note_found(&self, ends_handoff: bool) {
         let now = self.now().as_nanos();
         let leaving = STREAK.with(|s| {
             let mut streak = s.get();
@@ -1172,7 +1180,7 @@ impl Driver {
             s.set(streak);
             leaving
         });
-        if leaving {
+        if leaving && ends_handoff {
             self.end_poller_handoff();
         }
     }

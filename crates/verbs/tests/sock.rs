@@ -286,6 +286,170 @@ fn a_blocked_reader_receives_the_message_itself() {
     assert_eq!(&six, b"unread");
 }
 
+/// A blocking 64-byte ping-pong (what `rstream -T b` times): each read that sleeps watches
+/// the device's socket itself, so the progress thread need not wake for it. Arming the CQ
+/// before sleeping used to end the poller hand-off and wake the progress thread (an eventfd
+/// write, a context switch) only for it to find the socket taken: about one wake-up per
+/// sleeping read, on each side. And the reader that receives the message keeps its ACK
+/// back until it writes the answer.
+#[test]
+fn a_blocking_ping_pong_leaves_the_progress_thread_asleep() {
+    const ROUNDS: u64 = 300;
+    // A hand-off longer than a round (under a millisecond here): the progress thread does
+    // not go back to the socket between two reads however slowly this (debug, loaded)
+    // build runs them, and still takes the last messages (the shutdown) in time.
+    let cfg = Config {
+        poll_handoff: Duration::from_millis(100),
+        ..Config::default()
+    };
+    let server_ctx = device(cfg.clone());
+    let (listener, at) = listen(&server_ctx, StreamOptions::default());
+    let client_ctx = device(cfg);
+    let t = std::thread::spawn(move || {
+        RdmaStream::connect_with(&client_ctx, at, &StreamOptions::default())
+            .map(|s| (s, client_ctx))
+    });
+    let (server, _) = listener.accept().unwrap();
+    let (client, client_ctx) = t.join().unwrap().unwrap();
+    let echo = std::thread::spawn(move || {
+        let mut b = [0u8; 64];
+        for _ in 0..ROUNDS {
+            (&server).read_exact(&mut b).unwrap();
+            (&server).write_all(&b).unwrap();
+        }
+        server
+    });
+    let wakes = || {
+        let (a, b) = (server_ctx.device_counters(), client_ctx.device_counters());
+        (
+            a.progress_wakes + b.progress_wakes,
+            a.tx_syscalls + b.tx_syscalls,
+        )
+    };
+    let mut b = [0u8; 64];
+    let mut before = (0, 0);
+    for i in 0..ROUNDS {
+        if i == 10 {
+            // After the start (connection, same-host handshake, first grants).
+            before = wakes();
+        }
+        (&client).write_all(&[i as u8; 64]).unwrap();
+        (&client).read_exact(&mut b).unwrap();
+        assert_eq!(b, [i as u8; 64]);
+    }
+    let after = wakes();
+    let (woken, calls) = (after.0 - before.0, after.1 - before.1);
+    let server = echo.join().unwrap();
+    drop(server);
+    let rounds = ROUNDS - 10;
+    // A few spare for a keep-alive or a grant's timer; it was about one per round.
+    assert!(
+        woken <= rounds / 10,
+        "the progress threads were woken {woken} times in {rounds} rounds"
+    );
+    // The reader that receives a message keeps its ACK back until it writes the answer:
+    // about one sendmmsg per one-way message (2.4 a round measured; it was four a round:
+    // each message, then its ACK alone), grants and their ACKs besides.
+    assert!(
+        calls <= 3 * rounds,
+        "{calls} sendmmsg calls in {rounds} rounds"
+    );
+}
+
+/// Writes all of `buf` / fills all of `buf` on a non-blocking stream, spinning on
+/// `WouldBlock` as `rstream` (its default mode) does.
+fn spin_write(s: &RdmaStream, buf: &[u8]) {
+    let mut done = 0;
+    while done < buf.len() {
+        match (&*s).write(&buf[done..]) {
+            Ok(n) => done += n,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+            Err(e) => panic!("write: {e}"),
+        }
+    }
+}
+
+fn spin_read(s: &RdmaStream, buf: &mut [u8]) {
+    let mut done = 0;
+    while done < buf.len() {
+        match (&*s).read(&mut buf[done..]) {
+            Ok(0) => panic!("end of stream"),
+            Ok(n) => done += n,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+            Err(e) => panic!("read: {e}"),
+        }
+    }
+}
+
+/// A non-blocking 64-byte ping-pong, both ends spinning on `WouldBlock` (`rstream`'s
+/// default mode): the thread that receives a message keeps its ACK back until it writes
+/// the answer, and the write goes out without polling first (which sent the held ACK
+/// alone): one `sendmmsg` per one-way message, where there were two (the message, then
+/// the peer's ACK by itself).
+#[test]
+fn a_nonblocking_ping_pong_sends_each_ack_with_the_answer() {
+    const ROUNDS: u64 = 300;
+    // A hand-off longer than a round of this debug build (see the blocking test above).
+    let cfg = Config {
+        poll_handoff: Duration::from_millis(100),
+        ..Config::default()
+    };
+    let server_ctx = device(cfg.clone());
+    let (listener, at) = listen(&server_ctx, StreamOptions::default());
+    let client_ctx = device(cfg);
+    let t = std::thread::spawn(move || {
+        RdmaStream::connect_with(&client_ctx, at, &StreamOptions::default())
+            .map(|s| (s, client_ctx))
+    });
+    let (server, _) = listener.accept().unwrap();
+    let (client, client_ctx) = t.join().unwrap().unwrap();
+    let echo = std::thread::spawn(move || {
+        server.set_nonblocking(true).unwrap();
+        let mut b = [0u8; 64];
+        for _ in 0..ROUNDS {
+            spin_read(&server, &mut b);
+            spin_write(&server, &b);
+        }
+        server.set_nonblocking(false).unwrap();
+        server
+    });
+    client.set_nonblocking(true).unwrap();
+    // Start the hand-off to pollers on both devices (two empty polls in a row are a poll
+    // loop), as a spinning poller does within microseconds in a release build; this debug
+    // build on a loaded host may yield longer than a loop's gap between two polls and
+    // leave the socket to the progress threads. The streams' spinning polls prolong it.
+    for ctx in [&server_ctx, &client_ctx] {
+        let cq = ctx.create_cq(1, None).unwrap();
+        assert_eq!(cq.poll(&mut []) + cq.poll(&mut []), 0);
+    }
+    let sends = || {
+        let (a, b) = (server_ctx.device_counters(), client_ctx.device_counters());
+        (a.tx_syscalls + b.tx_syscalls, a.acks_held + b.acks_held)
+    };
+    let mut b = [0u8; 64];
+    let mut before = (0, 0);
+    for i in 0..ROUNDS {
+        if i == 10 {
+            before = sends();
+        }
+        spin_write(&client, &[i as u8; 64]);
+        spin_read(&client, &mut b);
+        assert_eq!(b, [i as u8; 64]);
+    }
+    let after = sends();
+    client.set_nonblocking(false).unwrap();
+    drop(echo.join().unwrap());
+    let rounds = ROUNDS - 10;
+    let (calls, held) = (after.0 - before.0, after.1 - before.1);
+    // Two one-way messages a round, about one call each (it was four calls a round),
+    // grants and their ACKs besides.
+    assert!(
+        calls <= 3 * rounds,
+        "{calls} sendmmsg calls in {rounds} rounds"
+    );
+    assert!(held >= rounds, "{held} ACKs held in {rounds} rounds");
+}
+
 /// What the C `rpoll` does: a thread sleeping in `poll(2)` on a stream's wait fds and the
 /// device socket it watches (`watch_device`) is woken by the peer's message and receives
 /// it itself (its next `readiness`), not the progress thread.

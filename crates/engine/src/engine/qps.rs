@@ -52,6 +52,7 @@ impl Engine {
             cfg.send_window,
             cfg.read_budget,
             cfg.min_rto,
+            cfg.selective_repeat,
         );
         let h = self.qps.insert(qp).ok_or(ResourceError::LimitReached)?;
         let handle = QpHandle(h);

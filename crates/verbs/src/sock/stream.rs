@@ -358,29 +358,32 @@ impl RdmaStream {
         self.post_pending(&mut core)
     }
 
-    /// Handles every completion waiting, then posts what the core wants sent.
-    ///
-    /// A stream arms its CQ whenever it finds nothing ready (its waits end on the
-    /// completion channel): it is not a thread that keeps polling, so the progress
-    /// thread keeps watching the socket (`Cq::poll_receiving`).
-    ///
-    /// (Polling as a spinning poller, which hands the socket over to this thread, was
-    /// tried and gave no gain: the hand-off's end wakes the progress thread each time a
-    /// blocked call arms the CQ, about 1.4 more `write`s per message in `strace -c` of
-    /// `rstream -S 64 -T b`, and nothing measurable in the non-blocking mode.)
+    /// Handles every completion waiting, then posts what the core wants sent, as a call
+    /// that is not spinning: the progress thread keeps watching the socket
+    /// (`Cq::poll_receiving`), and what this thread receives is acknowledged at once.
     fn progress(&self, core: &mut StreamCore) -> io::Result<()> {
-        self.poll_cq(core);
+        self.progress_as(core, false)
+    }
+
+    /// [`Self::progress`]; with `spinning`, as a thread that keeps polling until its call
+    /// can go on (a blocking call's spin, the look after it woke, a non-blocking call that
+    /// the program repeats on `WouldBlock`): its empty polls keep the socket handed over
+    /// to it (`Driver::poller_handoff`), so the progress thread does not wake per
+    /// datagram, and the ACK of a message it receives waits for the program's answer
+    /// (`crate::ack_hold`): one `sendmmsg` per one-way message instead of two.
+    fn progress_as(&self, core: &mut StreamCore, spinning: bool) -> io::Result<()> {
+        self.poll_cq(core, spinning);
         self.drain_cm_events(core);
         self.post_pending(core)
     }
 
     /// Handles every completion in the CQ, then reposts the receives they used, in one
     /// post (one device lock, not one per message).
-    fn poll_cq(&self, core: &mut StreamCore) {
+    fn poll_cq(&self, core: &mut StreamCore, spinning: bool) {
         let mut wcs = [WorkCompletion::default(); 32];
         let mut reposts = 0u32;
         loop {
-            let n = self.cq.poll_receiving(&mut wcs, false);
+            let n = self.cq.poll_receiving(&mut wcs, spinning, false);
             self.handled.fetch_add(n as u64, Ordering::Relaxed);
             for wc in &wcs[..n] {
                 reposts += u32::from(self.complete(core, wc));
@@ -435,7 +438,7 @@ impl RdmaStream {
                 // perhaps after this call's first look at the CQ: take them now, or the
                 // stream would end before its last bytes (seen as a short echo, ~1 run
                 // in 10, in rdmacm-abi's tests/rsocket_api.rs).
-                self.poll_cq(core);
+                self.poll_cq(core, false);
                 core.handle_disconnected();
                 // Answer the peer's DREQ (nothing to do when we sent one).
                 let _ = self.id.disconnect();
@@ -610,10 +613,22 @@ impl RdmaStream {
         limit: Option<Duration>,
         nonblocking: bool,
     ) -> io::Result<MutexGuard<'_, StreamCore>> {
+        // Ready already (data queued, room to send): go on without polling, as rsocket.c's
+        // rsend and rrecv look at the CQ only when they cannot. A write that polled first
+        // sent the ACK its thread held back for it (`crate::ack_hold`: an empty poll
+        // releases it) alone, just before the write's own datagram, and paid a
+        // `recvmmsg` and a `sched_yield` for nothing.
+        let core = self.lock();
+        if ready(&core) {
+            return Ok(core);
+        }
+        drop(core);
         let start = Instant::now();
         loop {
             let mut core = self.lock();
-            self.progress(&mut core)?;
+            // A non-blocking call is repeated by a program spinning on `WouldBlock`; a
+            // blocking one spins here, or has just woken from its watch on the socket.
+            self.progress_as(&mut core, true)?;
             if ready(&core) {
                 return Ok(core);
             }
@@ -628,22 +643,30 @@ impl RdmaStream {
                 std::thread::yield_now();
                 continue;
             }
+            // The device's socket too, handed over from the progress thread while this
+            // thread sleeps: the peer's message wakes this thread alone, which receives
+            // it itself (the next `progress`), rather than the progress thread, which
+            // would then wake this one through the completion channel. Taken before
+            // arming, so arming leaves the poller hand-off alone (`req_notify_watched`).
+            let watch = self.watch_device();
             // Arm, then look once more: a completion may have landed in between.
-            self.cq.req_notify(false).map_err(io::Error::other)?;
-            self.progress(&mut core)?;
+            match watch {
+                Some(_) => self.cq.req_notify_watched(false),
+                None => self.cq.req_notify(false),
+            }
+            .map_err(io::Error::other)?;
+            // (A message found now has its ACK held for the answer too; if the call must
+            // still sleep, what was held leaves first.)
+            self.progress_as(&mut core, true)?;
             if ready(&core) {
                 return Ok(core);
             }
+            crate::ack_hold::release_thread_held();
             let mut sleep = WAIT_SLICE;
             if let Some(due) = core.next_keepalive() {
                 sleep = sleep.min(due.saturating_sub(self.epoch.elapsed()));
             }
             drop(core);
-            // The device's socket too, handed over from the progress thread while this
-            // thread sleeps: the peer's message wakes this thread alone, which receives
-            // it itself (the next `progress`), rather than the progress thread, which
-            // would then wake this one through the completion channel.
-            let watch = self.watch_device();
             let socket = watch.as_ref().map_or(-1, |w| w.fd());
             let mut fds =
                 [self.channel.fd(), self.id.channel().fd(), socket].map(|fd| libc::pollfd {
@@ -880,6 +903,9 @@ impl RdmaStream {
         if buf.is_empty() {
             return Ok(0);
         }
+        // The peer's iomap publications arrive as completions: look for them first (the
+        // wait goes on without polling when the stream can send).
+        self.progress(&mut self.lock())?;
         let mut core = self.wait_until(|c| c.write_ready(), None, nonblocking)?;
         self.post_chunks(&mut core, buf, |core, done, want| {
             core.start_riowrite(offset + done as u64, want)
