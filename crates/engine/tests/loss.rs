@@ -434,6 +434,7 @@ fn transfer_mtu(
     let rkey = Rkey(b_mr.rkey);
     let mut most_in_flight = 0;
     let mut most_held = HeldAhead::default();
+    let answer_room = net.sim.node(node_b).e.qp_answer_queue(qp_b).unwrap();
     let outcome = net.sim.run_until(limits, |sim| {
         most_in_flight = most_in_flight.max(sim.node(node_a).e.packets_in_flight());
         let held = sim.node(node_b).e.qp_held_ahead(qp_b).unwrap();
@@ -546,6 +547,13 @@ fn transfer_mtu(
     assert!(
         net.ends[to].buf[n * SIZE..] == sent[..],
         "{stream:?}: data differs"
+    );
+    // B's answers, READ runs asked again among them, stayed within what its
+    // answer queue reserved (no allocation on the data path).
+    let answers = net.sim.node(node_b).e.qp_answer_queue(qp_b).unwrap();
+    assert_eq!(
+        answers.capacity, answer_room.capacity,
+        "{stream:?} {faults:?}"
     );
     Run {
         elapsed,

@@ -163,6 +163,11 @@ impl Engine {
         self.qps.get(qp.0).map(|q| q.resp.held_ahead())
     }
 
+    /// How full the QP's answer queue is (see [`crate::AnswerQueue`]).
+    pub fn qp_answer_queue(&self, qp: QpHandle) -> Option<crate::AnswerQueue> {
+        self.qps.get(qp.0).map(|q| q.resp.answer_queue())
+    }
+
     /// The QP's number.
     pub fn qp_num(&self, qp: QpHandle) -> Option<Qpn> {
         self.qps.get(qp.0).map(|q| q.qpn)

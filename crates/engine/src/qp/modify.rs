@@ -128,7 +128,9 @@ impl Qp {
             self.resp = Responder::new(self.attr.rq_psn);
             self.resp.accept_placed = self.same_host;
         }
-        if mask.contains(M::MAX_DEST_RD_ATOMIC) {
+        // A new responder (RQ_PSN) is sized too: its answer queue's bounds come
+        // from what it reserved.
+        if mask.contains(M::MAX_DEST_RD_ATOMIC) || mask.contains(M::RQ_PSN) {
             self.resp.reserve(usize::from(self.attr.max_dest_rd_atomic));
         }
         if mask.contains(M::SQ_PSN) {
