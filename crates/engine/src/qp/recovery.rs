@@ -231,6 +231,22 @@ impl Recovery {
         self.min_rto / 4
     }
 
+    /// The early timer was due more than an RTO (at least its floor) before `now`
+    /// and has not fired: whoever runs this QP was not running then (its process not
+    /// scheduled, on a loaded host, for milliseconds at a time; the driver reads
+    /// what waits on the socket before it fires timers). A round trip measured
+    /// now includes that delay, the requester's own, not the path's: it is no
+    /// sample (as Karn's rule keeps ambiguous ones out). Before, a READ stream
+    /// whose requester stalled for 140 ms kept an estimate of about 8 ms to its
+    /// end (50 µs without the stall), and every loss after it waited for a probe
+    /// 15 ms late (in real `ib_read_bw` runs, for the IBTA timer: a backed-off
+    /// RTO from such an estimate comes after it).
+    fn late(&self, now: Instant) -> bool {
+        let slack = self.rto().map_or(self.min_rto, |rto| rto.max(self.min_rto));
+        self.deadline
+            .is_some_and(|d| now.saturating_duration_since(d) > slack)
+    }
+
     /// The early timer's deadline, if armed.
     #[inline]
     pub fn deadline(&self) -> Option<Instant> {
@@ -281,6 +297,12 @@ impl Recovery {
     ) {
         self.delivered += u64::from(acked);
         self.backoff = 0;
+        if self.late(now) {
+            // Whatever is timed was sent before the stall (see `late`); the
+            // answers read after this one, which waited in the socket with it,
+            // would time it too.
+            self.timed = None;
+        }
         if let Some(t) = self.timed {
             if t.psn.before(una) {
                 self.timed = None;
@@ -382,6 +404,10 @@ impl Recovery {
     /// timed, this is its round trip (its acknowledgement, when every response is
     /// in, would add the time the responses take, and any recovery among them).
     pub fn on_read_response(&mut self, now: Instant, psn: Psn) {
+        if self.late(now) {
+            // No sample (see `late`), and the acknowledgement gives none either.
+            self.timed = None;
+        }
         let Some(t) = &mut self.timed else {
             return;
         };
@@ -417,6 +443,10 @@ impl Recovery {
     /// being timed, that times the round trip (the cumulative ACK may wait for a
     /// hole before it).
     pub fn on_seen(&mut self, now: Instant, psn: Psn) {
+        if self.late(now) {
+            // No sample (see `late`).
+            self.timed = None;
+        }
         let Some(t) = self.timed else {
             return;
         };
