@@ -34,7 +34,7 @@
 #   at 20 %: no run dies or times out (every tool) and goodput >= TCP's (bandwidth tools)
 #
 # Usage: sudo bench/loss.sh [--rates LIST] [--reps N] [--quick] [--out DIR]
-#                           [--drop-unit wire|batch] [--strict]
+#                           [--drop-unit wire|batch] [--strict] [--tools LIST] [--sv PATH]
 #   --rates LIST  drop percentages, whole numbers, comma-separated (default 0,1,5,20;
 #                 0 is always added: it is what slowdowns are measured against)
 #   --reps N      runs of everything at every rate (default 3, or 1 with --quick)
@@ -42,6 +42,13 @@
 #                 instead of 2000, iperf3 for 3 s instead of 10, a 40 s bound instead of 120
 #   --out DIR     keep every raw output (logs, iperf3 JSON, results.tsv) in DIR
 #   --strict      exit with status 2 when a target is missed (default: 0, the table says)
+#   --tools LIST  run only these, comma-separated (default: ib_send_bw,ib_write_bw,
+#                 ib_read_bw,ibv_rc_pingpong,iperf3); the targets of the others are not judged
+#   --sv PATH     as LOSS_SOFTVERBS=PATH below: e.g. another build's binaries copied
+#                 aside, to interleave runs of two builds (one invocation each, in turn)
+#
+# LOSS_SOFTVERBS=PATH: run that softverbs binary (its drop-in libraries beside it)
+# instead of building this checkout's.
 #
 # Needs root (network namespaces, nftables), iproute2, nftables, perftest, ibverbs-utils,
 # iperf3, python3 and cargo; installs nothing. Talks only inside the namespaces it makes,
@@ -54,6 +61,7 @@ QUICK=0
 OUT=""
 STRICT=0
 UNIT=wire
+TOOLS="ib_send_bw,ib_write_bw,ib_read_bw,ibv_rc_pingpong,iperf3"
 while [ $# -gt 0 ]; do
     case "$1" in
         --rates)
@@ -74,6 +82,14 @@ while [ $# -gt 0 ]; do
             shift
             ;;
         --strict) STRICT=1 ;;
+        --tools)
+            TOOLS="${2:?--tools needs a list such as ibv_rc_pingpong,iperf3}"
+            shift
+            ;;
+        --sv)
+            LOSS_SOFTVERBS="${2:?--sv needs the path of a softverbs binary}"
+            shift
+            ;;
         -h | --help)
             sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
             exit 0
@@ -116,6 +132,17 @@ for r in ${RATES//,/ } 0; do
     rate_list+=("$((10#$r))")
 done
 mapfile -t rate_list < <(printf '%s\n' "${rate_list[@]}" | sort -n -u)
+for t in ${TOOLS//,/ }; do
+    case "$t" in
+        ib_send_bw | ib_write_bw | ib_read_bw | ibv_rc_pingpong | iperf3) ;;
+        *)
+            echo "loss.sh: --tools takes ib_send_bw, ib_write_bw, ib_read_bw, ibv_rc_pingpong, iperf3 (got $t)" >&2
+            exit 1
+            ;;
+    esac
+done
+# Whether tool $1 is to run.
+wanted() { [[ ",$TOOLS," == *",$1,"* ]]; }
 
 if [ "$(id -u)" != 0 ]; then
     {
@@ -198,10 +225,17 @@ log "kernel $(uname -r), $(nproc) CPU(s), load average $(cut -d' ' -f1-3 /proc/l
 log "$(iperf3 --version | head -1); $(nft --version)"
 log "drop rates: ${rate_list[*]} %; $REPS run(s) each; drop unit: $UNIT; every run bounded to ${BOUND} s"
 
-section "build (release)"
-unset CARGO_TARGET_DIR
-cargo build --release --workspace --quiet
-SV="$(pwd)/target/release/softverbs"
+if [ -n "${LOSS_SOFTVERBS:-}" ]; then
+    # Another build's binary (with its drop-in libraries beside it), e.g. to
+    # measure main's against a branch's in alternating runs.
+    SV="$(realpath "$LOSS_SOFTVERBS")"
+    section "softverbs: $SV (LOSS_SOFTVERBS)"
+else
+    section "build (release)"
+    unset CARGO_TARGET_DIR
+    cargo build --release --workspace --quiet
+    SV="$(pwd)/target/release/softverbs"
+fi
 [ -x "$SV" ] || {
     echo "loss.sh: $SV was not built" >&2
     exit 1
@@ -452,17 +486,22 @@ except Exception:
 section "runs (servers in ${NS[0]}, clients in ${NS[1]})"
 for rep in $(seq 1 "$REPS"); do
     for rate in "${rate_list[@]}"; do
-        pair iperf3 "$rate" "$rep" tcp :: \
-            iperf3 -s -1 -B "${ADDR[0]}" -p "$PORT" :: \
-            iperf3 -c "${ADDR[0]}" -p "$PORT" -t "$IPERF_SECS" --json
+        if wanted iperf3; then
+            pair iperf3 "$rate" "$rep" tcp :: \
+                iperf3 -s -1 -B "${ADDR[0]}" -p "$PORT" :: \
+                iperf3 -c "${ADDR[0]}" -p "$PORT" -t "$IPERF_SECS" --json
+        fi
         for tool in ib_send_bw ib_write_bw ib_read_bw; do
+            wanted "$tool" || continue
             pair "$tool" "$rate" "$rep" udp :: \
                 "$SV" run -- "$tool" -F -x 0 -s "$SIZE" -n "$BW_ITERS" -p "$PORT" :: \
                 "$SV" run -- "$tool" -F -x 0 -s "$SIZE" -n "$BW_ITERS" -p "$PORT" "${ADDR[0]}"
         done
-        pair ibv_rc_pingpong "$rate" "$rep" udp :: \
-            "$SV" run -- ibv_rc_pingpong -g 0 -s "$PP_SIZE" -n "$PP_ITERS" -p "$PORT" :: \
-            "$SV" run -- ibv_rc_pingpong -g 0 -s "$PP_SIZE" -n "$PP_ITERS" -p "$PORT" "${ADDR[0]}"
+        if wanted ibv_rc_pingpong; then
+            pair ibv_rc_pingpong "$rate" "$rep" udp :: \
+                "$SV" run -- ibv_rc_pingpong -g 0 -s "$PP_SIZE" -n "$PP_ITERS" -p "$PORT" :: \
+                "$SV" run -- ibv_rc_pingpong -g 0 -s "$PP_SIZE" -n "$PP_ITERS" -p "$PORT" "${ADDR[0]}"
+        fi
     done
 done
 
@@ -474,6 +513,8 @@ import csv, statistics, sys
 path, bound, bw_iters, size, pp_iters, pp_size = sys.argv[1], *map(int, sys.argv[2:])
 rows = list(csv.DictReader(open(path), delimiter="\t"))
 tools = ["ib_send_bw", "ib_write_bw", "ib_read_bw", "ibv_rc_pingpong", "iperf3"]
+# Only what ran (--tools).
+tools = [t for t in tools if any(r["tool"] == t for r in rows)]
 bw_tools = ["ib_send_bw", "ib_write_bw", "ib_read_bw"]
 rates = sorted({int(r["rate"]) for r in rows})
 
@@ -503,7 +544,7 @@ def slowdown(t, r):
     return base / c if higher_is_better(t) else c / base
 
 def vs_tcp(t, r):
-    c, tcp = cells[(t, r)]["figure"], cells[("iperf3", r)]["figure"]
+    c, tcp = cells[(t, r)]["figure"], cells.get(("iperf3", r), {}).get("figure")
     if t not in bw_tools or c is None or tcp is None or tcp == 0:
         return None
     return c / tcp
@@ -559,7 +600,7 @@ for r, rule in ((5, "slowdown"), (20, "death")):
     if r not in rates:
         print("  %d %%: not measured (add it to --rates)" % r)
         continue
-    for t in tools[:-1]:
+    for t in (t for t in tools if t != "iperf3"):
         parts = []
         if rule == "slowdown":
             s = slowdown(t, r)

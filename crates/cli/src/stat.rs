@@ -27,6 +27,8 @@ pub fn counters(ctx: &Context) -> Vec<(&'static str, u64)> {
         ("progress_wakes", d.progress_wakes),
         ("acks_held", d.acks_held),
         ("acks_after_requests", d.acks_after_requests),
+        ("acks_held_for_memory", d.acks_held_for_memory),
+        ("ack_holds_expired", d.ack_holds_expired),
         ("injected_drops", d.injected_drops),
     ]);
     v

@@ -77,6 +77,12 @@ pub struct Counters {
     /// Dropped: a duplicate READ request that does not repeat the original (R_Key,
     /// address and length from its PSN on).
     pub drop_duplicate_mismatch: u64,
+    /// Dropped as if lost: a duplicate request (or a selective ACK) the
+    /// responder had no room to answer, its answer queue full of answers that
+    /// could not leave yet; or a new request from a requester past its
+    /// READ/atomic limit, in the same state (not executed). The requester asks
+    /// again.
+    pub drop_answer_queue_full: u64,
     /// UC messages dropped by the responder (a check failed or no receive WQE).
     pub uc_messages_dropped: u64,
     /// UD messages dropped: wrong Q_Key, no receive WQE, or too long.
@@ -89,7 +95,7 @@ pub struct Counters {
 
 impl Counters {
     /// Every counter with its name, in declaration order.
-    pub fn named(&self) -> [(&'static str, u64); 36] {
+    pub fn named(&self) -> [(&'static str, u64); 37] {
         [
             ("tx_packets", self.tx_packets),
             ("tx_bytes", self.tx_bytes),
@@ -123,6 +129,7 @@ impl Counters {
             ("drop_bad_pkey", self.drop_bad_pkey),
             ("drop_out_of_sequence", self.drop_out_of_sequence),
             ("drop_duplicate_mismatch", self.drop_duplicate_mismatch),
+            ("drop_answer_queue_full", self.drop_answer_queue_full),
             ("uc_messages_dropped", self.uc_messages_dropped),
             ("ud_messages_dropped", self.ud_messages_dropped),
             ("cnp_received", self.cnp_received),

@@ -40,6 +40,7 @@ pub use event::AsyncEvent;
 pub use mw::{BindMwError, MwBindInfo, MwInfo, MwType};
 pub use node::{Node, Transmit, MAX_DATAGRAM};
 pub use qp::attr::{QpAttr, QpAttrMask, QpCap, QpInitAttr};
+pub use qp::responder::AnswerQueue;
 pub use qp::selective::HeldAhead;
 pub use qp::ModifyQpError;
 pub use softverbs_wire::{Psn, Qpn, Rkey};

@@ -1605,3 +1605,215 @@ fn a_flood_ahead_of_the_expected_psn_holds_no_more_than_the_bound() {
     }
     const { assert!(HeldAhead::MAX_BYTES <= 16 << 10) };
 }
+
+/// B's answer queue, checked against what it reserved when the QP was set up.
+fn answer_queue_within_reservation(p: &mut Pair, label: &str, allocated: usize) -> usize {
+    let qp_b = p.side(End::B).qp;
+    let q = p.engine(End::B).qp_answer_queue(qp_b).unwrap();
+    assert!(q.reserved > 0, "{label}: {q:?}");
+    assert!(q.queued <= q.capacity, "{label}: {q:?}");
+    assert_eq!(q.capacity, allocated, "{label}: the queue grew: {q:?}");
+    q.queued
+}
+
+/// A broken or hostile requester keeps sending duplicates of an atomic and of a
+/// WRITE while B's answers cannot leave (nothing is polled from B: a full socket,
+/// or a peer that stopped reading). B's answer queue must not grow past what it
+/// reserved when the QP was set up (the data path does not allocate, and memory
+/// stays bounded): duplicates it has no room to answer are dropped as if lost,
+/// and counted; what it does answer is right.
+#[test]
+fn duplicates_that_cannot_leave_do_not_grow_the_answer_queue() {
+    let mut p = Pair::lossless();
+    let first = p.opts.psn_a;
+    let rkey = p.rkey(End::B);
+    let (va, dest) = (p.addr(End::B, 0), qpn(&p, End::B));
+    let orig = u64::from_le_bytes(p.bytes(End::B, 0, 8).try_into().unwrap());
+    let dst = p.sge(End::A, 0, 8);
+    let add = SendOp::AtomicFetchAdd {
+        remote_addr: va,
+        rkey,
+        add: 5,
+    };
+    p.post_send(End::A, &SendWr::new(1, add, &[dst])).unwrap();
+    let src = p.sge(End::A, 64, 100);
+    let write = SendOp::RdmaWrite {
+        remote_addr: va + 64,
+        rkey,
+    };
+    p.post_send(End::A, &SendWr::new(2, write, &[src])).unwrap();
+    p.run_until_send_cqes(End::A, 2).unwrap();
+    let done: Vec<_> = p.poll_send(End::A).iter().map(|c| c.status).collect();
+    assert_eq!(done, vec![WcStatus::Success; 2]);
+    let qp_b = p.side(End::B).qp;
+    let allocated = p.engine(End::B).qp_answer_queue(qp_b).unwrap().capacity;
+    let mut dup_atomic = repr_op(Opcode::RcFetchAdd, dest, first, &[]);
+    dup_atomic.atomic_eth = Some(AtomicEthRepr {
+        va,
+        rkey,
+        swap_add: 5,
+        compare: 0,
+    });
+    let dup_atomic = to_end(End::B, &dup_atomic);
+    let payload = [0u8; 100];
+    let mut dup_write = repr_op(Opcode::RcWriteOnly, dest, first + 1, &payload);
+    dup_write.reth = Some(RethRepr {
+        va: va + 64,
+        rkey,
+        dma_len: 100,
+    });
+    let dup_write = to_end(End::B, &dup_write);
+    let before = counters(&mut p, End::B);
+    for k in 0..500 {
+        inject(&mut p, End::B, &dup_atomic);
+        inject(&mut p, End::B, &dup_write);
+        answer_queue_within_reservation(&mut p, &format!("round {k}"), allocated);
+    }
+    let after = counters(&mut p, End::B);
+    assert_eq!(after.duplicate_requests - before.duplicate_requests, 1000);
+    let out = drain(&mut p, End::B);
+    let dropped = after.drop_answer_queue_full - before.drop_answer_queue_full;
+    // Answered (ACKs in a row are one), or dropped as if lost.
+    assert!(
+        out.len() as u64 + dropped <= 1000,
+        "{} {dropped}",
+        out.len()
+    );
+    assert!(dropped > 0 && out.len() > 2, "{} {dropped}", out.len());
+    for b in &out {
+        let pkt = RocePacket::new_checked(&b[..]).unwrap();
+        match pkt.info().kind {
+            OpKind::AtomicAcknowledge => {
+                assert_eq!(pkt.bth().psn().value(), first);
+                assert_eq!(pkt.atomic_ack_eth().unwrap().orig(), orig, "replayed");
+            }
+            OpKind::Acknowledge => assert_eq!(pkt.bth().psn().value(), first + 1),
+            k => panic!("{k:?}"),
+        }
+    }
+    // Executed once.
+    let now = orig.wrapping_add(5).to_le_bytes();
+    assert_eq!(p.bytes(End::B, 0, 8), &now[..]);
+    assert_undisturbed(&mut p, End::B, "after the duplicates");
+    round_trip(&mut p, "after the duplicates");
+}
+
+/// Under selective repeat a requester asks again for runs of a READ's responses.
+/// A hostile or confused one asks for every other response of a long READ, then
+/// overlapping runs, many times over, while B's answers cannot leave: B's answer
+/// queue must stay within its reservation (runs already queued are not queued
+/// again; what does not fit is dropped as if lost), and every response it sends
+/// carries the bytes at its PSN's offset.
+#[test]
+fn read_runs_asked_again_and_again_do_not_grow_the_answer_queue() {
+    const MTU: u32 = 1024;
+    const PACKETS: u32 = 32;
+    let mut p = Pair::lossless();
+    let first = p.opts.psn_a;
+    let len_b = p.b.buf.len();
+    p.fill(End::B, 0, len_b, 0x17);
+    let rkey = p.rkey(End::B);
+    let (va, dest) = (p.addr(End::B, 0), qpn(&p, End::B));
+    let dst = p.sge(End::A, 0, PACKETS * MTU);
+    let read = SendOp::RdmaRead {
+        remote_addr: va,
+        rkey,
+    };
+    p.post_send(End::A, &SendWr::new(1, read, &[dst])).unwrap();
+    p.run_until_send_cqes(End::A, 1).unwrap();
+    assert_eq!(p.poll_send(End::A)[0].status, WcStatus::Success);
+    let qp_b = p.side(End::B).qp;
+    let allocated = p.engine(End::B).qp_answer_queue(qp_b).unwrap().capacity;
+    let run = |k: u32, packets: u32| {
+        let mut r = repr_op(Opcode::RcReadRequest, dest, first + k, &[]);
+        r.bth.resv7 = 1;
+        r.reth = Some(RethRepr {
+            va: va + u64::from(k * MTU),
+            rkey,
+            dma_len: packets.min(PACKETS - k) * MTU,
+        });
+        to_end(End::B, &r)
+    };
+    let mut asked = 0;
+    for round in 0..4 {
+        // Every other response alone, then runs of 3 overlapping them.
+        for k in (0..PACKETS).step_by(2) {
+            inject(&mut p, End::B, &run(k, 1));
+            asked += 1;
+            answer_queue_within_reservation(&mut p, &format!("{round} {k}"), allocated);
+        }
+        for k in (0..PACKETS).step_by(3) {
+            inject(&mut p, End::B, &run(k, 3));
+            asked += 1;
+            answer_queue_within_reservation(&mut p, &format!("{round} {k}/3"), allocated);
+        }
+    }
+    let out = drain(&mut p, End::B);
+    assert!(!out.is_empty() && out.len() <= asked * 3);
+    for b in &out {
+        let pkt = RocePacket::new_checked(&b[..]).unwrap();
+        assert_eq!(pkt.info().kind, OpKind::RdmaReadResponse);
+        let k = pkt.bth().psn().value().wrapping_sub(first) & 0xff_ffff;
+        assert!(k < PACKETS, "{k}");
+        let at = (k * MTU) as usize;
+        assert_eq!(pkt.payload(), p.bytes(End::B, at, MTU as usize), "psn +{k}");
+    }
+    assert_undisturbed(&mut p, End::B, "after the runs asked again");
+    round_trip(&mut p, "after the runs asked again");
+}
+
+/// A requester past its READ limit (max_dest_rd_atomic is 4 here) sends 100 new
+/// one-packet READs in a row while B's answers cannot leave. B's answer queue
+/// must not grow: what it has no room for is dropped unexecuted, as if lost,
+/// and answered when asked again once answers have left.
+#[test]
+fn new_reads_past_the_limit_do_not_grow_the_answer_queue() {
+    const MTU: u32 = 1024;
+    let mut p = Pair::lossless();
+    let first = p.opts.psn_a;
+    let len_b = p.b.buf.len();
+    p.fill(End::B, 0, len_b, 0x29);
+    let rkey = p.rkey(End::B);
+    let (va, dest) = (p.addr(End::B, 0), qpn(&p, End::B));
+    let qp_b = p.side(End::B).qp;
+    let allocated = p.engine(End::B).qp_answer_queue(qp_b).unwrap().capacity;
+    let read = |k: u32| {
+        let mut r = repr_op(Opcode::RcReadRequest, dest, first + k, &[]);
+        r.reth = Some(RethRepr {
+            va: va + u64::from(k * MTU),
+            rkey,
+            dma_len: MTU,
+        });
+        to_end(End::B, &r)
+    };
+    let before = counters(&mut p, End::B);
+    // Each READ names its own PSN: one dropped means every later one is out
+    // of sequence, so each is sent until taken, as a requester would.
+    let mut taken = 0;
+    for _ in 0..100 {
+        inject(&mut p, End::B, &read(taken));
+        if counters(&mut p, End::B).drop_answer_queue_full == before.drop_answer_queue_full {
+            taken += 1;
+        }
+        answer_queue_within_reservation(&mut p, &format!("{taken}"), allocated);
+    }
+    let dropped = counters(&mut p, End::B).drop_answer_queue_full - before.drop_answer_queue_full;
+    assert_eq!(u64::from(taken) + dropped, 100);
+    assert!(dropped > 0 && taken > 4, "{taken} {dropped}");
+    let check = |p: &mut Pair, want: std::ops::Range<u32>| {
+        let out = drain(p, End::B);
+        assert_eq!(out.len(), want.len());
+        for (b, k) in out.iter().zip(want) {
+            let pkt = RocePacket::new_checked(&b[..]).unwrap();
+            assert_eq!(pkt.info().kind, OpKind::RdmaReadResponse);
+            assert_eq!(pkt.bth().psn().value(), first + k);
+            let at = (k * MTU) as usize;
+            assert_eq!(pkt.payload(), p.bytes(End::B, at, MTU as usize), "{k}");
+        }
+    };
+    check(&mut p, 0..taken);
+    // Asked again once the answers left: executed and answered.
+    inject(&mut p, End::B, &read(taken));
+    check(&mut p, taken..taken + 1);
+    assert_eq!(p.qp_state(End::B), QpState::Rts);
+}

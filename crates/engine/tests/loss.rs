@@ -28,6 +28,10 @@ struct Tap {
     /// The answers arriving with these indexes (0: the first) are dropped on
     /// arrival.
     drop_answers: Vec<u64>,
+    requests_seen: u64,
+    /// The request packets arriving with these indexes (0: the first) are
+    /// dropped on arrival.
+    drop_requests: Vec<u64>,
     /// From `.0` until `.1` the node does not run (its process is not scheduled):
     /// what arrives waits in `backlog` (its socket buffer), its timers wait.
     stall: Option<(Instant, Instant)>,
@@ -94,6 +98,11 @@ impl Tap {
             if !p.info().is_request {
                 self.answers_seen += 1;
                 if self.drop_answers.contains(&(self.answers_seen - 1)) {
+                    return;
+                }
+            } else {
+                self.requests_seen += 1;
+                if self.drop_requests.contains(&(self.requests_seen - 1)) {
                     return;
                 }
             }
@@ -214,6 +223,8 @@ impl Net {
                 sent: Vec::new(),
                 answers_seen: 0,
                 drop_answers: Vec::new(),
+                requests_seen: 0,
+                drop_requests: Vec::new(),
                 stall: None,
                 backlog: Vec::new(),
             });
@@ -423,6 +434,7 @@ fn transfer_mtu(
     let rkey = Rkey(b_mr.rkey);
     let mut most_in_flight = 0;
     let mut most_held = HeldAhead::default();
+    let answer_room = net.sim.node(node_b).e.qp_answer_queue(qp_b).unwrap();
     let outcome = net.sim.run_until(limits, |sim| {
         most_in_flight = most_in_flight.max(sim.node(node_a).e.packets_in_flight());
         let held = sim.node(node_b).e.qp_held_ahead(qp_b).unwrap();
@@ -535,6 +547,13 @@ fn transfer_mtu(
     assert!(
         net.ends[to].buf[n * SIZE..] == sent[..],
         "{stream:?}: data differs"
+    );
+    // B's answers, READ runs asked again among them, stayed within what its
+    // answer queue reserved (no allocation on the data path).
+    let answers = net.sim.node(node_b).e.qp_answer_queue(qp_b).unwrap();
+    assert_eq!(
+        answers.capacity, answer_room.capacity,
+        "{stream:?} {faults:?}"
     );
     Run {
         elapsed,
@@ -716,7 +735,10 @@ fn reads_keep_max_rd_atomic_outstanding() {
         "{:?} against {model:?}",
         r.elapsed
     );
-    assert_eq!(r.a.retransmitted_packets, 0, "{:?}", r.a);
+    // Nothing resent but the one tail-loss probe that goes before any round trip
+    // is measured, 1 ms after the first READ: needless on this 2 ms path.
+    assert_eq!(r.a.retransmitted_packets, r.a.tail_loss_probes, "{:?}", r.a);
+    assert!(r.a.tail_loss_probes <= 1, "{:?}", r.a);
 }
 
 /// READs longer than the selective-repeat window (2 MiB: 512 responses of 4 KiB,
@@ -951,6 +973,8 @@ fn the_device_window_bounds_packets_in_flight_across_qps() {
             sent: Vec::new(),
             answers_seen: 0,
             drop_answers: Vec::new(),
+            requests_seen: 0,
+            drop_requests: Vec::new(),
             stall: None,
             backlog: Vec::new(),
         }));
@@ -1017,8 +1041,20 @@ struct PingPong {
 /// once it has both its previous send's completion and the peer's message (as the
 /// tool does). Checks every completion; returns the virtual time it took.
 fn ping_pong(seed: u64, faults: Faults, iters: usize, size: u32) -> PingPong {
+    ping_pong_with(seed, faults, iters, size, |_| {})
+}
+
+/// [`ping_pong`] on a net `setup` prepared (to drop chosen packets).
+fn ping_pong_with(
+    seed: u64,
+    faults: Faults,
+    iters: usize,
+    size: u32,
+    setup: impl FnOnce(&mut Net),
+) -> PingPong {
     let size_usize = size as usize;
     let mut net = Net::with_mtu(seed, faults, BOTH, 2 * size_usize, Mtu::Mtu1024);
+    setup(&mut net);
     let mut posted_recv = [0usize; 2];
     let mut sends = [0usize; 2];
     let mut sends_done = [0usize; 2];
@@ -1124,30 +1160,79 @@ fn ping_pong(seed: u64, faults: Faults, iters: usize, size: u32) -> PingPong {
 
 /// `ibv_rc_pingpong -s 4096` (four packets each way per exchange, one message in
 /// flight) at 5 % loss each way, over a path whose one-way time is a host's
-/// wake-up (25 µs): within twice the lossless time. With one message in flight
-/// every loss is a tail loss or close to one (a lost last packet or a lost ACK
-/// stalls the exchange until the tail-loss probe): each must cost about a round
-/// trip, not the early timer's 200 µs floor or the IBTA timeout. (With the probe
-/// held to that floor: 2.04x to 2.28x over these seeds; 1.71x to 1.86x with it at
-/// 2 SRTT, floored at 50 µs.)
+/// wake-up (25 µs), steady and with up to 10 µs of jitter per packet: within twice
+/// the lossless time over the same path, seeds 1-6, and no IBTA local ACK
+/// timeout. With one message in flight every loss is a tail loss or close to one
+/// (a lost last packet or a lost ACK stalls the exchange until the tail-loss
+/// probe): each must cost about a round trip, not the early timer's 200 µs floor
+/// or the IBTA timeout. (With the probe held to that floor: 2.04x to 2.28x over
+/// seeds 22-24; 1.71x to 1.86x with it at 2 SRTT, floored at 50 µs; over these
+/// seeds 1.61x to 1.82x, and 1.45x to 1.65x with it at SRTT + max(4 RTTVAR,
+/// SRTT / 4). With jitter, seed 2 lost its first exchange's last packet before
+/// any round trip was measured and waited for the IBTA timer: 4.02x, before the
+/// probe that runs without an estimate.)
 #[test]
 fn ping_pong_at_5_percent_loss_within_twice_lossless() {
-    let path = |loss| link(loss).with_delay(HOST_DELAY);
     let iters = 400;
-    let lossless = ping_pong(21, path(0.0), iters, 4096);
     let mut worst = 0.0f64;
-    for seed in 22..25 {
-        let lossy = ping_pong(seed, path(0.05), iters, 4096);
-        let ratio = lossy.elapsed.as_secs_f64() / lossless.elapsed.as_secs_f64();
-        eprintln!(
-            "seed {seed}: lossless {:?}, 5 % {:?} ({ratio:.2}x), lost {}\nA {:?}\nB {:?}",
-            lossless.elapsed, lossy.elapsed, lossy.sim.lost, lossy.a, lossy.b
-        );
-        assert!(lossy.sim.lost > 0);
-        assert_eq!(lossy.a.ack_timeouts + lossy.b.ack_timeouts, 0);
-        worst = worst.max(ratio);
+    for jitter in [Duration::ZERO, Duration::from_micros(10)] {
+        let path = |loss| link(loss).with_delay(HOST_DELAY).with_jitter(jitter);
+        let lossless = ping_pong(21, path(0.0), iters, 4096);
+        for seed in 1..=6 {
+            let lossy = ping_pong(seed, path(0.05), iters, 4096);
+            let ratio = lossy.elapsed.as_secs_f64() / lossless.elapsed.as_secs_f64();
+            eprintln!(
+                "jitter {jitter:?} seed {seed}: lossless {:?}, 5 % {:?} ({ratio:.2}x), lost {}, \
+                 probes {} + {}, ACK timeouts {} + {}",
+                lossless.elapsed,
+                lossy.elapsed,
+                lossy.sim.lost,
+                lossy.a.tail_loss_probes,
+                lossy.b.tail_loss_probes,
+                lossy.a.ack_timeouts,
+                lossy.b.ack_timeouts,
+            );
+            assert!(lossy.sim.lost > 0);
+            assert_eq!(
+                lossy.a.ack_timeouts + lossy.b.ack_timeouts,
+                0,
+                "jitter {jitter:?} seed {seed}"
+            );
+            worst = worst.max(ratio);
+        }
     }
     assert!(worst <= 2.0, "ping-pong at 5 %: {worst:.2}x lossless");
+}
+
+/// A ping-pong whose first exchange loses its tail: the last packet of A's first
+/// message (dropped at B), or B's ACK of it (dropped at A), or the same for B's
+/// first message. Nothing was measured yet and, but for that ACK, nothing comes
+/// back to A to estimate from: a probe before any estimate finds the loss. (Before,
+/// the early timer ran only once a round trip was measured, and each of these
+/// waited for the IBTA local ACK timeout: 67 ms at timeout 14, more than the whole
+/// lossless run of `ibv_rc_pingpong -n 2000`; about one ping-pong in five at 5 %
+/// loss met one.)
+#[test]
+fn a_first_exchange_that_loses_its_tail_waits_for_no_ibta_timeout() {
+    let path = link(0.0).with_delay(HOST_DELAY);
+    // (node, drop which of its arriving requests, drop which of its answers)
+    let cases: [(usize, Vec<u64>, Vec<u64>); 4] = [
+        (1, vec![3], vec![]),
+        (0, vec![], vec![0]),
+        (0, vec![3], vec![]),
+        (1, vec![], vec![0]),
+    ];
+    for (node, requests, answers) in cases {
+        let what = format!("node {node} drops requests {requests:?}, answers {answers:?}");
+        let run = ping_pong_with(1, path, 20, 4096, |net| {
+            let id = net.ends[node].node;
+            net.sim.node_mut(id).drop_requests = requests;
+            net.sim.node_mut(id).drop_answers = answers;
+        });
+        eprintln!("{what}: {:?}\nA {:?}\nB {:?}", run.elapsed, run.a, run.b);
+        assert_eq!(run.a.ack_timeouts + run.b.ack_timeouts, 0, "{what}");
+        assert_eq!(run.a.tail_loss_probes + run.b.tail_loss_probes, 1, "{what}");
+    }
 }
 
 /// A READ stream at 20 % loss whose first READ loses responses, and then the
@@ -1304,19 +1389,39 @@ fn a_read_that_lost_several_responses_gets_them_back_in_one_round_trip() {
 /// loss each way, 25 µs each way, seeds 1-6: per seed, the lossy run and its
 /// time against the lossless one.
 fn read_stream_at_5_percent() -> Vec<(u64, f64, Run)> {
+    read_stream_at_5_percent_with(Mtu::Mtu4096, 0)
+}
+
+/// [`read_stream_at_5_percent`] at `mtu` with `read_budget` bytes of READ
+/// responses allowed past the in-flight cap (`EngineConfig::read_budget`).
+fn read_stream_at_5_percent_with(mtu: Mtu, read_budget: u32) -> Vec<(u64, f64, Run)> {
     let far = |loss: f64| Faults {
         delay: Duration::from_micros(25),
         ..link(loss)
     };
     let n = 64;
+    let run = |seed: u64, loss: f64| {
+        transfer_mtu(
+            seed,
+            far(loss),
+            BOTH,
+            Stream::Read,
+            n,
+            16,
+            16,
+            read_budget,
+            mtu,
+            None,
+        )
+    };
     (1..=6)
         .map(|seed| {
-            let lossless = transfer_deep(seed, far(0.0), BOTH, Stream::Read, n, 16, 16);
-            let lossy = transfer_deep(seed, far(0.05), BOTH, Stream::Read, n, 16, 16);
+            let lossless = run(seed, 0.0);
+            let lossy = run(seed, 0.05);
             let ratio = lossy.elapsed.as_secs_f64() / lossless.elapsed.as_secs_f64();
             eprintln!(
-                "seed {seed}: lossless {:?}, 5 % {:?} ({ratio:.2}x), lost {}, {} responses, \
-                 {} requests resent, {} early retransmissions, {} probes",
+                "{mtu:?} budget {read_budget}, seed {seed}: lossless {:?}, 5 % {:?} ({ratio:.2}x), \
+                 lost {}, {} responses, {} requests resent, {} early retransmissions, {} probes",
                 lossless.elapsed,
                 lossy.elapsed,
                 lossy.sim.lost,
@@ -1363,6 +1468,29 @@ fn the_probe_asks_the_read_at_una_again_so_lost_re_requests_wait_for_no_rto() {
 #[test]
 fn a_read_stream_at_5_percent_loss_within_twice_lossless() {
     let worst = read_stream_at_5_percent()
+        .iter()
+        .map(|(_, ratio, _)| *ratio)
+        .fold(0.0, f64::max);
+    assert!(worst <= 2.0, "READ stream at 5 %: {worst:.2}x lossless");
+}
+
+/// The READ stream of [`read_stream_at_5_percent`] as the real `ib_read_bw` runs
+/// between two namespaces: MTU 1024 (a 1500-byte veth: 64 responses per READ)
+/// and the driver's read budget (a quarter of the socket's SO_RCVBUF, 2 MiB), so
+/// new READ requests pass the in-flight cap while nothing was resent lately.
+/// Within twice the lossless time on every seed: 1.58x-1.80x. Before: 2.73x-3.70x
+/// (the real `ib_read_bw` 2.29x); by the traces, the link sat idle a round trip
+/// per hole in a READ after the one at una (asked for only once una reached its
+/// READ, and a READ asked again stayed under the in-flight cap, at its floor
+/// after a loss), a READ's responses past what the requester can hold ahead
+/// (256 PSNs) were dropped while an earlier READ waited for a repair, and of the
+/// first 16 READs, sent before the first answer said the peer was a softverbs
+/// one, those past its responder's window were dropped there and each found
+/// missing only as una reached it (2.32x-2.65x, then 2.05x-2.51x, as each was
+/// fixed).
+#[test]
+fn a_read_stream_with_the_drivers_read_budget_at_5_percent_within_twice_lossless() {
+    let worst = read_stream_at_5_percent_with(Mtu::Mtu1024, 2 << 20)
         .iter()
         .map(|(_, ratio, _)| *ratio)
         .fold(0.0, f64::max);

@@ -15,6 +15,20 @@
 //! poll of any of its CQs, when the holding thread polls another device or arms a CQ,
 //! and at the latest when the progress thread next wakes (by the end of the hand-off
 //! to pollers that made the thread receive).
+//!
+//! The progress thread holds one kind of ACK too, for a bounded time
+//! ([`Config::ack_hold`](crate::Config), 50 µs by default, as long as the hand-off to
+//! pollers): that of a lone RDMA WRITE it
+//! placed into memory. A program that spins on memory for the peer's WRITE (ib_write_lat,
+//! `softverbs perf write --lat`) cannot poll, so only the progress thread takes that
+//! WRITE in; its ACK then leaves with the WRITE the program answers with, and the peer
+//! reads both at once. Sent alone and early, the ACK let the peer's poll loop end before
+//! the answer came, so the peer too spun on memory and needed its progress thread for
+//! the answer: ib_write_lat's slow state, which kept itself (`docs/udp-latency.md`).
+//! A target that never answers delays its requester's completion by the hold; the
+//! requester's first tail-loss probe (from 50 µs) may then resend the WRITE once, whose
+//! duplicate sends the held ACK at once; its measured round trip then includes the hold
+//! and later probes wait longer. In a stream the next WRITE ends a hold (one at a time).
 
 use crate::driver::Driver;
 use softverbs_wire::{AethSyndrome, Opcode, RocePacket};
@@ -40,6 +54,14 @@ pub(crate) fn is_plain_ack(datagram: &[u8]) -> bool {
 /// request may leave before them.
 pub(crate) fn is_request(datagram: &[u8]) -> bool {
     RocePacket::new_checked(datagram).is_ok_and(|p| p.info().is_request)
+}
+
+/// Whether `datagram` is an RDMA WRITE that ends a message without an immediate (RC
+/// WRITE Only or Last): its data is in memory once the engine took it, and nothing tells
+/// the target's application but the memory itself, which it may be spinning on.
+pub(crate) fn is_write_into_memory(datagram: &[u8]) -> bool {
+    RocePacket::new_checked(datagram)
+        .is_ok_and(|p| matches!(p.opcode(), Opcode::RcWriteOnly | Opcode::RcWriteLast))
 }
 
 thread_local! {
@@ -73,7 +95,7 @@ pub(crate) fn release_thread_held() {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use softverbs_wire::{AethRepr, BthRepr, NakCode, PacketRepr, Psn, Qpn};
+    use softverbs_wire::{AethRepr, BthRepr, NakCode, PacketRepr, Psn, Qpn, RethRepr, Rkey};
 
     fn emit(opcode: Opcode, aeth: Option<AethSyndrome>) -> Vec<u8> {
         let mut repr = PacketRepr::new(BthRepr::new(opcode, Qpn::new(0x11), Psn::new(5)), &[]);
@@ -100,5 +122,51 @@ mod tests {
         assert!(is_request(&send));
         assert!(!is_plain_ack(&ack[..5]), "a short buffer is no ACK");
         assert!(!is_request(&[]));
+    }
+
+    /// A request packet of `opcode` with the extension headers it calls for.
+    fn request(opcode: Opcode) -> Vec<u8> {
+        let payload = [7u8; 8];
+        let mut repr = PacketRepr::new(BthRepr::new(opcode, Qpn::new(0x11), Psn::new(5)), &payload);
+        if matches!(
+            opcode,
+            Opcode::RcWriteFirst
+                | Opcode::RcWriteOnly
+                | Opcode::RcWriteOnlyImm
+                | Opcode::UcWriteFirst
+        ) {
+            repr.reth = Some(RethRepr {
+                va: 0x1000,
+                rkey: Rkey(9),
+                dma_len: 8,
+            });
+        }
+        if matches!(opcode, Opcode::RcWriteOnlyImm | Opcode::RcWriteLastImm) {
+            repr.immdt = Some(1);
+        }
+        let mut buf = vec![0u8; repr.buffer_len()];
+        let len = repr.emit(&mut buf).unwrap();
+        buf.truncate(len);
+        buf
+    }
+
+    #[test]
+    fn only_writes_that_end_without_immediate_go_into_memory_alone() {
+        for op in [Opcode::RcWriteOnly, Opcode::RcWriteLast] {
+            assert!(is_write_into_memory(&request(op)), "{op:?}");
+        }
+        for op in [
+            Opcode::RcWriteFirst,
+            Opcode::RcWriteMiddle,
+            Opcode::RcWriteOnlyImm,
+            Opcode::RcWriteLastImm,
+            Opcode::RcSendOnly,
+            Opcode::UcWriteLast,
+        ] {
+            assert!(!is_write_into_memory(&request(op)), "{op:?}");
+        }
+        let ack = emit(Opcode::RcAcknowledge, Some(AethSyndrome::ACK_UNLIMITED));
+        assert!(!is_write_into_memory(&ack));
+        assert!(!is_write_into_memory(&[0x0a]));
     }
 }

@@ -53,6 +53,10 @@ pub struct Config {
     /// less than this long ago, the progress thread leaves the socket to it and does not
     /// wake for arriving datagrams (zero: it always does). See `Driver::poller_handoff`.
     pub poll_handoff: Duration,
+    /// How long the progress thread keeps the ACK of a lone RDMA WRITE it placed into
+    /// memory back for the answer of a thread spinning on that memory (zero: it sends it
+    /// at once). See `crate::ack_hold`.
+    pub ack_hold: Duration,
     /// Fault injection.
     pub faults: Option<FaultConfig>,
     /// Packet capture file.
@@ -116,6 +120,7 @@ impl Default for Config {
             mtu: Mtu::Mtu4096,
             busy_poll: Duration::ZERO,
             poll_handoff: Duration::from_micros(50),
+            ack_hold: Duration::from_micros(50),
             faults: None,
             pcap: None,
             icrc: IcrcPolicy::Enforce,
@@ -193,6 +198,13 @@ impl Config {
                 .parse()
                 .map_err(|_| err("SOFTVERBS_POLL_HANDOFF", &v, "not a number of µs"))?;
             c.poll_handoff = Duration::from_micros(us);
+        }
+        if let Some(v) = get("SOFTVERBS_ACK_HOLD") {
+            let us: u64 = v
+                .trim()
+                .parse()
+                .map_err(|_| err("SOFTVERBS_ACK_HOLD", &v, "not a number of µs"))?;
+            c.ack_hold = Duration::from_micros(us);
         }
         if let Some(v) = get("SOFTVERBS_FAULTS") {
             c.faults = Some(parse_faults(&v).map_err(|why| err("SOFTVERBS_FAULTS", &v, why))?);
@@ -314,6 +326,7 @@ mod tests {
             ("SOFTVERBS_MTU", "1024"),
             ("SOFTVERBS_BUSY_POLL", "50"),
             ("SOFTVERBS_POLL_HANDOFF", "0"),
+            ("SOFTVERBS_ACK_HOLD", "0"),
             ("SOFTVERBS_FAULTS", "loss=0.05, dup=0.01,seed=9"),
             ("SOFTVERBS_PCAP", "/tmp/x.pcap"),
             ("SOFTVERBS_ICRC", "count"),
@@ -336,6 +349,7 @@ mod tests {
         assert_eq!(c.mtu, Mtu::Mtu1024);
         assert_eq!(c.busy_poll, Duration::from_micros(50));
         assert_eq!(c.poll_handoff, Duration::ZERO);
+        assert_eq!(c.ack_hold, Duration::ZERO);
         let f = c.faults.unwrap();
         assert_eq!((f.loss, f.duplicate, f.seed), (0.05, 0.01, 9));
         assert_eq!(c.pcap.as_deref(), Some(std::path::Path::new("/tmp/x.pcap")));
@@ -358,6 +372,7 @@ mod tests {
         assert!(cfg(&[("SOFTVERBS_MAX_MR_BYTES", "lots")]).is_err());
         assert!(cfg(&[("SOFTVERBS_SOCKET_BUFFER", "0")]).is_err());
         assert!(cfg(&[("SOFTVERBS_POLL_HANDOFF", "soon")]).is_err());
+        assert!(cfg(&[("SOFTVERBS_ACK_HOLD", "-5")]).is_err());
         assert!(cfg(&[("SOFTVERBS_SELECTIVE_REPEAT", "sometimes")]).is_err());
         assert!(cfg(&[("SOFTVERBS_CM_PACKET_LIFE_TIME", "31")]).is_err());
         assert!(cfg(&[("SOFTVERBS_CM_PACKET_LIFE_TIME", "-1")]).is_err());

@@ -224,6 +224,11 @@ pub struct DeviceCounters {
     pub acks_held: u64,
     /// Times held ACKs left right behind the answer, in its `sendmmsg`.
     pub acks_after_requests: u64,
+    /// Times the progress thread kept the ACK of a lone RDMA WRITE it placed into memory
+    /// back for the answer of a thread spinning on that memory.
+    pub acks_held_for_memory: u64,
+    /// Times such a hold ended without an answer.
+    pub ack_holds_expired: u64,
 }
 
 /// What a context is: the device it shares, and what it owns.
@@ -457,6 +462,8 @@ impl Context {
             progress_wakes: get(&c.progress_wakes),
             acks_held: get(&c.acks_held),
             acks_after_requests: get(&c.acks_after_requests),
+            acks_held_for_memory: get(&c.acks_held_for_memory),
+            ack_holds_expired: get(&c.ack_holds_expired),
         }
     }
 

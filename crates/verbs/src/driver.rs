@@ -79,6 +79,11 @@ pub struct DriverCounters {
     pub acks_held: AtomicU64,
     /// Times held ACKs left behind the requests of the next batch (the answer first).
     pub acks_after_requests: AtomicU64,
+    /// Times the progress thread kept the ACK of a lone RDMA WRITE it placed into memory
+    /// back for the target's answer (see `crate::ack_hold`).
+    pub acks_held_for_memory: AtomicU64,
+    /// Times such a hold ended by its time limit, without an answer.
+    pub ack_holds_expired: AtomicU64,
 }
 
 /// A completion channel's queue of CQ events.
@@ -119,6 +124,19 @@ pub(crate) struct Deferred {
     hellos: Vec<crate::samehost::Outgoing>,
     /// QPs whose held WRs may be placed now (`crate::samehost`).
     held_ready: Vec<softverbs_engine::QpHandle>,
+}
+
+/// Whether the ACKs the engine produces may stay in the batch being built (see
+/// `crate::ack_hold`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Hold {
+    /// They leave with this pump.
+    No,
+    /// A thread spinning on its CQ received: they wait for its answer.
+    UntilAnswer,
+    /// The progress thread placed a lone RDMA WRITE into memory: they wait for the
+    /// answer of whoever spins on it, until then at the latest.
+    Bounded(Instant),
 }
 
 /// Why sending stopped with datagrams left.
@@ -183,6 +201,9 @@ pub(crate) struct Driver {
     busy_poll: Duration,
     /// See [`Driver::poller_handoff`].
     poll_handoff: Duration,
+    /// How long the progress thread holds the ACK of a lone WRITE into memory (see
+    /// `crate::ack_hold`); zero: not at all.
+    ack_hold: Duration,
     /// When (nanoseconds since `epoch`, plus one; 0: never) an application thread last
     /// received on the socket from an empty CQ poll ([`Driver::try_progress`]).
     app_polled_at: AtomicU64,
@@ -190,6 +211,15 @@ pub(crate) struct Driver {
     socket_unwatched: AtomicBool,
     /// Whether `State::held` is not 0 (read without the lock).
     acks_held: AtomicBool,
+    /// When the progress thread's hold of the held ACKs ends (the driver's clock, ns;
+    /// 0: it holds none). Written under the device lock.
+    progress_hold_until: AtomicU64,
+    /// A progress thread's hold ended: its timer is disarmed after the send.
+    progress_hold_released: AtomicBool,
+    /// Wakes the progress thread when its hold ends (`Config::ack_hold`);
+    /// whether it is armed. The thread that sends the held ACKs disarms it.
+    hold_timer: sys::TimerFd,
+    hold_timer_armed: Mutex<bool>,
     /// Application threads blocked in `poll` on the socket themselves
     /// ([`Driver::watch_blocked`]): while there are any, the progress thread leaves the
     /// socket to them.
@@ -471,9 +501,14 @@ impl Driver {
             counters: DriverCounters::default(),
             busy_poll: config.busy_poll,
             poll_handoff: config.poll_handoff,
+            ack_hold: config.ack_hold,
             app_polled_at: AtomicU64::new(0),
             socket_unwatched: AtomicBool::new(false),
             acks_held: AtomicBool::new(false),
+            progress_hold_until: AtomicU64::new(0),
+            progress_hold_released: AtomicBool::new(false),
+            hold_timer: sys::TimerFd::new().map_err(io_err("timerfd"))?,
+            hold_timer_armed: Mutex::new(false),
             blocked_watchers: AtomicU32::new(0),
             handoff_timer: sys::TimerFd::new().map_err(io_err("timerfd"))?,
             handoff_timer_armed: Mutex::new(false),
@@ -526,12 +561,12 @@ impl Driver {
     /// events; call with the lock held after any engine call that may have produced work,
     /// and pass the result to [`Driver::finish`] once the lock is released.
     pub fn pump(&self, st: &mut State) -> Deferred {
-        self.pump_holding(st, false)
+        self.pump_holding(st, Hold::No)
     }
 
-    /// [`Driver::pump`]; with `hold`, ACKs the engine produced stay in the batch being
-    /// built (see `crate::ack_hold`).
-    fn pump_holding(&self, st: &mut State, hold: bool) -> Deferred {
+    /// [`Driver::pump`]; ACKs the engine produced may stay in the batch being built as
+    /// `hold` says (see `crate::ack_hold`).
+    fn pump_holding(&self, st: &mut State, hold: Hold) -> Deferred {
         let now = self.now();
         let mut d = Deferred::default();
         // The cm's QP moves first (they may make the engine send), then the engine's
@@ -610,6 +645,7 @@ impl Driver {
     /// thread if it must. Call without the device lock.
     pub fn finish(&self, d: Deferred) {
         self.flush_outbox(false);
+        self.disarm_hold_timer();
         for (channel, cq) in d.notifications {
             channel.push(cq);
         }
@@ -699,7 +735,7 @@ impl Driver {
         self.send_hellos(out);
     }
 
-    fn transmit(&self, st: &mut State, now: Instant, hold: bool) {
+    fn transmit(&self, st: &mut State, now: Instant, hold: Hold) {
         while let Some(t) = st.engine.poll_transmit(now, st.tx.next_buf()) {
             st.tx.commit(t);
             if st.tx.is_full() {
@@ -711,22 +747,49 @@ impl Driver {
             return;
         }
         let fresh = st.held..st.tx.len();
-        if fresh.is_empty() && !on_progress_thread() {
-            // Nothing new: the held ACKs wait for the thread's answer.
-            return;
+        if fresh.is_empty() {
+            if !on_progress_thread() {
+                // Nothing new: the held ACKs wait for the thread's answer.
+                return;
+            }
+            // The progress thread sends what pollers held, and what it held itself once
+            // its hold is over.
+            let until = self.progress_hold_until.load(Ordering::Acquire);
+            if until != 0 {
+                if now.as_nanos() < until {
+                    return;
+                }
+                self.counters
+                    .ack_holds_expired
+                    .fetch_add(1, Ordering::Relaxed);
+            }
         }
-        if hold
-            && !fresh.is_empty()
+        let only_acks = !fresh.is_empty()
             && fresh
                 .clone()
-                .all(|i| crate::ack_hold::is_plain_ack(st.tx.datagram(i)))
-        {
-            if st.held == 0 {
-                self.counters.acks_held.fetch_add(1, Ordering::Relaxed);
+                .all(|i| crate::ack_hold::is_plain_ack(st.tx.datagram(i)));
+        match hold {
+            Hold::UntilAnswer if only_acks => {
+                if st.held == 0 {
+                    self.counters.acks_held.fetch_add(1, Ordering::Relaxed);
+                }
+                st.held = st.tx.len();
+                self.acks_held.store(true, Ordering::Release);
+                return;
             }
-            st.held = st.tx.len();
-            self.acks_held.store(true, Ordering::Release);
-            return;
+            // One hold at a time: a second WRITE before the answer (a stream, not a
+            // ping-pong) sends both ACKs.
+            Hold::Bounded(until) if only_acks && st.held == 0 => {
+                self.counters
+                    .acks_held_for_memory
+                    .fetch_add(1, Ordering::Relaxed);
+                st.held = st.tx.len();
+                self.progress_hold_until
+                    .store(until.as_nanos().max(1), Ordering::Release);
+                self.acks_held.store(true, Ordering::Release);
+                return;
+            }
+            _ => {}
         }
         if st.held > 0
             && !fresh.is_empty()
@@ -763,12 +826,28 @@ impl Driver {
             }
         }
         self.flush_outbox(false);
+        self.disarm_hold_timer();
+    }
+
+    /// Disarms the progress thread's hold timer once the ACKs it held left (after they
+    /// were sent: the system call is not on their path). Call without the device lock.
+    fn disarm_hold_timer(&self) {
+        if !self.progress_hold_released.swap(false, Ordering::AcqRel) {
+            return;
+        }
+        let mut armed = lock(&self.hold_timer_armed);
+        if std::mem::take(&mut *armed) {
+            self.hold_timer.set(None);
+        }
     }
 
     /// Moves the batch being built to the outbox and starts a fresh one.
     fn enqueue(&self, st: &mut State) {
         st.held = 0;
         self.acks_held.store(false, Ordering::Release);
+        if self.progress_hold_until.swap(0, Ordering::AcqRel) != 0 {
+            self.progress_hold_released.store(true, Ordering::Release);
+        }
         let mut ob = lock(&self.outbox);
         let fresh = ob
             .pool
@@ -1031,7 +1110,9 @@ impl Driver {
 
     /// Receives what waits on the socket (one batch) and hands it to the engine;
     /// returns how many reads there were. With `hold_acks` the ACKs the engine answers
-    /// with wait for the calling thread's answer (see `crate::ack_hold`).
+    /// with wait for the calling thread's answer; on the progress thread, the ACK of a
+    /// lone RDMA WRITE waits a while for the answer of a thread spinning on the memory
+    /// it wrote (see `crate::ack_hold`).
     fn receive(&self, rx: &mut RecvBatch, hold_acks: bool) -> usize {
         let got = match rx.recv(&self.socket) {
             Ok(n) => n,
@@ -1066,12 +1147,20 @@ impl Driver {
             }
         }
         let mut hellos: Vec<(SocketAddr, Vec<u8>)> = Vec::new();
+        let progress = on_progress_thread();
+        // Requests handed over, and of those RDMA WRITEs into memory (the progress
+        // thread holds the ACK of a lone one; those of ACKs that came with it are none).
+        let (mut requests, mut writes) = (0usize, 0usize);
         let deferred = {
             let mut st = self.lock();
             let now = self.now();
             st.last_rx = now;
             let state = &mut *st;
             self.for_each_datagram(rx, got, |src, k, data| {
+                if progress && !hold_acks && crate::ack_hold::is_request(data) {
+                    requests += 1;
+                    writes += usize::from(crate::ack_hold::is_write_into_memory(data));
+                }
                 if crate::samehost::hello::is_hello(data) {
                     hellos.push((src, data.to_vec()));
                 } else if crate::cm::driver::is_qp1(data) {
@@ -1082,7 +1171,14 @@ impl Driver {
                 }
             });
             st.engine.handle_timeout(now);
-            self.pump_holding(&mut st, hold_acks)
+            let hold = if hold_acks {
+                Hold::UntilAnswer
+            } else if requests == 1 && writes == 1 && !self.ack_hold.is_zero() {
+                Hold::Bounded(now + self.ack_hold)
+            } else {
+                Hold::No
+            };
+            self.pump_holding(&mut st, hold)
         };
         self.finish(deferred);
         for (src, data) in hellos {
@@ -1434,6 +1530,8 @@ impl Driver {
         lines.push(("progress_wakes", get(&dc.progress_wakes)));
         lines.push(("acks_held", get(&dc.acks_held)));
         lines.push(("acks_after_requests", get(&dc.acks_after_requests)));
+        lines.push(("acks_held_for_memory", get(&dc.acks_held_for_memory)));
+        lines.push(("ack_holds_expired", get(&dc.ack_holds_expired)));
         lines.push(("injected_drops", get(&dc.injected_drops)));
         lines.push(("rx_truncated", get(&dc.rx_truncated)));
         let same_host = self.same_host.stat_lines();
@@ -1589,6 +1687,18 @@ fn progress_thread(d: Arc<Driver>) {
         if got > 0 || mc_got > 0 {
             continue;
         }
+        // What a poster armed is among the engine's timers the next sleep is computed
+        // from, under the lock: disarm it first (here, once the socket is drained, not
+        // on waking: the datagram that woke the thread does not wait for it). An arm
+        // that comes after the computation is against the sleep it publishes.
+        {
+            let mut armed = lock(&d.timer_armed);
+            if *armed != u64::MAX {
+                *armed = u64::MAX;
+                // (Disarming also clears an expiry that was not read.)
+                d.timer.set(None);
+            }
+        }
         // Nothing to read: run timers, then sleep until the next deadline, a
         // datagram or a wake-up. The sleep deadline is published under the lock,
         // so a poster that arms an earlier timer afterwards sees it and wakes us.
@@ -1628,6 +1738,17 @@ fn progress_thread(d: Arc<Driver>) {
         };
         d.finish(deferred);
         d.flush_capture();
+        // ACKs it holds for an answer leave when their hold ends, unless the answer
+        // took them first (its sender then disarms the timer).
+        {
+            let mut armed = lock(&d.hold_timer_armed);
+            let until = d.progress_hold_until.load(Ordering::Acquire);
+            if until != 0 && !*armed {
+                *armed = true;
+                let left = until.saturating_sub(d.now().as_nanos());
+                d.hold_timer.set(Some(Duration::from_nanos(left)));
+            }
+        }
         let republish = d.publish_counters(counters);
         let blocked = lock(&d.outbox).blocked;
         let retry = (blocked == Some(Blocked::NoBuffers)).then_some(Duration::from_millis(1));
@@ -1658,6 +1779,7 @@ fn progress_thread(d: Arc<Driver>) {
             (d.wake.raw(), libc::POLLIN),
             (d.timer.raw(), libc::POLLIN),
             (d.handoff_timer.raw(), libc::POLLIN),
+            (d.hold_timer.raw(), libc::POLLIN),
         ]
         .into_iter()
         .chain(groups.iter().map(|(_, s)| (s.as_raw_fd(), libc::POLLIN)))
@@ -1687,7 +1809,14 @@ fn progress_thread(d: Arc<Driver>) {
             *armed = false;
             d.handoff_timer.set(None);
         }
-        if pfds[4 + groups.len()..].iter().any(|p| p.revents != 0) {
+        if pfds[4].revents & libc::POLLIN != 0 {
+            let mut armed = lock(&d.hold_timer_armed);
+            // Its next pump sends what it held.
+            if std::mem::take(&mut *armed) {
+                d.hold_timer.set(None);
+            }
+        }
+        if pfds[5 + groups.len()..].iter().any(|p| p.revents != 0) {
             d.cm_receive(&cm_socks, &mut cm_buf);
         }
         if blocked.is_some() {
@@ -1698,16 +1827,6 @@ fn progress_thread(d: Arc<Driver>) {
         // a signal the wait did not report ends the next wait at once).
         if signalled {
             d.wake.take();
-        }
-        // It computes its next sleep from the engine's timers (under the lock): what a
-        // poster armed is among them.
-        {
-            let mut armed = lock(&d.timer_armed);
-            if *armed != u64::MAX {
-                *armed = u64::MAX;
-                // (Disarming also clears an expiry that was not read.)
-                d.timer.set(None);
-            }
         }
         d.socket_unwatched.store(false, Ordering::Release);
         d.sleeping_until.store(0, Ordering::Release);

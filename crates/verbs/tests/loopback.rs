@@ -1114,3 +1114,125 @@ fn a_forked_child_leaves_the_acks_its_parent_held_alone() {
     // In the parent the held ACK still leaves: A's SEND completes.
     assert_eq!(spin_one(&a.cq).status, WcStatus::Success);
 }
+
+/// One side of ib_write_lat's loop, `rounds` times: wait on memory for the peer's WRITE
+/// of round `n - lag` (its last byte; none in the first round of the side that starts,
+/// `lag` 1), write the round `n` into our own last byte and WRITE it to the peer, then
+/// poll the CQ for that WRITE's completion as `poll` says.
+fn write_lat_side(me: &End, peer: &Mr<Vec<u8>>, rounds: u8, lag: u8, poll: impl Fn(&Cq)) {
+    for n in 1..=rounds {
+        let want = n - lag;
+        if want > 0 {
+            let deadline = std::time::Instant::now() + WAIT;
+            let mut got = [0u8];
+            loop {
+                me.mr.read(4096 + 7, &mut got);
+                if got[0] == want {
+                    break;
+                }
+                assert!(std::time::Instant::now() < deadline, "round {n}: no WRITE");
+                std::hint::spin_loop();
+                std::thread::yield_now();
+            }
+        }
+        me.mr.write(7, &[n]);
+        let sges = [me.mr.sge(0, 8)];
+        let wr = SendWr::new(
+            u64::from(n),
+            SendOp::RdmaWrite {
+                remote_addr: peer.addr() + 4096,
+                rkey: Rkey(peer.rkey()),
+            },
+            &sges,
+        );
+        me.qp.post_send(&wr).unwrap();
+        poll(&me.cq);
+    }
+}
+
+#[test]
+fn a_write_placed_into_spun_on_memory_has_its_ack_leave_with_the_answer() {
+    // `softverbs perf write --lat`'s pattern: each side spins on memory for the peer's
+    // WRITE and answers with a WRITE; nobody polls a CQ in a loop, so the progress
+    // threads take every WRITE in. The progress thread keeps the WRITE's ACK back until
+    // the answer, which leaves first, the ACK behind it, in one sendmmsg; it used to
+    // send the ACK alone at once (two sendmmsg per one-way message). A hold longer than
+    // the test: only the answer sends the ACK.
+    const ROUNDS: u8 = 100;
+    let cfg = Config {
+        ack_hold: Duration::from_secs(3600),
+        ..Config::default()
+    };
+    let (a, b) = pair(cfg);
+    let before = (a.ctx.device_counters(), b.ctx.device_counters());
+    // Completions are taken afterwards, by single polls (a loop would hand the socket
+    // over to this thread).
+    let no_poll = |_: &Cq| {};
+    std::thread::scope(|s| {
+        s.spawn(|| write_lat_side(&b, &a.mr, ROUNDS, 0, no_poll));
+        write_lat_side(&a, &b.mr, ROUNDS, 1, no_poll);
+    });
+    // B's last ACK waits for an answer that does not come: the next empty poll sends it.
+    let after = (a.ctx.device_counters(), b.ctx.device_counters());
+    for end in [&a, &b] {
+        let mut done = 0;
+        let deadline = std::time::Instant::now() + WAIT;
+        while done < usize::from(ROUNDS) {
+            assert!(std::time::Instant::now() < deadline, "{done} completions");
+            let mut wc = [WorkCompletion::default(); 16];
+            let n = end.cq.poll(&mut wc);
+            assert!(wc[..n].iter().all(|w| w.status == WcStatus::Success));
+            done += n;
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    }
+    let messages = 2 * u64::from(ROUNDS);
+    let calls =
+        (after.0.tx_syscalls - before.0.tx_syscalls) + (after.1.tx_syscalls - before.1.tx_syscalls);
+    let held = (after.0.acks_held_for_memory - before.0.acks_held_for_memory)
+        + (after.1.acks_held_for_memory - before.1.acks_held_for_memory);
+    let behind = (after.0.acks_after_requests - before.0.acks_after_requests)
+        + (after.1.acks_after_requests - before.1.acks_after_requests);
+    // Every WRITE but the last is answered. A quarter spare for resends (a tail-loss
+    // probe when a thread lost its CPU for long, on a loaded host), whose ACKs leave
+    // alone; it was twice as many calls.
+    let spare = messages / 4;
+    assert!(
+        calls <= messages + spare,
+        "{calls} sendmmsg calls for {messages} one-way messages"
+    );
+    assert!(
+        held >= messages - spare,
+        "{held} ACKs held for {messages} WRITEs"
+    );
+    assert!(behind >= messages - spare, "{behind} ACKs behind an answer");
+}
+
+#[test]
+fn a_held_write_ack_leaves_when_nobody_answers() {
+    // The target places the WRITE and never answers: the progress thread's hold ends by
+    // its timer and the ACK leaves then. (The hold is shorter than the requester's
+    // shortest timer: a resend would have sent the ACK first.)
+    let cfg = Config {
+        ack_hold: Duration::from_micros(20),
+        ..Config::default()
+    };
+    let (a, b) = pair(cfg);
+    let before = b.ctx.device_counters();
+    a.mr.write(0, b"no reply");
+    let sges = [a.mr.sge(0, 8)];
+    let wr = SendWr::new(
+        1,
+        SendOp::RdmaWrite {
+            remote_addr: b.mr.addr() + 64,
+            rkey: Rkey(b.mr.rkey()),
+        },
+        &sges,
+    );
+    a.qp.post_send(&wr).unwrap();
+    assert_eq!(a.cq.wait_for(1, WAIT)[0].status, WcStatus::Success);
+    await_bytes(&b.mr, 64, b"no reply");
+    let after = b.ctx.device_counters();
+    assert!(after.acks_held_for_memory > before.acks_held_for_memory);
+    assert!(after.ack_holds_expired > before.ack_holds_expired);
+}

@@ -291,6 +291,12 @@ fuzz_target!(|data: &[u8]| {
         let (mut ready, mut pieces, mut bounce) = (Vec::new(), Vec::new(), Vec::new());
         let mut settled = 0u32;
 
+        // B's answer queues are sized once and never grow (qp/responder/answers.rs).
+        let answer_room: Vec<_> = b
+            .qps
+            .iter()
+            .map(|&qp| b.engine.qp_answer_queue(qp).map(|q| q.capacity))
+            .collect();
         let mut now = Instant::ZERO;
         let mut buf = vec![0u8; MAX_DATAGRAM];
         let mut rest = data;
@@ -306,6 +312,11 @@ fuzz_target!(|data: &[u8]| {
                 b_open = false;
             } else {
                 b.engine.handle_datagram(now, addr_a, datagram);
+            }
+            for (k, &qp) in b.qps.iter().enumerate() {
+                if let (Some(q), Some(room)) = (b.engine.qp_answer_queue(qp), answer_room[k]) {
+                    assert_eq!(q.capacity, room, "B's answer queue grew: {q:?}");
+                }
             }
             // Let the two talk for a bounded while.
             talk(&mut a, &mut b, [addr_a, addr_b], now, &mut buf);

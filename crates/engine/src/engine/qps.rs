@@ -52,6 +52,7 @@ impl Engine {
             cfg.send_window,
             cfg.read_budget,
             cfg.min_rto,
+            cfg.selective_repeat,
         );
         let h = self.qps.insert(qp).ok_or(ResourceError::LimitReached)?;
         let handle = QpHandle(h);
@@ -160,6 +161,11 @@ impl Engine {
     /// expected PSN (selective repeat; see [`crate::HeldAhead`]).
     pub fn qp_held_ahead(&self, qp: QpHandle) -> Option<crate::HeldAhead> {
         self.qps.get(qp.0).map(|q| q.resp.held_ahead())
+    }
+
+    /// How full the QP's answer queue is (see [`crate::AnswerQueue`]).
+    pub fn qp_answer_queue(&self, qp: QpHandle) -> Option<crate::AnswerQueue> {
+        self.qps.get(qp.0).map(|q| q.resp.answer_queue())
     }
 
     /// The QP's number.

@@ -48,6 +48,8 @@ pub(crate) struct Completer {
     recovery: Recovery,
     /// Selective repeat: what the peer is, and which packets it holds.
     pub sr: Scoreboard,
+    /// The requester offers selective repeat (`EngineConfig::selective_repeat`).
+    offers_sr: bool,
     /// When the last selective walk was asked for.
     walked_at: Option<Instant>,
     /// The requester's frontier when the last selective walk was asked for: a
@@ -68,6 +70,11 @@ pub(crate) struct Completer {
     /// response held then: the responder answers in order, so only a hole with
     /// a response after it is known lost, and only those are asked for).
     read_asked_below: Psn,
+    /// Selective repeat: the holes in READs after the one at una that were seen
+    /// before `.0` were asked for, the last at `.1` (see
+    /// [`Completer::ask_hole_in_later_read`]): responses arrive in PSN order, so
+    /// holes show in that order and one frontier records them all.
+    later_holes_asked: Option<(Psn, Instant)>,
     /// The early retransmission timeout resent only the oldest packet, `.0`,
     /// when everything before `.1` had been sent: what the next acknowledgement
     /// covers tells whether anything was lost (see [`Completer::on_timeout`]).
@@ -116,10 +123,12 @@ pub(crate) struct Verdict {
 }
 
 impl Completer {
-    /// A completer whose early timer is never shorter than `min_rto`.
-    pub fn new(min_rto: core::time::Duration) -> Completer {
+    /// A completer whose early timer is never shorter than `min_rto`; whose
+    /// requester offers selective repeat if `selective_repeat`.
+    pub fn new(min_rto: core::time::Duration, selective_repeat: bool) -> Completer {
         Completer {
             recovery: Recovery::new(min_rto),
+            offers_sr: selective_repeat,
             ..Completer::default()
         }
     }
@@ -135,11 +144,17 @@ impl Completer {
         self.newest_response = None;
         self.read_asked = None;
         self.read_asked_at = None;
+        self.later_holes_asked = None;
         self.timeout_resent = None;
         self.walked_at = None;
         self.walk_frontier = psn;
         self.sr = Scoreboard::default();
         self.sr.clear(psn);
+    }
+
+    /// Whether the requester offers selective repeat.
+    pub fn offers_sr(&self) -> bool {
+        self.offers_sr
     }
 
     /// The early timer's floor.
@@ -202,10 +217,33 @@ impl Completer {
         } else {
             size.max(read_psns.min(uncapped))
         };
+        // A READ asked again for responses it lacks asks for no more than was
+        // asked for when it was new: with a selective-repeat peer it goes within
+        // what the requester holds ahead, whatever the cap. (Under the cap, a
+        // hole in a READ past the cap's reach from una waited until una came
+        // near, a round trip per hole with the link idle.)
+        let reads_again = if self.sr.peer == Peer::Selective {
+            size.max(read_psns.min(uncapped))
+        } else {
+            size
+        };
         super::requester::Window {
             una: self.una,
             size,
             reads,
+            reads_again,
+            // Before the first answer says what the peer is, a softverbs
+            // responder may be answering: it drops READ requests past its
+            // window after a lost one, and the requester would find each of
+            // them missing only as una reaches it (the first 16 READs of
+            // `ib_read_bw`, a round trip or a probe each).
+            hold: if self.sr.peer == Peer::Selective
+                || self.sr.peer == Peer::Unknown && self.offers_sr
+            {
+                selective::WINDOW
+            } else {
+                u32::MAX
+            },
         }
     }
 
@@ -326,6 +364,47 @@ impl Completer {
         v.selective = Some((from, end));
     }
 
+    /// A response of READ `seq`, a READ after the one at una, was placed ahead at
+    /// `psn`, and the one before it (of the same READ) is missing: a hole known
+    /// lost (the responder answers in order), asked for at once, its run alone.
+    /// Before, it was asked for only when una reached its READ, a round trip
+    /// each with the link idle once the READs before it were in (issue 15:
+    /// `ib_read_bw` at MTU 1024, 64 responses per READ, loses about three per
+    /// READ at 5 %). Each hole is asked once here: what is asked below the
+    /// frontier `later_holes_asked` records; a repair lost again is asked for
+    /// when una reaches its READ, as before.
+    fn ask_hole_in_later_read(
+        &mut self,
+        ctx: &CompleteCtx<'_>,
+        v: &mut Verdict,
+        now: Instant,
+        seq: u64,
+        psn: Psn,
+    ) {
+        let w = *ctx.sq.get(seq);
+        let expected = w.first_psn.add(w.read_pkts_done);
+        let prev = psn.sub(1);
+        let asked_below = self.later_holes_asked.map(|(below, _)| below);
+        let asked = |p: Psn| asked_below.is_some_and(|b| p.before(b));
+        if self.sr.peer != Peer::Selective
+            || Self::asking_again(v)
+            || !self.una.before(w.first_psn)
+            || prev.before(expected)
+            || self.sr.has(prev)
+            || asked(prev)
+        {
+            return;
+        }
+        let mut from = prev;
+        while expected.before(from) && !self.sr.has(from.sub(1)) && !asked(from.sub(1)) {
+            from = from.sub(1);
+        }
+        self.later_holes_asked = Some((psn, now));
+        self.recovery.on_resend_range(now, from, psn);
+        self.resent = true;
+        v.selective = Some((from, psn));
+    }
+
     /// The early timer's probe, with a selective-repeat peer, when the READ at
     /// una still lacks responses: what it asked for again (or the responder's
     /// answer) may have been lost with nothing after it to show that, and the
@@ -375,10 +454,16 @@ impl Completer {
     /// Whether `psn`, a READ response missing, was asked for again within about a
     /// round trip (with the other holes of its READ): its repair is on its way.
     fn hole_asked(&self, psn: Psn, now: Instant) -> bool {
+        let srtt = self.recovery.srtt().unwrap_or(core::time::Duration::ZERO);
+        if self
+            .later_holes_asked
+            .is_some_and(|(below, at)| psn.before(below) && now - at < 2 * srtt)
+        {
+            return true;
+        }
         let Some((from, end)) = self.read_asked else {
             return false;
         };
-        let srtt = self.recovery.srtt().unwrap_or(core::time::Duration::ZERO);
         !psn.before(from)
             && psn.before(end)
             && psn.before(self.read_asked_below)
@@ -826,6 +911,7 @@ impl Completer {
                     self.read_asked_below = psn.next();
                 }
                 self.ask_new_hole(ctx, v, now, seq, psn);
+                self.ask_hole_in_later_read(ctx, v, now, seq, psn);
                 return;
             }
             ctx.shared.counters.drop_out_of_sequence += 1;

@@ -88,6 +88,7 @@ impl Qp {
         req_window: u32,
         read_budget: u32,
         min_rto: core::time::Duration,
+        selective_repeat: bool,
     ) -> Qp {
         let cap = init.cap;
         Qp {
@@ -105,7 +106,7 @@ impl Qp {
             ),
             rq: RecvQueue::new(cap.max_recv_wr as usize, cap.max_recv_sge as usize),
             req: Requester::default(),
-            comp: Completer::new(min_rto),
+            comp: Completer::new(min_rto, selective_repeat),
             resp: Responder::new(0),
             scheduled: false,
             timer_entry: None,

@@ -128,7 +128,9 @@ impl Qp {
             self.resp = Responder::new(self.attr.rq_psn);
             self.resp.accept_placed = self.same_host;
         }
-        if mask.contains(M::MAX_DEST_RD_ATOMIC) {
+        // A new responder (RQ_PSN) is sized too: its answer queue's bounds come
+        // from what it reserved.
+        if mask.contains(M::MAX_DEST_RD_ATOMIC) || mask.contains(M::RQ_PSN) {
             self.resp.reserve(usize::from(self.attr.max_dest_rd_atomic));
         }
         if mask.contains(M::SQ_PSN) {
@@ -221,7 +223,7 @@ impl Qp {
         };
         self.req = Requester::default();
         self.req.reset(Psn::new(0), self.sq.head);
-        self.comp = Completer::new(self.comp.min_rto());
+        self.comp = Completer::new(self.comp.min_rto(), self.comp.offers_sr());
         self.comp.reset(Psn::new(0));
         self.resp = Responder::new(0);
         self.same_host = false;

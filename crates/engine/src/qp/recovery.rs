@@ -122,6 +122,11 @@ pub(crate) struct Recovery {
     backoff: u32,
     /// The smallest early timeout (configuration).
     min_rto: Duration,
+    /// The probe before any estimate went (it goes once per QP).
+    probed_unmeasured: bool,
+    /// The early timer runs for that probe: the first packet sent once there is
+    /// an estimate sets it again from the estimate.
+    armed_unmeasured: bool,
 }
 
 impl Recovery {
@@ -166,14 +171,53 @@ impl Recovery {
         Some(base.saturating_mul(1 << self.backoff.saturating_sub(1).min(20)))
     }
 
-    /// When the early timer fires next: a tail-loss probe after 2 SRTT (RFC 8985
-    /// 7.2's PTO, at least [`Recovery::min_pto`]), then the RTO, doubled per
-    /// expiry.
-    fn timeout(&self) -> Option<Duration> {
-        if self.backoff == 0 && self.rtt.sampled {
-            return Some(Duration::from_nanos(2 * self.rtt.srtt).max(self.min_pto()));
+    /// When the early timer fires next, armed at a time `until_ibta` before the
+    /// IBTA timer: a tail-loss probe after [`Recovery::pto`] (or, before any
+    /// estimate, [`Recovery::initial_pto`]), then the RTO, doubled per expiry.
+    fn timeout(&self, until_ibta: Option<Duration>) -> Option<Duration> {
+        if !self.rtt.sampled {
+            return until_ibta
+                .filter(|_| self.backoff == 0 && !self.probed_unmeasured)
+                .map(|t| self.initial_pto(t));
+        }
+        if self.backoff == 0 {
+            return Some(self.pto());
         }
         self.rto()
+    }
+
+    /// The tail-loss probe's timeout: SRTT + max(4 RTTVAR, SRTT / 4), as QUIC's
+    /// PTO (RFC 9002 6.2.1; its max_ack_delay is 0 here: the responder does not
+    /// delay ACKs, and an ACK the driver holds for the application's answer is
+    /// inside every sample), at most RFC 8985's 2 SRTT, at least
+    /// [`Recovery::min_pto`]. On a steady path the probe comes a quarter of a
+    /// round trip after the answer was due instead of a whole one: in a
+    /// ping-pong, where every lost last packet or ACK waits for the probe, that
+    /// is most of what a loss costs.
+    fn pto(&self) -> Duration {
+        let srtt = self.rtt.srtt;
+        let pto = (srtt + (4 * self.rtt.rttvar).max(srtt / 4)).min(2 * srtt);
+        Duration::from_nanos(pto).max(self.min_pto())
+    }
+
+    /// The probe's timeout before anything is measured, armed `until_ibta` before
+    /// the IBTA timer: a sixteenth of that (4.2 ms at the tools' timeout 14,
+    /// about the IBTA period itself: the application chose it for its path), at
+    /// least the RTO's floor. Without it a QP's first exchange that lost its last
+    /// packet or its ACK (10 % of first messages at 5 % loss: nothing else comes
+    /// back to estimate from) waited for the IBTA timer, 67 ms at timeout 14, half
+    /// a lossless `ibv_rc_pingpong -n 2000`. (None without an IBTA timer,
+    /// timeout 0: such a QP waits for its peer for good.) Only this one probe, once per QP (not
+    /// again after an IBTA timeout drops the estimate, nor while a path slower
+    /// than it has given no estimate yet): the backed-off retransmissions after
+    /// it need an estimate (a dead peer gets one packet
+    /// more in its first IBTA period, nothing else; retries count as before). A
+    /// probe too early (a round trip longer than it) costs one duplicate packet,
+    /// a first estimate measured from the probe (Karn's rule: see
+    /// [`Recovery::on_answer`]), short until clean samples correct it, and the
+    /// in-flight cap's first sample.
+    fn initial_pto(&self, until_ibta: Duration) -> Duration {
+        (until_ibta / 16).max(self.min_rto)
     }
 
     /// The probe's floor: a quarter of the RTO's. A probe is one packet (the
@@ -211,14 +255,16 @@ impl Recovery {
                 measured: false,
             });
         }
-        if self.deadline.is_none() {
+        if self.deadline.is_none() || (self.armed_unmeasured && self.rtt.sampled) {
             self.arm(now, ibta);
         }
     }
 
     fn arm(&mut self, now: Instant, ibta: Option<Instant>) {
+        self.armed_unmeasured = !self.rtt.sampled;
+        let until_ibta = ibta.map(|ibta| ibta.saturating_duration_since(now));
         self.deadline = self
-            .timeout()
+            .timeout(until_ibta)
             .map(|t| now + t)
             .filter(|&d| ibta.is_none_or(|ibta| d < ibta));
     }
@@ -393,6 +439,9 @@ impl Recovery {
         }
         self.deadline = None;
         self.on_resend(now);
+        if !self.rtt.sampled {
+            self.probed_unmeasured = true;
+        }
         let action = if self.backoff == 0 {
             EarlyAction::Probe
         } else {
@@ -417,7 +466,7 @@ mod tests {
         let mut r = Recovery::new(Duration::from_micros(10));
         assert_eq!(r.rto(), None, "no sample, no early timer");
         r.on_sent(at(0), Psn::new(5), true, None);
-        assert_eq!(r.deadline(), None);
+        assert_eq!(r.deadline(), None, "no IBTA timer (timeout 0), no probe");
         r.on_progress(at(100), Psn::new(6), 1, false, None);
         assert_eq!(r.srtt(), Some(Duration::from_micros(100)));
         // SRTT 100, RTTVAR 50: the RTO is 100 + 200; the probe comes at 2 SRTT.
@@ -565,6 +614,27 @@ mod tests {
     }
 
     #[test]
+    fn before_any_estimate_one_probe_then_only_the_ibta_timer() {
+        let mut r = Recovery::new(Duration::from_micros(200));
+        let ibta = Some(at(67_200));
+        r.on_sent(at(0), Psn::new(7), true, ibta);
+        // A sixteenth of the IBTA period.
+        assert_eq!(r.deadline(), Some(at(4200)));
+        assert_eq!(r.on_timeout(at(4200), ibta), Some(EarlyAction::Probe));
+        r.on_sent(at(4200), Psn::new(7), false, ibta);
+        assert_eq!(r.deadline(), None, "no RTO without an estimate");
+        // Nothing came back: the IBTA timer goes back, and its period gets no
+        // probe of its own (a dead peer: one packet more in all).
+        r.on_ibta_timeout();
+        r.on_resend(at(67_200));
+        r.on_sent(at(67_200), Psn::new(7), false, Some(at(134_400)));
+        assert_eq!(r.deadline(), None);
+        // An answer to the go-back gives a first estimate, from it.
+        r.on_answer(at(67_250), Psn::new(7));
+        assert_eq!(r.srtt(), Some(Duration::from_micros(50)));
+    }
+
+    #[test]
     fn the_probe_comes_at_twice_the_srtt_above_its_floor() {
         let mut r = Recovery::new(Duration::from_micros(200));
         r.on_sent(at(0), Psn::new(1), true, None);
@@ -577,6 +647,36 @@ mod tests {
         r.on_progress(at(10), Psn::new(2), 1, false, None);
         r.on_sent(at(100), Psn::new(2), true, None);
         assert_eq!(r.deadline(), Some(at(150)), "the floor");
+    }
+
+    #[test]
+    fn on_a_steady_path_the_probe_comes_a_quarter_srtt_after_the_answer_was_due() {
+        let mut r = Recovery::new(Duration::from_micros(200));
+        // Every round trip 100 µs: RTTVAR decays to nothing.
+        let mut t = 0;
+        for psn in 0..40 {
+            r.on_sent(at(t), Psn::new(psn), true, None);
+            t += 100;
+            r.on_progress(at(t), Psn::new(psn + 1), 1, false, None);
+            t += 10;
+        }
+        assert_eq!(r.srtt(), Some(Duration::from_micros(100)));
+        r.on_sent(at(t), Psn::new(40), true, None);
+        // SRTT + SRTT / 4, not 2 SRTT.
+        assert_eq!(r.deadline(), Some(at(t + 125)));
+        // A path whose round trips vary: 4 RTTVAR, up to 2 SRTT.
+        let mut r = Recovery::new(Duration::from_micros(200));
+        let mut t = 0;
+        for (psn, rtt) in [100, 140, 60, 130, 70, 100].into_iter().enumerate() {
+            r.on_sent(at(t), Psn::new(psn as u32), true, None);
+            t += rtt;
+            r.on_progress(at(t), Psn::new(psn as u32 + 1), 1, false, None);
+        }
+        let (srtt, rttvar) = (r.rtt.srtt, r.rtt.rttvar);
+        r.on_sent(at(t), Psn::new(6), true, None);
+        let pto = (srtt + 4 * rttvar).min(2 * srtt);
+        assert!(4 * rttvar > srtt / 4 && pto > srtt);
+        assert_eq!(r.deadline(), Some(at(t) + Duration::from_nanos(pto)));
     }
 
     #[test]

@@ -76,6 +76,12 @@ pub(crate) struct Window {
     pub size: u32,
     /// The size that applies to an RDMA READ request (see `Completer::window`).
     pub reads: u32,
+    /// The size that applies to an RDMA READ request asked again (a walk over
+    /// the responses a READ lacks; see `Completer::window`).
+    pub reads_again: u32,
+    /// How far past una the requester keeps READ responses that arrive ahead
+    /// (selective repeat's window; unbounded otherwise, nothing is kept).
+    pub hold: u32,
 }
 
 /// What sending needs of the QP, lent for one call.
@@ -239,12 +245,30 @@ impl Requester {
         // loss stay under the cap, which recovery shrank for them.
         let new_read = self.cursor == self.started
             && matches!(sq.get(self.cursor).op, SendOp::RdmaRead { .. });
-        let size = if new_read { w.reads } else { w.size };
+        let read_again =
+            self.cursor < self.started && matches!(sq.get(self.cursor).op, SendOp::RdmaRead { .. });
+        let size = if new_read {
+            w.reads
+        } else if read_again {
+            w.reads_again
+        } else {
+            w.size
+        };
         // A probe is one packet sent before, adding nothing in flight: a cap
         // that shrank since must not hold it back (a probe held back turns the
         // next timeout's resend of the oldest packet into a go-back over
         // everything up to the probe).
-        self.probing || w.una.distance_to(self.cursor_psn(sq)) < size
+        let ahead = w.una.distance_to(self.cursor_psn(sq));
+        if new_read && ahead > 0 {
+            // A new READ goes only if all its responses fall where they can be
+            // kept ahead: a response past that, arriving while an earlier READ
+            // waits for a repair, is dropped and asked for again.
+            let npsn = packets_for(sq.get(self.cursor).length, attr.path_mtu.bytes());
+            if ahead.saturating_add(npsn) > w.hold {
+                return false;
+            }
+        }
+        self.probing || ahead < size
     }
 
     /// PSN of the packet at the cursor.

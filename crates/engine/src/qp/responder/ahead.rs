@@ -106,6 +106,12 @@ impl Responder {
     /// Queues a selective ACK of `held` packets from `seen` on (0: `seen` arrived
     /// and was not kept).
     fn sack(&mut self, ctx: &mut RecvCtx<'_>, seen: Psn, held: u32) {
+        // Advice only: with no room it is dropped as if lost (the requester's
+        // timer resends what it would have asked for).
+        if !self.answers.has_room_for_duplicate() {
+            ctx.shared.counters.drop_answer_queue_full += 1;
+            return;
+        }
         self.answers.push(Outgoing::Sack {
             cumulative: self.epsn.sub(1),
             seen,

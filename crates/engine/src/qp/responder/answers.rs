@@ -57,16 +57,84 @@ pub(super) enum Outgoing {
 #[derive(Debug, Default)]
 pub(super) struct Answers {
     out: VecDeque<Outgoing>,
+    /// The entries reserved once.
+    reserved: usize,
+    /// How many entries answers to duplicates may fill.
+    duplicate_room: usize,
+}
+
+/// How full a QP's answer queue is (for tests and diagnostics): the queue is
+/// sized once, when the QP is set up, and must never grow past that.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AnswerQueue {
+    /// Answers waiting to be sent now.
+    pub queued: usize,
+    /// The entries reserved when the QP was set up.
+    pub reserved: usize,
+    /// The entries the queue has room for without allocating.
+    pub capacity: usize,
 }
 
 impl Answers {
-    /// Sizes the queue once, so the data path does not allocate.
+    /// Sizes the queue once, so the data path does not allocate. Answers to new
+    /// requests from a requester within its max_rd_atomic (at most
+    /// max_dest_rd_atomic here) take at most 2 × max_dest_rd_atomic + 4 entries:
+    /// each READ or atomic outstanding, an ACK between two of them (ACKs in a row
+    /// are one), a sequence or RNR NAK and a final error NAK. Duplicates and
+    /// selective ACKs get the other half, `DUPLICATE_ROOM`; what does not fit
+    /// there is dropped (see `has_room_for_duplicate`), so however many
+    /// duplicates arrive while answers cannot leave, the queue never grows.
     pub fn reserve(&mut self, max_dest_rd_atomic: usize) {
-        self.out.reserve(2 * max_dest_rd_atomic + 8);
+        self.duplicate_room = 2 * max_dest_rd_atomic + 8;
+        self.reserved = self.duplicate_room + 2 * max_dest_rd_atomic + 8;
+        self.out.reserve(self.reserved);
+    }
+
+    /// Whether an answer to a duplicate request (or a selective ACK) may be
+    /// queued. When not, the responder drops the request as if it had been
+    /// lost: a responder may always drop a packet it cannot handle (IBA
+    /// 9.7.5.1.1 answers duplicates only to help the requester; a lost request
+    /// or answer is recovered by its retry, IBA 9.7.6.1.3), and the requester
+    /// asks again once its timer runs out. Answers to new requests are never
+    /// dropped: they have their own room.
+    pub fn has_room_for_duplicate(&self) -> bool {
+        self.out.len() < self.duplicate_room
+    }
+
+    /// Whether answers to a new request may be queued. Only a requester with
+    /// more READs and atomics outstanding than max_dest_rd_atomic (its
+    /// max_rd_atomic is set to at most that, ibv_modify_qp(3)) fills the room
+    /// `reserve` counts; two entries stay for the NAKs it counts. The request
+    /// is then dropped unexecuted, as if lost: the requester sends it again.
+    pub fn has_room_for_new(&self) -> bool {
+        self.out.len() + 2 < self.reserved
+    }
+
+    pub fn usage(&self) -> AnswerQueue {
+        AnswerQueue {
+            queued: self.out.len(),
+            reserved: self.reserved,
+            capacity: self.out.capacity(),
+        }
     }
 
     pub fn push(&mut self, o: Outgoing) {
         self.out.push_back(o);
+    }
+
+    /// Queues a NAK, unless the same NAK waits already (a requester retrying
+    /// the packet an RNR NAK refused gets one answer per retry, not a queue of
+    /// them while answers cannot leave).
+    pub fn push_nak(&mut self, psn: Psn, syndrome: AethSyndrome, msn: u32) {
+        let nak = Outgoing::Nak { psn, syndrome, msn };
+        if !self.out.contains(&nak) {
+            self.out.push_back(nak);
+        }
+    }
+
+    /// Whether an ACK is queued last (another one replaces it).
+    pub fn ends_with_ack(&self) -> bool {
+        matches!(self.out.back(), Some(Outgoing::Ack { .. }))
     }
 
     /// Queues an ACK of everything up to `psn`; one ACK covers everything before it
@@ -126,10 +194,17 @@ impl Answers {
         );
     }
 
-    /// Whether READ responses from `psn` on are still queued.
-    pub fn has_read_covering(&self, psn: Psn) -> bool {
+    /// Whether READ responses for the `packets` PSNs from `psn` on are all still
+    /// queued, in one run (responses are sent from a run's front, so a run
+    /// queued from an earlier PSN covers a later one asked again).
+    pub fn has_read_covering(&self, psn: Psn, packets: u32, mtu: u32) -> bool {
         self.out.iter().any(|o| match *o {
-            Outgoing::Read { psn: p, .. } => p == psn,
+            Outgoing::Read {
+                psn: p, remaining, ..
+            } => {
+                let queued = remaining.div_ceil(mtu.max(1)).max(1);
+                psn.in_window(p, queued) && p.distance_to(psn) + packets <= queued
+            }
             _ => false,
         })
     }

@@ -141,11 +141,20 @@ impl Responder {
             OpKind::CompareSwap | OpKind::FetchAdd => {
                 // Replay, never execute again (IBA 9.7.5.1.1).
                 if let Some(orig) = self.executed.atomic_result(psn) {
+                    if !self.answers.has_room_for_duplicate() {
+                        ctx.shared.counters.drop_answer_queue_full += 1;
+                        return;
+                    }
                     let msn = self.msn;
                     self.answers.push(Outgoing::Atomic { psn, orig, msn });
                 }
             }
             _ => {
+                // An ACK queued last is replaced, taking no room.
+                if !self.answers.ends_with_ack() && !self.answers.has_room_for_duplicate() {
+                    ctx.shared.counters.drop_answer_queue_full += 1;
+                    return;
+                }
                 let last = self.epsn.sub(1);
                 self.answers.push_ack(last, self.msn);
             }
@@ -194,14 +203,24 @@ impl Responder {
             // Selective repeat: answers queued for later requests stay (the
             // requester keeps what arrives ahead); this READ's missing responses
             // go first, unless they are still queued anyway.
-            if !self.answers.has_read_covering(psn) {
-                self.answers
-                    .queue_read_first(psn, va, rkey, dma_len, tail, self.msn);
+            let packets = crate::qp::requester::packets_for(dma_len, ctx.mtu);
+            if self.answers.has_read_covering(psn, packets, ctx.mtu) {
+                return;
             }
+            if !self.answers.has_room_for_duplicate() {
+                ctx.shared.counters.drop_answer_queue_full += 1;
+                return;
+            }
+            self.answers
+                .queue_read_first(psn, va, rkey, dma_len, tail, self.msn);
             return;
         }
         // Answers from `psn` on are about to be regenerated: drop queued ones.
         self.answers.drop_from(psn);
+        if !self.answers.has_room_for_duplicate() {
+            ctx.shared.counters.drop_answer_queue_full += 1;
+            return;
+        }
         self.answers.queue_read(psn, va, rkey, dma_len, self.msn);
     }
 }

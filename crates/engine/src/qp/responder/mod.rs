@@ -18,6 +18,7 @@
 
 mod ahead;
 mod answers;
+pub use answers::AnswerQueue;
 mod checks;
 mod duplicates;
 mod execute;
@@ -32,7 +33,7 @@ use crate::qp::selective::Reorder;
 use crate::shared::Shared;
 use crate::types::{CqHandle, PdHandle, QpHandle, QpState, SrqHandle};
 use crate::wc::{WcOpcode, WcStatus, WorkCompletion};
-use answers::{Answers, Outgoing};
+use answers::Answers;
 use checks::{Answer, Refusal};
 use duplicates::ExecutedCache;
 use softverbs_wire::ip::GRH_LEN;
@@ -161,6 +162,11 @@ impl Responder {
         self.sr.usage()
     }
 
+    /// How full the answer queue is.
+    pub fn answer_queue(&self) -> AnswerQueue {
+        self.answers.usage()
+    }
+
     /// Sizes the duplicate cache and the answer queue once, so the data path does
     /// not allocate.
     pub fn reserve(&mut self, max_dest_rd_atomic: usize) {
@@ -213,15 +219,18 @@ impl Responder {
                 self.handle_ahead(ctx, &Request::new(pkt));
             } else if !self.nak_outstanding {
                 self.nak_outstanding = true;
-                self.answers.push(Outgoing::Nak {
-                    psn: epsn,
-                    syndrome: AethSyndrome::Nak(NakCode::PsnSequenceError),
-                    msn: self.msn,
-                });
+                self.answers
+                    .push_nak(epsn, AethSyndrome::Nak(NakCode::PsnSequenceError), self.msn);
                 ctx.shared.counters.nak_seq_sent += 1;
             } else {
                 ctx.shared.counters.drop_out_of_sequence += 1;
             }
+            return Verdict::Done;
+        }
+        // A requester past its READ/atomic limit, its answers not leaving: the
+        // request is dropped unexecuted, as if lost (the queue stays bounded).
+        if !self.answers.has_room_for_new() {
+            ctx.shared.counters.drop_answer_queue_full += 1;
             return Verdict::Done;
         }
         // The packet itself replaces any copy kept ahead of it (and what was noted
@@ -258,13 +267,10 @@ impl Responder {
         match verdict.answer {
             Answer::ReceiverNotReady => {
                 self.nak_outstanding = true;
-                self.answers.push(Outgoing::Nak {
-                    psn,
-                    syndrome: AethSyndrome::RnrNak {
-                        timer: ctx.attr.min_rnr_timer,
-                    },
-                    msn: self.msn,
-                });
+                let syndrome = AethSyndrome::RnrNak {
+                    timer: ctx.attr.min_rnr_timer,
+                };
+                self.answers.push_nak(psn, syndrome, self.msn);
                 ctx.shared.counters.rnr_nak_sent += 1;
                 Verdict::Done
             }
@@ -275,11 +281,8 @@ impl Responder {
                 // in PSN order. Nothing else will be answered.
                 self.refused = true;
                 self.msg = None;
-                self.answers.push(Outgoing::Nak {
-                    psn,
-                    syndrome: AethSyndrome::Nak(code),
-                    msn: self.msn,
-                });
+                self.answers
+                    .push_nak(psn, AethSyndrome::Nak(code), self.msn);
                 // IBA 11.6.3.1: the responder's affiliated error event.
                 let event = match code {
                     NakCode::RemoteAccessError => AsyncEvent::QpAccessError(ctx.handle),
