@@ -275,6 +275,44 @@ unsafe extern "C" fn readiness(
     wait_fds: *mut c_int,
     nfds: *mut u32,
 ) -> c_int {
+    // SAFETY: the caller's pointers, as `readiness_of` needs them.
+    unsafe {
+        readiness_of(
+            sock,
+            want,
+            (arm != 0).then_some(false),
+            ready,
+            wait_fds,
+            nfds,
+        )
+    }
+}
+
+unsafe extern "C" fn readiness_watched(
+    sock: SockHandle,
+    want: u32,
+    ready: *mut u32,
+    wait_fds: *mut c_int,
+    nfds: *mut u32,
+) -> c_int {
+    // SAFETY: the caller's pointers, as `readiness_of` needs them.
+    unsafe { readiness_of(sock, want, Some(true), ready, wait_fds, nfds) }
+}
+
+/// `readiness` (`armed`: `None`) and its armed forms (`Some(watched)`: after this
+/// thread's `watch`es when `watched`).
+///
+/// # Safety
+/// `ready` and `nfds` writable, `wait_fds` room for 2 fds.
+unsafe fn readiness_of(
+    sock: SockHandle,
+    want: u32,
+    armed: Option<bool>,
+    ready: *mut u32,
+    wait_fds: *mut c_int,
+    nfds: *mut u32,
+) -> c_int {
+    let arm = u8::from(armed.is_some());
     status((|| {
         let s = lookup(sock)?;
         let (bits, fds): (u32, Vec<c_int>) = match &*s {
@@ -298,7 +336,12 @@ unsafe extern "C" fn readiness(
                 (bits, vec![l.wait_fd()])
             }
             Sock::Stream(st) => {
-                let r = st.readiness(arm != 0).map_err(|e| errno_of(&e))?;
+                let r = match armed {
+                    Some(true) => WATCHES.with(|w| st.readiness_watched(&w.borrow())),
+                    Some(false) => st.readiness(true),
+                    None => st.readiness(false),
+                }
+                .map_err(|e| errno_of(&e))?;
                 let mut bits = 0;
                 bits |= if r.readable { READY_IN } else { 0 };
                 bits |= if r.writable { READY_OUT } else { 0 };
@@ -519,4 +562,5 @@ pub static STREAM_OPS: StreamOps = StreamOps {
     connect_bound,
     watch,
     unwatch,
+    readiness_watched,
 };

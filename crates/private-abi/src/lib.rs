@@ -406,6 +406,17 @@ pub struct StreamOps {
     pub watch: unsafe extern "C" fn(sock: SockHandle, fd: *mut c_int) -> c_int,
     /// Ends every watch the calling thread began with `watch`.
     pub unwatch: unsafe extern "C" fn() -> c_int,
+    /// `readiness` armed, for a thread that took its `watch`es first (as `rpoll` does
+    /// before it sleeps): when one is on this socket's device, arming leaves the
+    /// progress thread asleep (it would wake only to find the socket watched). Without
+    /// such a watch, as `readiness` with `arm` 1.
+    pub readiness_watched: unsafe extern "C" fn(
+        sock: SockHandle,
+        want: u32,
+        ready: *mut u32,
+        wait_fds: *mut c_int,
+        nfds: *mut u32,
+    ) -> c_int,
 }
 
 /// The number of bytes of [`CmOps`] a table must provide for this crate's version.

@@ -734,6 +734,15 @@ mod tests {
         unsafe extern "C" fn no_unwatch() -> i32 {
             -libc::ENOSYS
         }
+        unsafe extern "C" fn no_readiness_watched(
+            _: u64,
+            _: u32,
+            _: *mut u32,
+            _: *mut i32,
+            _: *mut u32,
+        ) -> i32 {
+            -libc::ENOSYS
+        }
 
         static NO_STREAMS: softverbs_private_abi::StreamOps = softverbs_private_abi::StreamOps {
             size: size_of::<softverbs_private_abi::StreamOps>() as u32,
@@ -755,6 +764,7 @@ mod tests {
             connect_bound: no_connect_bound,
             watch: no_watch,
             unwatch: no_unwatch,
+            readiness_watched: no_readiness_watched,
         };
     }
 

@@ -1592,6 +1592,11 @@ impl BlockedWatch {
     pub fn fd(&self) -> std::os::fd::RawFd {
         self.driver.socket_fd()
     }
+
+    /// Whether this is a watch on `driver`'s socket.
+    pub(crate) fn is_on(&self, driver: &Arc<Driver>) -> bool {
+        Arc::ptr_eq(&self.driver, driver)
+    }
 }
 
 impl Drop for BlockedWatch {

@@ -507,6 +507,83 @@ fn a_poller_watching_the_device_socket_receives_the_message_itself() {
     );
 }
 
+/// Sleeps as the C `rpoll` does until `s` is readable: watch the device socket, then arm
+/// (`readiness_watched`), then `poll(2)` on the wait fds and the watched socket.
+fn rpoll_readable(s: &RdmaStream) {
+    loop {
+        let watch: Vec<_> = s.watch_device().into_iter().collect();
+        assert_eq!(watch.len(), 1, "the hand-off is on");
+        if s.readiness_watched(&watch).unwrap().readable {
+            return;
+        }
+        let [a, b] = s.wait_fds();
+        let mut fds = [a, b, watch[0].fd()].map(|fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        });
+        // SAFETY: three valid pollfds.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), 3, 20_000) };
+        assert!(n > 0, "nothing woke the poller");
+        drop(watch);
+        if s.readiness(false).unwrap().readable {
+            return;
+        }
+    }
+}
+
+/// A 64-byte ping-pong whose echo side sleeps as `rpoll` does (riostream, iperf3 through
+/// librspreload): it watches the device socket before arming, so arming leaves the
+/// progress thread asleep. Arming first ended the poller hand-off and woke the progress
+/// thread once per sleep, only for it to find the socket watched and sleep again.
+#[test]
+fn an_rpoll_ping_pong_leaves_the_progress_thread_asleep() {
+    const ROUNDS: u64 = 300;
+    // A hand-off longer than a round (see the blocking ping-pong above).
+    let cfg = Config {
+        poll_handoff: Duration::from_millis(100),
+        ..Config::default()
+    };
+    let server_ctx = device(cfg.clone());
+    let (listener, at) = listen(&server_ctx, StreamOptions::default());
+    let client_ctx = device(cfg);
+    let t = std::thread::spawn(move || {
+        RdmaStream::connect_with(&client_ctx, at, &StreamOptions::default())
+            .map(|s| (s, client_ctx))
+    });
+    let (server, _) = listener.accept().unwrap();
+    let (client, _client_ctx) = t.join().unwrap().unwrap();
+    let echo = std::thread::spawn(move || {
+        let mut b = [0u8; 64];
+        for _ in 0..ROUNDS {
+            rpoll_readable(&server);
+            (&server).read_exact(&mut b).unwrap();
+            (&server).write_all(&b).unwrap();
+        }
+        server
+    });
+    let wakes = || server_ctx.device_counters().progress_wakes;
+    let mut b = [0u8; 64];
+    let mut before = 0;
+    for i in 0..ROUNDS {
+        if i == 10 {
+            // After the start (connection, same-host handshake, first grants).
+            before = wakes();
+        }
+        (&client).write_all(&[i as u8; 64]).unwrap();
+        (&client).read_exact(&mut b).unwrap();
+        assert_eq!(b, [i as u8; 64]);
+    }
+    let woken = wakes() - before;
+    drop(echo.join().unwrap());
+    let rounds = ROUNDS - 10;
+    // A few spare for a keep-alive or a grant's timer; it was about one per round.
+    assert!(
+        woken <= rounds / 10,
+        "the echo side's progress thread was woken {woken} times in {rounds} rounds"
+    );
+}
+
 #[test]
 fn dropping_a_stream_gives_eof_and_writes_then_fail() {
     let ctx = device(Config::default());

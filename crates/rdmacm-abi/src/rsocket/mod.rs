@@ -779,21 +779,10 @@ fn poll_loop(fds: &mut [pollfd], socks: &[Option<Socket>], timeout: c_int) -> Re
             std::thread::yield_now();
             continue;
         }
-        waits.clear();
-        let n = poll_once(fds, socks, true, &mut waits)?;
-        if n > 0 {
-            return Ok(n);
-        }
-        let sleep = match limit {
-            Some(l) => match l.checked_sub(start.elapsed()) {
-                Some(left) if !left.is_zero() => left.min(WAKE_UP_INTERVAL),
-                _ => return Ok(0),
-            },
-            None => WAKE_UP_INTERVAL,
-        };
-        // Round up: a sleep of less than a millisecond must not become a busy loop.
-        let ms = sleep.as_micros().div_ceil(1000) as c_int;
         // The streams' device sockets too: this thread receives what arrives for them.
+        // Watched before arming, as a blocking stream read does: arming then leaves the
+        // poller hand-off alone, where it used to wake the progress thread once per
+        // sleep, only for it to find the socket watched and sleep again.
         let mut devices = Vec::new();
         for s in socks.iter().flatten() {
             if let Socket::Stream(s) = s {
@@ -801,6 +790,26 @@ fn poll_loop(fds: &mut [pollfd], socks: &[Option<Socket>], timeout: c_int) -> Re
                 let _ = s.watch_device(&mut devices);
             }
         }
+        waits.clear();
+        let sleep = match poll_once(fds, socks, true, &mut waits) {
+            Ok(0) => match limit {
+                Some(l) => l
+                    .checked_sub(start.elapsed())
+                    .filter(|left| !left.is_zero())
+                    .map(|left| left.min(WAKE_UP_INTERVAL)),
+                None => Some(WAKE_UP_INTERVAL),
+            },
+            other => {
+                stream::unwatch_devices();
+                return other;
+            }
+        };
+        let Some(sleep) = sleep else {
+            stream::unwatch_devices();
+            return Ok(0);
+        };
+        // Round up: a sleep of less than a millisecond must not become a busy loop.
+        let ms = sleep.as_micros().div_ceil(1000) as c_int;
         waits.extend(devices.iter().map(|&fd| pollfd {
             fd,
             events: libc::POLLIN,

@@ -989,8 +989,8 @@ impl StreamSocket {
         Ok(sent)
     }
 
-    /// Before `rpoll` sleeps: the connection's device socket is watched by this thread
-    /// too (its fd goes to `wait` unless there already) until [`unwatch_devices`], so a
+    /// Before `rpoll` arms and sleeps: the connection's device socket is watched by this
+    /// thread too (its fd goes to `wait` unless there already) until [`unwatch_devices`], so a
     /// message wakes this thread alone rather than the device's progress thread, which
     /// would then wake it through the completion channel.
     pub fn watch_device(&self, wait: &mut Vec<RawFd>) -> Res<()> {
@@ -1009,7 +1009,8 @@ impl StreamSocket {
 
     /// `rpoll`'s look at this rsocket: the `poll` bits of `events` it is ready for (plus
     /// `POLLHUP`/`POLLERR`). With `arm`, when it is ready for none, the fds that turn
-    /// readable when that may change go to `wait`.
+    /// readable when that may change go to `wait`; an armed look comes after
+    /// [`Self::watch_device`] (its arming counts on the watch, when there is one).
     pub fn poll(&self, events: i16, arm: bool, wait: &mut Vec<RawFd>) -> Res<i16> {
         let st = self.settled();
         let handle = match &st.phase {
@@ -1035,16 +1036,15 @@ impl StreamSocket {
             want |= READY_OUT;
         }
         let (mut ready, mut fds, mut nfds) = (0u32, [0 as c_int; 2], 0u32);
-        // SAFETY: a table call with valid out pointers (room for 2 fds).
+        // SAFETY: table calls with valid out pointers (room for 2 fds).
         neg(unsafe {
-            (ops.readiness)(
-                handle,
-                want,
-                u8::from(arm),
-                &mut ready,
-                fds.as_mut_ptr(),
-                &mut nfds,
-            )
+            if arm {
+                // `rpoll` watched the devices first (`watch_device`): arming then leaves
+                // the progress thread asleep.
+                (ops.readiness_watched)(handle, want, &mut ready, fds.as_mut_ptr(), &mut nfds)
+            } else {
+                (ops.readiness)(handle, want, 0, &mut ready, fds.as_mut_ptr(), &mut nfds)
+            }
         })?;
         wait.extend_from_slice(&fds[..(nfds as usize).min(2)]);
         let mut revents = 0;

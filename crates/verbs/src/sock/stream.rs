@@ -812,11 +812,36 @@ impl RdmaStream {
     /// is ready for nothing in `want_read`/`want_write`, the completion channel is armed
     /// first so one of [`Self::wait_fds`] turns readable when that may change.
     pub fn readiness(&self, arm: bool) -> io::Result<Readiness> {
+        self.readiness_armed(arm.then_some(false))
+    }
+
+    /// [`Self::readiness`] armed, for a thread that took its watches (`watches`, from
+    /// [`Self::watch_device`] of this or other streams) before arming, as `rpoll` does:
+    /// when one of them is on this stream's device, arming leaves the poller hand-off
+    /// alone (as a blocking read's wait does), so it does not wake the progress thread
+    /// only for it to find the socket taken by the watcher and sleep again. Without such
+    /// a watch, as `readiness(true)`.
+    pub fn readiness_watched(&self, watches: &[DeviceWatch]) -> io::Result<Readiness> {
+        let watched = self
+            .cq
+            .driver()
+            .is_some_and(|d| watches.iter().any(|w| w.is_on(d)));
+        self.readiness_armed(Some(watched))
+    }
+
+    /// `armed`: `None` not armed; `Some(watched)` armed, by a thread holding a watch on
+    /// the device's socket when `watched`.
+    fn readiness_armed(&self, armed: Option<bool>) -> io::Result<Readiness> {
         let mut core = self.lock();
         self.progress(&mut core)?;
-        if arm {
+        if let Some(watched) = armed {
             self.take_channel_events();
-            self.cq.req_notify(false).map_err(io::Error::other)?;
+            if watched {
+                self.cq.req_notify_watched(false)
+            } else {
+                self.cq.req_notify(false)
+            }
+            .map_err(io::Error::other)?;
             self.progress(&mut core)?;
         }
         let ended = !core.is_connected();
