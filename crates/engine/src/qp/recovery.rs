@@ -565,6 +565,38 @@ mod tests {
         assert_eq!(r.srtt(), Some(Duration::from_micros(40)));
     }
 
+    /// An answer handled while the early timer is overdue by more than an RTO
+    /// (the requester itself did not run) times nothing: neither the READ's first
+    /// response nor any answer read with it. The next new packet is timed again.
+    #[test]
+    fn a_round_trip_across_the_requesters_own_stall_is_no_sample() {
+        let mut r = Recovery::new(Duration::from_micros(200));
+        r.on_sent(at(0), Psn::new(10), true, None);
+        r.on_read_response(at(40), Psn::new(10));
+        r.on_progress(at(100), Psn::new(74), 64, false, None);
+        assert_eq!(r.srtt(), Some(Duration::from_micros(40)));
+        // READ 74 sent at 1000; the requester does not run until 141 ms, past
+        // its early timer (armed at 1000 + a probe timeout).
+        r.on_sent(at(1000), Psn::new(74), true, None);
+        assert!(r.deadline().is_some());
+        r.on_read_response(at(141_000), Psn::new(74));
+        r.on_progress(at(141_001), Psn::new(138), 64, false, None);
+        assert_eq!(r.srtt(), Some(Duration::from_micros(40)), "no sample");
+        // On time again: the next READ is timed.
+        r.on_sent(at(142_000), Psn::new(138), true, None);
+        r.on_read_response(at(142_040), Psn::new(138));
+        assert_eq!(r.srtt(), Some(Duration::from_micros(40)));
+        assert_eq!(r.rtt.min_rtt, 40_000);
+        // Late by less than an RTO (the driver reads the socket before it fires
+        // timers): a sample.
+        r.on_progress(at(142_100), Psn::new(202), 64, false, None);
+        r.on_sent(at(143_000), Psn::new(202), true, None);
+        let due = r.deadline().expect("armed");
+        let late = due + Duration::from_micros(100);
+        r.on_read_response(late, Psn::new(202));
+        assert!(r.srtt() > Some(Duration::from_micros(40)), "{:?}", r.srtt());
+    }
+
     #[test]
     fn an_ibta_timeout_makes_the_estimate_stale_and_a_shorter_answer_replaces_it() {
         let mut r = Recovery::new(Duration::from_micros(200));
