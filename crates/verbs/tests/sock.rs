@@ -29,6 +29,28 @@ fn listen(ctx: &Context, opts: StreamOptions) -> (RdmaListener, SocketAddr) {
     (l, at)
 }
 
+/// A connected stream between two devices whose poller hand-off (100 ms) outlasts a
+/// ping-pong round however slowly a debug build on a loaded machine runs it, so the
+/// progress thread does not go back to the socket between two reads, and still takes the
+/// last messages (the shutdown) in time. Returns (server, server's device, client,
+/// client's device).
+fn long_handoff_pair() -> (RdmaStream, Context, RdmaStream, Context) {
+    let cfg = Config {
+        poll_handoff: Duration::from_millis(100),
+        ..Config::default()
+    };
+    let server_ctx = device(cfg.clone());
+    let (listener, at) = listen(&server_ctx, StreamOptions::default());
+    let client_ctx = device(cfg);
+    let t = std::thread::spawn(move || {
+        RdmaStream::connect_with(&client_ctx, at, &StreamOptions::default())
+            .map(|s| (s, client_ctx))
+    });
+    let (server, _) = listener.accept().unwrap();
+    let (client, client_ctx) = t.join().unwrap().unwrap();
+    (server, server_ctx, client, client_ctx)
+}
+
 /// Both directions at once, sizes crossing every boundary (inline, ring wrap, grant
 /// halves, the 64 KiB write cap), small rings so credits and grants cycle many times;
 /// then the client shuts down writing and the server reads end of stream.
@@ -295,22 +317,7 @@ fn a_blocked_reader_receives_the_message_itself() {
 #[test]
 fn a_blocking_ping_pong_leaves_the_progress_thread_asleep() {
     const ROUNDS: u64 = 300;
-    // A hand-off longer than a round (under a millisecond here): the progress thread does
-    // not go back to the socket between two reads however slowly this (debug, loaded)
-    // build runs them, and still takes the last messages (the shutdown) in time.
-    let cfg = Config {
-        poll_handoff: Duration::from_millis(100),
-        ..Config::default()
-    };
-    let server_ctx = device(cfg.clone());
-    let (listener, at) = listen(&server_ctx, StreamOptions::default());
-    let client_ctx = device(cfg);
-    let t = std::thread::spawn(move || {
-        RdmaStream::connect_with(&client_ctx, at, &StreamOptions::default())
-            .map(|s| (s, client_ctx))
-    });
-    let (server, _) = listener.accept().unwrap();
-    let (client, client_ctx) = t.join().unwrap().unwrap();
+    let (server, server_ctx, client, client_ctx) = long_handoff_pair();
     let echo = std::thread::spawn(move || {
         let mut b = [0u8; 64];
         for _ in 0..ROUNDS {
@@ -389,20 +396,7 @@ fn spin_read(s: &RdmaStream, buf: &mut [u8]) {
 #[test]
 fn a_nonblocking_ping_pong_sends_each_ack_with_the_answer() {
     const ROUNDS: u64 = 300;
-    // A hand-off longer than a round of this debug build (see the blocking test above).
-    let cfg = Config {
-        poll_handoff: Duration::from_millis(100),
-        ..Config::default()
-    };
-    let server_ctx = device(cfg.clone());
-    let (listener, at) = listen(&server_ctx, StreamOptions::default());
-    let client_ctx = device(cfg);
-    let t = std::thread::spawn(move || {
-        RdmaStream::connect_with(&client_ctx, at, &StreamOptions::default())
-            .map(|s| (s, client_ctx))
-    });
-    let (server, _) = listener.accept().unwrap();
-    let (client, client_ctx) = t.join().unwrap().unwrap();
+    let (server, server_ctx, client, client_ctx) = long_handoff_pair();
     let echo = std::thread::spawn(move || {
         server.set_nonblocking(true).unwrap();
         let mut b = [0u8; 64];
@@ -539,20 +533,7 @@ fn rpoll_readable(s: &RdmaStream) {
 #[test]
 fn an_rpoll_ping_pong_leaves_the_progress_thread_asleep() {
     const ROUNDS: u64 = 300;
-    // A hand-off longer than a round (see the blocking ping-pong above).
-    let cfg = Config {
-        poll_handoff: Duration::from_millis(100),
-        ..Config::default()
-    };
-    let server_ctx = device(cfg.clone());
-    let (listener, at) = listen(&server_ctx, StreamOptions::default());
-    let client_ctx = device(cfg);
-    let t = std::thread::spawn(move || {
-        RdmaStream::connect_with(&client_ctx, at, &StreamOptions::default())
-            .map(|s| (s, client_ctx))
-    });
-    let (server, _) = listener.accept().unwrap();
-    let (client, _client_ctx) = t.join().unwrap().unwrap();
+    let (server, server_ctx, client, _client_ctx) = long_handoff_pair();
     let echo = std::thread::spawn(move || {
         let mut b = [0u8; 64];
         for _ in 0..ROUNDS {
