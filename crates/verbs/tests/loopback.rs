@@ -958,24 +958,54 @@ fn a_thread_that_spins_on_memory_after_its_poll_loops_ends_the_hand_off() {
         assert_eq!(spin_one(&b.cq).wr_id, id);
     };
     b_write(1);
-    // B is away (on memory, say) far longer than a loop's gap.
-    std::thread::sleep(Duration::from_millis(2));
-    b_write(2);
-    let before = b.ctx.device_counters();
-    a.mr.write(0, b"left cq!");
-    let sges = [a.mr.sge(0, 8)];
-    let wr = SendWr::new(
-        3,
-        SendOp::RdmaWrite {
-            remote_addr: b.mr.addr() + 128,
-            rkey: Rkey(b.mr.rkey()),
-        },
-        &sges,
-    );
-    a.qp.post_send(&wr).unwrap();
-    await_bytes(&b.mr, 128, b"left cq!");
-    assert!(b.ctx.device_counters().rx_by_progress_thread > before.rx_by_progress_thread);
-    assert_eq!(a.cq.wait_for(1, WAIT)[0].status, WcStatus::Success);
+    // Under load a loop can look like separate polls to the driver (a preemption longer
+    // than a loop's gap, 20 µs, between two of them): then the hand-off goes on and A's
+    // WRITE waits in B's socket until B polls again. So B comes back late again, a few
+    // times if it must; a driver that never ends the hand-off fails every time.
+    for attempt in 0..5u64 {
+        // B is away (on memory, say) far longer than a loop's gap.
+        std::thread::sleep(Duration::from_millis(2));
+        b_write(2 + attempt);
+        let before = b.ctx.device_counters();
+        let at = 128 + 8 * attempt as usize;
+        let bytes = [b'0' + attempt as u8; 8];
+        a.mr.write(256 + 8 * attempt as usize, &bytes);
+        let sges = [a.mr.sge(256 + 8 * attempt as usize, 8)];
+        let wr = SendWr::new(
+            100 + attempt,
+            SendOp::RdmaWrite {
+                remote_addr: b.mr.addr() + at as u64,
+                rkey: Rkey(b.mr.rkey()),
+            },
+            &sges,
+        );
+        a.qp.post_send(&wr).unwrap();
+        // B only sleeps now: only its progress thread can take the WRITE in.
+        if landed_within(&b.mr, at, &bytes, Duration::from_secs(2)) {
+            assert!(b.ctx.device_counters().rx_by_progress_thread > before.rx_by_progress_thread);
+            let wcs = a.cq.wait_for(attempt as usize + 1, WAIT);
+            assert_eq!(wcs.len() as u64, attempt + 1);
+            assert!(wcs.iter().all(|wc| wc.status == WcStatus::Success));
+            return;
+        }
+    }
+    panic!("B came back to its CQ late five times and the hand-off never ended");
+}
+
+/// Whether `mr` holds `want` at `offset` within `limit` (sleeping, not polling).
+fn landed_within(mr: &Mr<Vec<u8>>, offset: usize, want: &[u8], limit: Duration) -> bool {
+    let deadline = std::time::Instant::now() + limit;
+    let mut got = vec![0u8; want.len()];
+    loop {
+        mr.read(offset, &mut got);
+        if got == want {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
 }
 
 /// Polls `cq` until a receive completes; returns its wr_id and how many send
