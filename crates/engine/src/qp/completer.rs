@@ -445,9 +445,7 @@ impl Completer {
                 matches!(l.op, SendOp::RdmaRead { .. })
                     && (l.done.is_some()
                         || l.read_pkts_done > 0
-                        || !self.sr.is_empty()
-                            && (0..l.npsn.min(selective::WINDOW))
-                                .any(|k| self.sr.has(l.first_psn.add(k))))
+                        || self.sr.has_any(l.first_psn, l.npsn.min(selective::WINDOW)))
             })
     }
 
@@ -485,6 +483,15 @@ impl Completer {
             let w = ctx.sq.get(seq);
             w.done.is_none() && !w.op.is_read_or_atomic()
         })
+    }
+
+    /// Resends only the oldest unacknowledged packet and notes what had been sent
+    /// then: the answer tells whether the rest was lost (see `progress`).
+    fn resend_oldest(&mut self, ctx: &CompleteCtx<'_>, v: &mut Verdict, now: Instant) {
+        let una = self.una;
+        self.timeout_resent = Some((una, ctx.frontier));
+        self.recovery.on_resend_range(now, una, una.next());
+        v.resend_oldest = true;
     }
 
     /// Whether this verdict asks for something again already.
@@ -953,9 +960,12 @@ impl Completer {
             if !complete {
                 // Responses ahead but the next one missing: ask again from it.
                 let next = w.first_psn.add(w.read_pkts_done);
-                let held_beyond = !self.sr.is_empty()
-                    && (w.read_pkts_done..w.npsn.min(w.read_pkts_done + selective::WINDOW))
-                        .any(|k| self.sr.has(w.first_psn.add(k)));
+                let held_beyond = self.sr.has_any(
+                    next,
+                    w.npsn
+                        .saturating_sub(w.read_pkts_done)
+                        .min(selective::WINDOW),
+                );
                 // Or later responses came but were not held (past the window).
                 let seen_beyond = self
                     .newest_response
@@ -989,9 +999,12 @@ impl Completer {
             if !self.sr.has(at) {
                 // Its next response is missing but later ones came: the requests
                 // before it are acknowledged, and it is asked again at once.
-                let held_beyond = (nw.read_pkts_done
-                    ..nw.npsn.min(nw.read_pkts_done + selective::WINDOW))
-                    .any(|k| self.sr.has(nw.first_psn.add(k)));
+                let held_beyond = self.sr.has_any(
+                    at,
+                    nw.npsn
+                        .saturating_sub(nw.read_pkts_done)
+                        .min(selective::WINDOW),
+                );
                 if held_beyond || self.later_read_answered(ctx, n, at) {
                     self.ack_through(ctx, v, now, nw.first_psn.sub(1));
                     if self.una == at && self.rewound_to != Some(at) && !Self::asking_again(v) {
@@ -1053,9 +1066,7 @@ impl Completer {
                 // Retries count as before: this timeout took one, and the next
                 // one without progress takes another. Any other peer gets IBA's
                 // go-back-N.
-                self.timeout_resent = Some((una, ctx.frontier));
-                self.recovery.on_resend_range(now, una, una.next());
-                v.resend_oldest = true;
+                self.resend_oldest(ctx, &mut v, now);
                 return v;
             }
             self.rewind(&mut v, now, una);
@@ -1087,10 +1098,7 @@ impl Completer {
                 // resends it again, as TCP does; the IBTA timer still goes back
                 // over everything.
                 ctx.shared.counters.early_retransmits += 1;
-                let una = self.una;
-                self.timeout_resent = Some((una, ctx.frontier));
-                self.recovery.on_resend_range(now, una, una.next());
-                v.resend_oldest = true;
+                self.resend_oldest(ctx, &mut v, now);
             }
             Some(EarlyAction::Retransmit) => {
                 ctx.shared.counters.early_retransmits += 1;

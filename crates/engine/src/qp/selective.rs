@@ -154,6 +154,13 @@ impl Scoreboard {
         self.count == 0
     }
 
+    /// Whether any of the `n` PSNs from `from` on is marked (no scan on the lossless
+    /// path, where nothing is).
+    #[inline]
+    pub fn has_any(&self, from: Psn, n: u32) -> bool {
+        !self.is_empty() && (0..n).any(|k| self.has(from.add(k)))
+    }
+
     pub fn set_held(&mut self, psn: Psn) {
         let (w, b) = Self::bit(psn);
         self.count += u32::from(self.held[w] & b == 0);
