@@ -161,6 +161,17 @@ impl Config {
             value: value.to_string(),
             why,
         };
+        // A duration given in whole microseconds.
+        let micros = |var| -> Result<Option<Duration>, ConfigError> {
+            get(var)
+                .map(|v| {
+                    v.trim()
+                        .parse()
+                        .map(Duration::from_micros)
+                        .map_err(|_| err(var, &v, "not a number of µs"))
+                })
+                .transpose()
+        };
         if let Some(v) = get("SOFTVERBS_ADDR") {
             if !v.trim().is_empty() {
                 c.addr = Some(
@@ -185,26 +196,14 @@ impl Config {
             c.mtu = Mtu::from_bytes(bytes)
                 .ok_or_else(|| err("SOFTVERBS_MTU", &v, "must be 256, 512, 1024, 2048 or 4096"))?;
         }
-        if let Some(v) = get("SOFTVERBS_BUSY_POLL") {
-            let us: u64 = v
-                .trim()
-                .parse()
-                .map_err(|_| err("SOFTVERBS_BUSY_POLL", &v, "not a number of µs"))?;
-            c.busy_poll = Duration::from_micros(us);
+        if let Some(d) = micros("SOFTVERBS_BUSY_POLL")? {
+            c.busy_poll = d;
         }
-        if let Some(v) = get("SOFTVERBS_POLL_HANDOFF") {
-            let us: u64 = v
-                .trim()
-                .parse()
-                .map_err(|_| err("SOFTVERBS_POLL_HANDOFF", &v, "not a number of µs"))?;
-            c.poll_handoff = Duration::from_micros(us);
+        if let Some(d) = micros("SOFTVERBS_POLL_HANDOFF")? {
+            c.poll_handoff = d;
         }
-        if let Some(v) = get("SOFTVERBS_ACK_HOLD") {
-            let us: u64 = v
-                .trim()
-                .parse()
-                .map_err(|_| err("SOFTVERBS_ACK_HOLD", &v, "not a number of µs"))?;
-            c.ack_hold = Duration::from_micros(us);
+        if let Some(d) = micros("SOFTVERBS_ACK_HOLD")? {
+            c.ack_hold = d;
         }
         if let Some(v) = get("SOFTVERBS_FAULTS") {
             c.faults = Some(parse_faults(&v).map_err(|why| err("SOFTVERBS_FAULTS", &v, why))?);
