@@ -219,6 +219,13 @@ pub struct DeviceCounters {
     pub timer_wakeups: u64,
     /// Times another thread woke the progress thread at once (its eventfd).
     pub progress_wakes: u64,
+    /// Times the progress thread went to sleep (each ends in a wake-up).
+    pub progress_sleeps: u64,
+    /// Times a spinning poller moved the progress thread's hand-off timer later.
+    pub handoff_pushes: u64,
+    /// Times a poll loop woke the progress thread asleep on the socket to leave it to
+    /// the loop.
+    pub socket_taken_from_progress: u64,
     /// Times a thread polling its CQ kept the ACKs of what it received back until its
     /// answer.
     pub acks_held: u64,
@@ -460,6 +467,9 @@ impl Context {
             tx_backpressure: get(&c.tx_backpressure),
             timer_wakeups: get(&c.timer_wakeups),
             progress_wakes: get(&c.progress_wakes),
+            progress_sleeps: get(&c.progress_sleeps),
+            handoff_pushes: get(&c.handoff_pushes),
+            socket_taken_from_progress: get(&c.socket_taken_from_progress),
             acks_held: get(&c.acks_held),
             acks_after_requests: get(&c.acks_after_requests),
             acks_held_for_memory: get(&c.acks_held_for_memory),

@@ -74,6 +74,14 @@ pub struct DriverCounters {
     pub timer_wakeups: AtomicU64,
     /// Times the progress thread woke because another thread signalled it.
     pub progress_wakes: AtomicU64,
+    /// Times the progress thread went to sleep (each ends in a wake-up).
+    pub progress_sleeps: AtomicU64,
+    /// Times a spinning poller moved the progress thread's hand-off timer later (see
+    /// [`Driver::push_handoff_timer`]).
+    pub handoff_pushes: AtomicU64,
+    /// Times a poll loop woke the progress thread asleep on the socket to leave it to
+    /// the loop (see [`Driver::take_socket_from_progress`]).
+    pub socket_taken_from_progress: AtomicU64,
     /// Times a polling thread kept the ACKs of what it received back until its answer
     /// (see `crate::ack_hold`).
     pub acks_held: AtomicU64,
@@ -228,6 +236,16 @@ pub(crate) struct Driver {
     /// for `poll_handoff` ([`Driver::blocked_watch_ended`]); whether it is armed.
     handoff_timer: sys::TimerFd,
     handoff_timer_armed: Mutex<bool>,
+    /// Wakes the progress thread when a sustained hand-off to spinning pollers ends
+    /// ([`Driver::push_handoff_timer`]). Its lock holds when it expires (the driver's
+    /// clock, ns; `u64::MAX`: disarmed) and is held over the `timerfd_settime`.
+    poller_timer: sys::TimerFd,
+    poller_timer_at: Mutex<u64>,
+    /// `poller_timer_at`, readable without the lock by every empty poll.
+    poller_timer_due: AtomicU64,
+    /// A poll loop woke the progress thread to leave it the socket
+    /// ([`Driver::take_socket_from_progress`]); cleared when it wakes.
+    progress_told: AtomicBool,
     /// The port's active MTU: the configured one, capped to fit the link.
     pub active_mtu: Mtu,
     warned_tx_error: AtomicBool,
@@ -512,6 +530,10 @@ impl Driver {
             blocked_watchers: AtomicU32::new(0),
             handoff_timer: sys::TimerFd::new().map_err(io_err("timerfd"))?,
             handoff_timer_armed: Mutex::new(false),
+            poller_timer: sys::TimerFd::new().map_err(io_err("timerfd"))?,
+            poller_timer_at: Mutex::new(u64::MAX),
+            poller_timer_due: AtomicU64::new(u64::MAX),
+            progress_told: AtomicBool::new(false),
             active_mtu,
             warned_tx_error: AtomicBool::new(false),
             published_at: AtomicU64::new(0),
@@ -1225,15 +1247,19 @@ impl Driver {
     pub(crate) fn try_progress(self: &Arc<Self>, spinning: bool) -> bool {
         self.release_all_held_acks();
         let now = self.now().as_nanos();
-        let in_loop = STREAK.with(|s| {
+        let (in_loop, leaves) = STREAK.with(|s| {
             let mut streak = s.get();
             let v = streak.empty_poll(self.identity(), now);
             s.set(streak);
-            v
+            (v, streak.leaves)
         });
         // A loop starts the hand-off; any empty poll of a spinning thread prolongs it.
         if spinning && (in_loop || self.poller_handoff().is_some()) {
-            self.app_polled_at.store(now + 1, Ordering::Release);
+            self.app_polled_at.store(now + 1, Ordering::SeqCst);
+            self.push_handoff_timer(now);
+            if in_loop && !leaves {
+                self.take_socket_from_progress();
+            }
         }
         // The progress thread wakes by the end of the hand-off at the latest and sends
         // what is held then: that bounds the hold.
@@ -1333,6 +1359,86 @@ impl Driver {
         let until = (at - 1).saturating_add(self.poll_handoff.as_nanos() as u64);
         let now = self.now().as_nanos();
         (until > now).then(|| Duration::from_nanos(until - now))
+    }
+
+    /// A spinning poller's empty poll at `now` prolonged the hand-off: while the progress
+    /// thread sleeps on its hand-off timer ([`Driver::sleep_on_handoff_timer`]) the poller
+    /// moves that timer to the new end of the hand-off once less than a quarter of the
+    /// hand-off is left.
+    ///
+    /// Without it the progress thread woke at the end of every hand-off period only to
+    /// find the pollers still polling: with both ends of a ping-pong spinning, about one
+    /// wake-up per round trip, each a context switch on a core a poller needs. A
+    /// `timerfd_settime` in an empty poll every three quarters of a hand-off costs less.
+    /// The bound stays: when the loop stops, the timer expires at most a hand-off after
+    /// its last push, so at most a hand-off after its last poll; the progress thread then
+    /// sleeps out what is left of the hand-off, if anything, and takes the socket and
+    /// the timers back (the loop fired the timers until it stopped).
+    fn push_handoff_timer(&self, now: u64) {
+        let due = self.poller_timer_due.load(Ordering::Acquire);
+        let handoff = self.poll_handoff.as_nanos() as u64;
+        if due == u64::MAX || due.saturating_sub(now) >= handoff / 4 {
+            return;
+        }
+        // The progress thread (arming or disarming it) or another poller has it: they
+        // leave it where it must be.
+        let Ok(mut at) = self.poller_timer_at.try_lock() else {
+            return;
+        };
+        if *at == u64::MAX || at.saturating_sub(now) >= handoff / 4 {
+            return;
+        }
+        *at = now.saturating_add(handoff);
+        self.poller_timer_due.store(*at, Ordering::Release);
+        self.poller_timer.set(Some(self.poll_handoff));
+        self.counters.handoff_pushes.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A poll loop goes on while the progress thread sleeps on the socket (it chose to
+    /// before the loop started the hand-off): wakes it once, so that it leaves the socket
+    /// to the loop. Asleep on the socket it was woken by every datagram, though the loop
+    /// takes them (a context switch each; its poll often went back to sleep without
+    /// returning, so nothing ended that state), and every post armed its timerfd for the
+    /// retransmission timer the loop fires anyway. Not for a thread that leaves after its
+    /// loops ([`PollStreak`]): its next completion ends the hand-off again.
+    fn take_socket_from_progress(&self) {
+        if self.sleeping_until.load(Ordering::Acquire) != 0
+            && !self.socket_unwatched.load(Ordering::SeqCst)
+            && !self.progress_told.swap(true, Ordering::AcqRel)
+        {
+            self.counters
+                .socket_taken_from_progress
+                .fetch_add(1, Ordering::Relaxed);
+            self.wake.signal();
+        }
+    }
+
+    /// The progress thread sleeps through a hand-off to pollers that lasted a whole
+    /// period already: its hand-off timer wakes it by `end` (the driver's clock, ns), and
+    /// pollers push it later ([`Driver::push_handoff_timer`]). Arms it unless it is armed
+    /// no later than `end` and not yet expired (a poller pushed it). Call without the
+    /// device lock.
+    fn sleep_on_handoff_timer(&self, end: u64) {
+        let mut at = lock(&self.poller_timer_at);
+        let now = self.now().as_nanos();
+        if *at != u64::MAX && *at <= end && *at > now {
+            return;
+        }
+        *at = end;
+        self.poller_timer
+            .set(Some(Duration::from_nanos(end.saturating_sub(now))));
+        self.poller_timer_due.store(end, Ordering::Release);
+    }
+
+    /// The progress thread sleeps otherwise: the hand-off timer is disarmed (which also
+    /// clears an expiry nobody read). Call without the device lock.
+    fn stop_handoff_timer(&self) {
+        let mut at = lock(&self.poller_timer_at);
+        if *at != u64::MAX {
+            *at = u64::MAX;
+            self.poller_timer_due.store(u64::MAX, Ordering::Release);
+            self.poller_timer.set(None);
+        }
     }
 
     /// The device's socket, for a thread that blocks watching it ([`Driver::watch_blocked`]).
@@ -1528,6 +1634,12 @@ impl Driver {
         lines.push(("udp_tx_backpressure", get(&dc.tx_backpressure)));
         lines.push(("progress_timer_wakeups", get(&dc.timer_wakeups)));
         lines.push(("progress_wakes", get(&dc.progress_wakes)));
+        lines.push(("progress_sleeps", get(&dc.progress_sleeps)));
+        lines.push(("handoff_pushes", get(&dc.handoff_pushes)));
+        lines.push((
+            "socket_taken_from_progress",
+            get(&dc.socket_taken_from_progress),
+        ));
         lines.push(("acks_held", get(&dc.acks_held)));
         lines.push(("acks_after_requests", get(&dc.acks_after_requests)));
         lines.push(("acks_held_for_memory", get(&dc.acks_held_for_memory)));
@@ -1629,6 +1741,8 @@ fn progress_thread(d: Arc<Driver>) {
     let mut cm_seen = 0;
     let mut cm_buf = vec![0u8; 2048];
     let mut rounds: u32 = 0;
+    // The last sleep was a hand-off to spinning pollers (see `Driver::push_handoff_timer`).
+    let mut handed_off_last = false;
     while !d.stop.load(Ordering::Acquire) {
         let gen = d.groups_gen.load(Ordering::Acquire);
         if gen != groups_seen {
@@ -1702,7 +1816,7 @@ fn progress_thread(d: Arc<Driver>) {
         // Nothing to read: run timers, then sleep until the next deadline, a
         // datagram or a wake-up. The sleep deadline is published under the lock,
         // so a poster that arms an earlier timer afterwards sees it and wakes us.
-        let (deferred, timer, counters, handoff, watchers) = {
+        let (deferred, timer, counters, handoff, watchers, handoff_end, poller_mode) = {
             let mut st = d.lock();
             let now = d.now();
             let handoff = d.poller_handoff();
@@ -1718,8 +1832,13 @@ fn progress_thread(d: Arc<Driver>) {
             // ends (a timer comes at most that late if they stop polling at once).
             // Threads blocked on the socket fire no timers: it wakes for them (and by its
             // hand-off timer once they all left).
+            // A hand-off to pollers that outlasted a whole sleep (a ping-pong with both
+            // ends spinning) goes on as long as they poll: the thread sleeps on a timer
+            // they push later, instead of waking at the end of every period.
+            let sustained = (!watchers && handed_off_last).then_some(handoff).flatten();
             let wake_at = match handoff {
                 _ if watchers => deadline,
+                Some(_) if sustained.is_some() => None,
                 Some(h) => Some(now + h),
                 None => [deadline, rx_busy.then(|| now + Driver::MIN_TICK)]
                     .into_iter()
@@ -1734,8 +1853,23 @@ fn progress_thread(d: Arc<Driver>) {
                 Ordering::Release,
             );
             let timer = wake_at.map(|t| t.saturating_duration_since(now));
-            (deferred, timer, st.engine.counters(), handoff, watchers)
+            let handoff_end = sustained.map(|h| (now + h).as_nanos());
+            let poller_mode = !watchers && handoff.is_some();
+            (
+                deferred,
+                timer,
+                st.engine.counters(),
+                handoff,
+                watchers,
+                handoff_end,
+                poller_mode,
+            )
         };
+        match handoff_end {
+            Some(end) => d.sleep_on_handoff_timer(end),
+            None => d.stop_handoff_timer(),
+        }
+        handed_off_last = poller_mode;
         d.finish(deferred);
         d.flush_capture();
         // ACKs it holds for an answer leave when their hold ends, unless the answer
@@ -1780,6 +1914,7 @@ fn progress_thread(d: Arc<Driver>) {
             (d.timer.raw(), libc::POLLIN),
             (d.handoff_timer.raw(), libc::POLLIN),
             (d.hold_timer.raw(), libc::POLLIN),
+            (d.poller_timer.raw(), libc::POLLIN),
         ]
         .into_iter()
         .chain(groups.iter().map(|(_, s)| (s.as_raw_fd(), libc::POLLIN)))
@@ -1795,6 +1930,7 @@ fn progress_thread(d: Arc<Driver>) {
                 revents: 0,
             });
         }
+        d.counters.progress_sleeps.fetch_add(1, Ordering::Relaxed);
         let _ = sys::poll(&mut pfds, timeout);
         let signalled = pfds[1].revents & libc::POLLIN != 0;
         if signalled {
@@ -1816,7 +1952,8 @@ fn progress_thread(d: Arc<Driver>) {
                 d.hold_timer.set(None);
             }
         }
-        if pfds[5 + groups.len()..].iter().any(|p| p.revents != 0) {
+        // (An expired hand-off timer is re-armed or disarmed before the next sleep.)
+        if pfds[6 + groups.len()..].iter().any(|p| p.revents != 0) {
             d.cm_receive(&cm_socks, &mut cm_buf);
         }
         if blocked.is_some() {
@@ -1830,6 +1967,7 @@ fn progress_thread(d: Arc<Driver>) {
         }
         d.socket_unwatched.store(false, Ordering::Release);
         d.sleeping_until.store(0, Ordering::Release);
+        d.progress_told.store(false, Ordering::Release);
     }
 }
 

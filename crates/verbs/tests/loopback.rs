@@ -1266,3 +1266,187 @@ fn a_held_write_ack_leaves_when_nobody_answers() {
     assert!(after.acks_held_for_memory > before.acks_held_for_memory);
     assert!(after.ack_holds_expired > before.ack_holds_expired);
 }
+
+/// Starts A's poll loop and makes A's progress thread, asleep on the socket, look again
+/// (a WRITE from B wakes it): it then leaves the socket to the loop.
+fn start_poll_loop(a: &End, b: &End) {
+    for _ in 0..2 {
+        assert_eq!(a.cq.poll(&mut []), 0);
+    }
+    b.mr.write(8, b"wake up!");
+    let sges = [b.mr.sge(8, 8)];
+    let wr = SendWr::new(
+        0,
+        SendOp::RdmaWrite {
+            remote_addr: a.mr.addr() + 8,
+            rkey: Rkey(a.mr.rkey()),
+        },
+        &sges,
+    );
+    b.qp.post_send(&wr).unwrap();
+    let deadline = std::time::Instant::now() + WAIT;
+    let mut got = [0u8; 8];
+    while &got != b"wake up!" {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the WRITE never landed"
+        );
+        assert_eq!(a.cq.poll(&mut []), 0);
+        a.mr.read(8, &mut got);
+    }
+    assert_eq!(b.cq.wait_for(1, WAIT)[0].status, WcStatus::Success);
+}
+
+#[test]
+fn a_poll_loop_that_goes_on_keeps_the_progress_thread_asleep() {
+    // A thread spins on its CQ (as both ends of a ping-pong do): the progress thread
+    // leaves the socket to it. It used to wake at the end of every hand-off period only to
+    // find the thread still polling (at the default 50 µs, about one wake-up per round
+    // trip); now the poll loop pushes the progress thread's hand-off timer later and it
+    // sleeps until the loop stops. Then it takes the socket back.
+    const HANDOFF: Duration = Duration::from_millis(4);
+    const PERIODS: u32 = 30;
+    let cfg = Config {
+        poll_handoff: HANDOFF,
+        ..Config::default()
+    };
+    let (a, b) = pair(cfg);
+    start_poll_loop(&a, &b);
+    let before = a.ctx.device_counters();
+    let start = std::time::Instant::now();
+    while start.elapsed() < HANDOFF * PERIODS {
+        assert_eq!(a.cq.poll(&mut []), 0);
+    }
+    let after = a.ctx.device_counters();
+    let sleeps = after.progress_sleeps - before.progress_sleeps;
+    // One wake-up at the end of the first period (the hand-off outlasted a sleep), and
+    // one more for each time the loop was preempted for longer than a quarter period (a
+    // yield on a loaded host): it was one per period.
+    assert!(
+        sleeps < u64::from(PERIODS) / 2,
+        "the progress thread slept {sleeps} times in {PERIODS} hand-off periods of polling"
+    );
+    assert!(after.handoff_pushes > before.handoff_pushes, "{after:?}");
+    // The loop stops: once the hand-off ended, A's progress thread takes B's WRITE in.
+    b.mr.write(0, b"taken in");
+    let sges = [b.mr.sge(0, 8)];
+    let wr = SendWr::new(
+        1,
+        SendOp::RdmaWrite {
+            remote_addr: a.mr.addr() + 64,
+            rkey: Rkey(a.mr.rkey()),
+        },
+        &sges,
+    );
+    b.qp.post_send(&wr).unwrap();
+    await_bytes(&a.mr, 64, b"taken in");
+    assert!(a.ctx.device_counters().rx_by_progress_thread > after.rx_by_progress_thread);
+    assert_eq!(b.cq.wait_for(1, WAIT)[0].status, WcStatus::Success);
+}
+
+#[test]
+fn a_timer_armed_under_a_pushed_hand_off_fires_after_the_poll_loop_stops() {
+    // A spins on its CQ until its progress thread sleeps on the hand-off timer the loop
+    // pushes (no wake-up of its own for timers: the poller fires them). A's WRITE is then
+    // lost, and A stops polling at once: only its progress thread can send the WRITE
+    // again, woken by the hand-off timer once the pushes stop. The timer is not lost.
+    const HANDOFF: Duration = Duration::from_millis(2);
+    let cfg = Config {
+        poll_handoff: HANDOFF,
+        ..Config::default()
+    };
+    let (a, b) = pair(cfg);
+    start_poll_loop(&a, &b);
+    let start = std::time::Instant::now();
+    while start.elapsed() < HANDOFF * 4 {
+        assert_eq!(a.cq.poll(&mut []), 0);
+    }
+    assert!(
+        a.ctx.device_counters().handoff_pushes > 0,
+        "the progress thread never slept on the hand-off timer: the test proves nothing ({:?})",
+        a.ctx.device_counters()
+    );
+    let (_, _, _, drops_before) = a.ctx.driver_counters();
+    let retransmitted = a.ctx.counters().retransmitted_packets;
+    a.ctx.set_faults(Some(FaultConfig {
+        loss: 1.0,
+        duplicate: 0.0,
+        reorder: 0.0,
+        corrupt: 0.0,
+        seed: 1,
+    }));
+    a.mr.write(0, b"resent!!");
+    let sges = [a.mr.sge(0, 8)];
+    let wr = SendWr::new(
+        1,
+        SendOp::RdmaWrite {
+            remote_addr: b.mr.addr(),
+            rkey: Rkey(b.mr.rkey()),
+        },
+        &sges,
+    );
+    a.qp.post_send(&wr).unwrap();
+    // The first transmission is gone (the progress thread may be the one sending it).
+    let deadline = std::time::Instant::now() + WAIT;
+    while a.ctx.driver_counters().3 == drops_before {
+        assert!(std::time::Instant::now() < deadline, "nothing was dropped");
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    a.ctx.set_faults(None);
+    await_bytes(&b.mr, 0, b"resent!!");
+    assert!(a.ctx.counters().retransmitted_packets > retransmitted);
+    assert_eq!(a.cq.wait_for(1, WAIT)[0].status, WcStatus::Success);
+}
+
+#[test]
+fn a_poll_loop_takes_the_socket_from_a_progress_thread_asleep_on_it() {
+    // A stops polling for longer than the hand-off (its progress thread then sleeps on the
+    // socket, with no timer), comes back and polls in a loop, posts an unsignalled WRITE
+    // and polls on (it takes the ACK in). The progress thread used to sleep on through
+    // the loop: woken by every datagram the loop took (its poll going back to sleep each
+    // time), and arming its timerfd for every post's retransmission timer, which the loop
+    // fires anyway. The loop now wakes it once to leave the socket to the loop, and the
+    // posts arm nothing. (A never finds a completion: it is no thread that leaves after
+    // its loops, for which the hand-off ends at its next completion anyway.)
+    const HANDOFF: Duration = Duration::from_millis(10);
+    const ROUNDS: u8 = 12;
+    let cfg = Config {
+        poll_handoff: HANDOFF,
+        ..Config::default()
+    };
+    let (a, b) = pair(cfg);
+    let before = a.ctx.device_counters();
+    let poll_loop = || {
+        let start = std::time::Instant::now();
+        while start.elapsed() < Duration::from_millis(2) {
+            assert_eq!(a.cq.poll(&mut []), 0);
+        }
+    };
+    for i in 0..ROUNDS {
+        std::thread::sleep(HANDOFF + HANDOFF / 2);
+        poll_loop();
+        a.mr.write(0, &[i; 8]);
+        let sges = [a.mr.sge(0, 8)];
+        let mut wr = SendWr::new(
+            u64::from(i),
+            SendOp::RdmaWrite {
+                remote_addr: b.mr.addr() + 64,
+                rkey: Rkey(b.mr.rkey()),
+            },
+            &sges,
+        );
+        wr.flags = SendFlags::EMPTY;
+        a.qp.post_send(&wr).unwrap();
+        poll_loop();
+        await_bytes(&b.mr, 64, &[i; 8]);
+    }
+    let after = a.ctx.device_counters();
+    let arms = after.timer_wakeups - before.timer_wakeups;
+    // One per post before (the progress thread slept on the socket without a timer).
+    assert!(
+        arms < u64::from(ROUNDS) / 2,
+        "{arms} posts of {ROUNDS} armed the progress thread's timer while a loop polled"
+    );
+    let taken = after.socket_taken_from_progress - before.socket_taken_from_progress;
+    assert!(taken >= u64::from(ROUNDS) / 2, "{after:?}");
+}
