@@ -294,6 +294,7 @@ thread_local! {
             last_empty: 0,
             looping: false,
             loop_ended: 0,
+            back_at: 0,
             leaves: false,
         })
     };
@@ -313,7 +314,10 @@ thread_local! {
 /// polls in a loop for its WRITE's completion, then spins on memory for the peer's) ends
 /// the hand-off when its next loop finds its completion: it will leave again, and the
 /// peer's WRITE would wait for the hand-off to lapse. A ping-pong on the CQ comes back
-/// within the loop gap and keeps it.
+/// within the loop gap and keeps it. Coming back is the thread's first post on the
+/// device after the loop, or else its next empty poll: a ping-pong's poster preempted in
+/// its `sendmmsg` (the datagram wakes a thread on the same core) is no thread that
+/// leaves.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct PollStreak {
     /// The device polled ([`Driver::identity`]); 0: none yet.
@@ -325,6 +329,8 @@ pub(crate) struct PollStreak {
     looping: bool,
     /// When a loop last ended with a completion; 0: not since the last empty poll.
     loop_ended: u64,
+    /// When the thread first posted on the device after that (0: not yet).
+    back_at: u64,
     /// The thread came back later than the loop gap after its last loop ended.
     leaves: bool,
 }
@@ -353,8 +359,10 @@ impl PollStreak {
             return false;
         }
         if self.loop_ended != 0 {
-            self.leaves = now.saturating_sub(self.loop_ended) > Self::LOOP_GAP;
+            let back = if self.back_at != 0 { self.back_at } else { now };
+            self.leaves = back.saturating_sub(self.loop_ended) > Self::LOOP_GAP;
             self.loop_ended = 0;
+            self.back_at = 0;
         }
         let continues = self.last_empty != 0
             && now >= self.last_empty
@@ -362,6 +370,13 @@ impl PollStreak {
         self.last_empty = now;
         self.looping = continues;
         continues
+    }
+
+    /// The thread posts on `device` at `now`: after a loop that ended, it is back.
+    pub fn posted(&mut self, device: usize, now: u64) {
+        if self.device == device && self.loop_ended != 0 && self.back_at == 0 {
+            self.back_at = now.max(1);
+        }
     }
 
     /// A poll of `device` at `now` found completions; returns whether the thread ended a
@@ -373,6 +388,7 @@ impl PollStreak {
         let ended_loop = self.looping;
         self.last_empty = 0;
         self.looping = false;
+        self.back_at = 0;
         if ended_loop {
             self.loop_ended = now;
         }
@@ -1307,6 +1323,16 @@ impl Driver {
         }
     }
 
+    /// The calling thread posts work on this device: see [`PollStreak::posted`].
+    pub(crate) fn note_post(&self) {
+        let now = self.now().as_nanos();
+        STREAK.with(|s| {
+            let mut streak = s.get();
+            streak.posted(self.identity(), now);
+            s.set(streak);
+        });
+    }
+
     /// The calling thread's empty poll (of this device's CQs) ends: see
     /// [`PollStreak::poll_ended`].
     pub(crate) fn note_poll_ended(&self) {
@@ -2036,6 +2062,39 @@ mod tests {
         // A completion found without a loop changes nothing.
         s.empty_poll(DEV, 2_000_000);
         assert!(!s.found(DEV, 2_000_500));
+    }
+
+    #[test]
+    fn a_ping_pong_preempted_in_its_post_keeps_the_hand_off() {
+        let mut s = PollStreak::default();
+        let mut t = 1_000;
+        for _ in 0..10 {
+            s.empty_poll(DEV, t);
+            s.empty_poll(DEV, t + 1_000);
+            assert!(!s.found(DEV, t + 2_000));
+            // It posts its answer at once, but the post is preempted for 200 µs.
+            s.posted(DEV, t + 3_000);
+            s.posted(DEV, t + 4_000);
+            t += 200_000;
+        }
+        // Posting on another device changes nothing: it left this one.
+        s.empty_poll(DEV, t);
+        s.empty_poll(DEV, t + 1_000);
+        assert!(!s.found(DEV, t + 2_000));
+        s.posted(DEV + 8, t + 3_000);
+        s.empty_poll(DEV, t + 1_000_000);
+        s.empty_poll(DEV, t + 1_001_000);
+        assert!(s.found(DEV, t + 1_002_000));
+        // ib_write_lat posts its WRITE a millisecond after its loop found (it spun on
+        // memory for the peer's WRITE in between): it leaves.
+        let mut s = PollStreak::default();
+        s.empty_poll(DEV, 1_000);
+        s.empty_poll(DEV, 2_000);
+        assert!(!s.found(DEV, 3_000));
+        s.posted(DEV, 1_003_000);
+        s.empty_poll(DEV, 1_004_000);
+        s.empty_poll(DEV, 1_005_000);
+        assert!(s.found(DEV, 1_006_000));
     }
 
     #[test]

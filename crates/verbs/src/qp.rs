@@ -451,6 +451,10 @@ impl Qp {
     /// then transmits everything they produced at once: a list of N work requests costs
     /// one lock, one pump of the engine and one batch of `sendmmsg`, not N.
     pub fn post_sends<R>(&self, f: impl FnOnce(&mut Poster<'_>) -> R) -> Result<R, Inherited> {
+        // A thread back from its poll loop (see `PollStreak`).
+        if let Ok(d) = self.ctx.device.driver() {
+            d.note_post();
+        }
         self.ctx.with(|st| f(&mut Poster { st, qp: self.qp }))
     }
 
