@@ -1428,7 +1428,9 @@ impl Driver {
     /// retransmission timer the loop fires anyway. Not for a thread that leaves after its
     /// loops ([`PollStreak`]): its next completion ends the hand-off again.
     fn take_socket_from_progress(&self) {
-        if self.sleeping_until.load(Ordering::Acquire) != 0
+        // With hand-offs off (`poll_handoff` 0) the socket stays the progress thread's.
+        if !self.poll_handoff.is_zero()
+            && self.sleeping_until.load(Ordering::Acquire) != 0
             && !self.socket_unwatched.load(Ordering::SeqCst)
             && !self.progress_told.swap(true, Ordering::AcqRel)
         {

@@ -1450,3 +1450,30 @@ fn a_poll_loop_takes_the_socket_from_a_progress_thread_asleep_on_it() {
     let taken = after.socket_taken_from_progress - before.socket_taken_from_progress;
     assert!(taken >= u64::from(ROUNDS) / 2, "{after:?}");
 }
+
+#[test]
+fn with_hand_offs_off_a_poll_loop_leaves_the_progress_thread_alone() {
+    // `poll_handoff` 0: the progress thread always watches the socket, and a poll loop
+    // must not wake it to take the socket (it would wake it at every sleep).
+    let cfg = Config {
+        poll_handoff: Duration::ZERO,
+        ..Config::default()
+    };
+    let (a, b) = pair(cfg);
+    start_poll_loop(&a, &b);
+    let before = a.ctx.device_counters();
+    let start = std::time::Instant::now();
+    while start.elapsed() < Duration::from_millis(20) {
+        assert_eq!(a.cq.poll(&mut []), 0);
+    }
+    let after = a.ctx.device_counters();
+    assert_eq!(
+        after.socket_taken_from_progress,
+        before.socket_taken_from_progress
+    );
+    assert!(
+        after.progress_wakes - before.progress_wakes < 3,
+        "a poll loop woke the progress thread {} times",
+        after.progress_wakes - before.progress_wakes
+    );
+}
