@@ -1304,8 +1304,8 @@ fn a_poll_loop_that_goes_on_keeps_the_progress_thread_asleep() {
     // find the thread still polling (at the default 50 µs, about one wake-up per round
     // trip); now the poll loop pushes the progress thread's hand-off timer later and it
     // sleeps until the loop stops. Then it takes the socket back.
-    const HANDOFF: Duration = Duration::from_millis(4);
-    const PERIODS: u32 = 30;
+    const HANDOFF: Duration = Duration::from_millis(10);
+    const PERIODS: u32 = 20;
     let cfg = Config {
         poll_handoff: HANDOFF,
         ..Config::default()
@@ -1320,8 +1320,8 @@ fn a_poll_loop_that_goes_on_keeps_the_progress_thread_asleep() {
     let after = a.ctx.device_counters();
     let sleeps = after.progress_sleeps - before.progress_sleeps;
     // One wake-up at the end of the first period (the hand-off outlasted a sleep), and
-    // one more for each time the loop was preempted for longer than a quarter period (a
-    // yield on a loaded host): it was one per period.
+    // one or two more for each time the loop was preempted for longer than a quarter
+    // period (a yield on a loaded host): it was one per period.
     assert!(
         sleeps < u64::from(PERIODS) / 2,
         "the progress thread slept {sleeps} times in {PERIODS} hand-off periods of polling"
@@ -1358,7 +1358,9 @@ fn a_timer_armed_under_a_pushed_hand_off_fires_after_the_poll_loop_stops() {
     let (a, b) = pair(cfg);
     start_poll_loop(&a, &b);
     let start = std::time::Instant::now();
-    while start.elapsed() < HANDOFF * 4 {
+    while start.elapsed() < HANDOFF * 4
+        || (a.ctx.device_counters().handoff_pushes == 0 && start.elapsed() < WAIT)
+    {
         assert_eq!(a.cq.poll(&mut []), 0);
     }
     assert!(
@@ -1424,7 +1426,21 @@ fn a_poll_loop_takes_the_socket_from_a_progress_thread_asleep_on_it() {
     };
     for i in 0..ROUNDS {
         std::thread::sleep(HANDOFF + HANDOFF / 2);
-        poll_loop();
+        // Polls until the progress thread, woken to leave the socket, went to sleep
+        // again (on a loaded host it may wait for a CPU); at most 5 ms: before, nothing
+        // woke it.
+        let taken = a.ctx.device_counters().socket_taken_from_progress;
+        let start = std::time::Instant::now();
+        let mut slept = None;
+        while start.elapsed() < Duration::from_millis(5) {
+            assert_eq!(a.cq.poll(&mut []), 0);
+            let c = a.ctx.device_counters();
+            match slept {
+                None if c.socket_taken_from_progress > taken => slept = Some(c.progress_sleeps),
+                Some(n) if c.progress_sleeps > n => break,
+                _ => {}
+            }
+        }
         a.mr.write(0, &[i; 8]);
         let sges = [a.mr.sge(0, 8)];
         let mut wr = SendWr::new(
@@ -1444,7 +1460,7 @@ fn a_poll_loop_takes_the_socket_from_a_progress_thread_asleep_on_it() {
     let arms = after.timer_wakeups - before.timer_wakeups;
     // One per post before (the progress thread slept on the socket without a timer).
     assert!(
-        arms < u64::from(ROUNDS) / 2,
+        arms < u64::from(ROUNDS) / 3,
         "{arms} posts of {ROUNDS} armed the progress thread's timer while a loop polled"
     );
     let taken = after.socket_taken_from_progress - before.socket_taken_from_progress;
