@@ -989,7 +989,10 @@ fn a_thread_that_spins_on_memory_after_its_poll_loops_ends_the_hand_off() {
             return;
         }
     }
-    panic!("B came back to its CQ late five times and the hand-off never ended");
+    panic!(
+        "B came back to its CQ late five times and the hand-off never ended: {:?}",
+        b.ctx.device_counters()
+    );
 }
 
 /// Whether `mr` holds `want` at `offset` within `limit` (sleeping, not polling).
@@ -1100,9 +1103,9 @@ fn a_forked_child_leaves_the_acks_its_parent_held_alone() {
     let (a, b) = pair(cfg);
     let channel = a.ctx.create_comp_channel().unwrap();
     let armed_cq = a.ctx.create_cq(4, Some(&channel)).unwrap();
-    for _ in 0..2 {
-        assert_eq!(b.cq.poll(&mut []), 0);
-    }
+    // B's loop wakes its progress thread to leave it the socket: it must be asleep again
+    // before B holds the ACK, or it sends it when it runs (it may, until the fork).
+    poll_until_progress_left(&b, WAIT);
     b.qp.post_recv(1, &[b.mr.sge(0, 64)]).unwrap();
     let sges = [a.mr.sge(0, 8)];
     a.qp.post_send(&SendWr::new(1, SendOp::Send, &sges))
@@ -1267,6 +1270,24 @@ fn a_held_write_ack_leaves_when_nobody_answers() {
     assert!(after.ack_holds_expired > before.ack_holds_expired);
 }
 
+/// Polls `end`'s CQ (a loop) until its progress thread, woken to leave the socket to the
+/// loop, went to sleep again, at most `limit`: a progress thread that wakes later (on a
+/// loaded host) sends what the loop holds by then.
+fn poll_until_progress_left(end: &End, limit: Duration) {
+    let taken = end.ctx.device_counters().socket_taken_from_progress;
+    let start = std::time::Instant::now();
+    let mut slept = None;
+    while start.elapsed() < limit {
+        assert_eq!(end.cq.poll(&mut []), 0);
+        let c = end.ctx.device_counters();
+        match slept {
+            None if c.socket_taken_from_progress > taken => slept = Some(c.progress_sleeps),
+            Some(n) if c.progress_sleeps > n => return,
+            _ => {}
+        }
+    }
+}
+
 /// Starts A's poll loop and makes A's progress thread, asleep on the socket, look again
 /// (a WRITE from B wakes it): it then leaves the socket to the loop.
 fn start_poll_loop(a: &End, b: &End) {
@@ -1426,21 +1447,9 @@ fn a_poll_loop_takes_the_socket_from_a_progress_thread_asleep_on_it() {
     };
     for i in 0..ROUNDS {
         std::thread::sleep(HANDOFF + HANDOFF / 2);
-        // Polls until the progress thread, woken to leave the socket, went to sleep
-        // again (on a loaded host it may wait for a CPU); at most 5 ms: before, nothing
-        // woke it.
-        let taken = a.ctx.device_counters().socket_taken_from_progress;
-        let start = std::time::Instant::now();
-        let mut slept = None;
-        while start.elapsed() < Duration::from_millis(5) {
-            assert_eq!(a.cq.poll(&mut []), 0);
-            let c = a.ctx.device_counters();
-            match slept {
-                None if c.socket_taken_from_progress > taken => slept = Some(c.progress_sleeps),
-                Some(n) if c.progress_sleeps > n => break,
-                _ => {}
-            }
-        }
+        // On a loaded host the progress thread may wait for a CPU; at most 5 ms: before,
+        // nothing woke it.
+        poll_until_progress_left(&a, Duration::from_millis(5));
         a.mr.write(0, &[i; 8]);
         let sges = [a.mr.sge(0, 8)];
         let mut wr = SendWr::new(
