@@ -234,6 +234,8 @@ pub(crate) struct Driver {
     /// When the counters were last published, and what they were.
     published_at: AtomicU64,
     published: Mutex<Option<softverbs_engine::Counters>>,
+    /// Writes them to the counter file, off the progress thread (`crate::publisher`).
+    publisher: crate::publisher::Publisher,
     /// Bytes registered in memory regions, and the most allowed.
     pub mr_bytes: AtomicU64,
     pub max_mr_bytes: u64,
@@ -516,6 +518,8 @@ impl Driver {
             warned_tx_error: AtomicBool::new(false),
             published_at: AtomicU64::new(0),
             published: Mutex::new(None),
+            publisher: crate::publisher::Publisher::start(local)
+                .map_err(io_err("spawn counter writer"))?,
             mr_bytes: AtomicU64::new(0),
             max_mr_bytes: config.max_mr_bytes,
             engine_config: ecfg,
@@ -1463,6 +1467,7 @@ impl Driver {
         for (_, s) in lock(&self.groups).iter() {
             crate::fork::unregister_socket(s.as_raw_fd());
         }
+        self.publisher.stop();
         crate::published::unpublish(self.local);
     }
 
@@ -1536,9 +1541,9 @@ impl Driver {
         lines.push(("rx_truncated", get(&dc.rx_truncated)));
         let same_host = self.same_host.stat_lines();
         lines.extend(same_host.iter().map(|(k, v)| (k.as_str(), *v)));
-        if let Err(e) = crate::published::publish(self.local, &lines) {
-            tracing::debug!(error = %e, "cannot publish counters");
-        }
+        // Written by another thread: a file-system call may block for long
+        // (`crate::publisher`).
+        self.publisher.offer(&lines);
         None
     }
 }
