@@ -530,13 +530,21 @@ impl Driver {
             ),
         });
         let for_thread = Arc::clone(&driver);
+        let slice = config.progress_slice;
         // The progress thread takes no signals: a signal sent to the process (an alarm that
         // ends a program's wait) goes to a thread of the application, as it would without
         // softverbs. It inherits the mask it is spawned with.
         let spawned = sys::with_signals_blocked(|| {
             std::thread::Builder::new()
                 .name(format!("softverbs-{}", local.port()))
-                .spawn(move || progress_thread(for_thread))
+                .spawn(move || {
+                    // A shorter slice lets a woken progress thread run sooner on a busy
+                    // CPU (docs/loss-recovery.md, session 7).
+                    if !slice.is_zero() {
+                        sys::set_sched_slice(slice);
+                    }
+                    progress_thread(for_thread)
+                })
         });
         let handle = spawned.map_err(io_err("spawn progress thread"))?;
         *lock(&driver.thread) = Some(handle);
