@@ -1383,6 +1383,12 @@ impl Driver {
         (until > now).then(|| Duration::from_nanos(until - now))
     }
 
+    /// Whether the progress thread leaves the socket to application threads now (a hand-off
+    /// to pollers or to a busy stream, [`Driver::keep_handoff_busy`]).
+    pub(crate) fn socket_handed_over(&self) -> bool {
+        self.poller_handoff().is_some()
+    }
+
     /// The device's socket, for a thread that blocks watching it ([`Driver::watch_blocked`]).
     pub(crate) fn socket_fd(&self) -> std::os::fd::RawFd {
         self.socket.as_raw_fd()

@@ -382,8 +382,15 @@ impl RdmaStream {
     fn poll_cq(&self, core: &mut StreamCore, spinning: bool) {
         let mut wcs = [WorkCompletion::default(); 32];
         let mut reposts = 0u32;
+        let mut first = true;
         loop {
-            let n = self.cq.poll_receiving(&mut wcs, spinning, false);
+            // First what waits on the socket, should it be handed over (a busy stream
+            // keeps it: `Driver::keep_handoff_busy`): every message that arrived is seen.
+            let n = if std::mem::take(&mut first) {
+                self.cq.poll_received(&mut wcs, spinning, false)
+            } else {
+                self.cq.poll_receiving(&mut wcs, spinning, false)
+            };
             self.handled.fetch_add(n as u64, Ordering::Relaxed);
             for wc in &wcs[..n] {
                 reposts += u32::from(self.complete(core, wc));
