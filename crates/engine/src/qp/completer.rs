@@ -346,10 +346,7 @@ impl Completer {
         {
             return;
         }
-        let mut from = prev;
-        while expected.before(from) && !self.sr.has(from.sub(1)) {
-            from = from.sub(1);
-        }
+        let from = self.hole_start(expected, prev, |_| false);
         if from == expected {
             return; // the first hole: asked for as the response after it came
         }
@@ -395,14 +392,22 @@ impl Completer {
         {
             return;
         }
-        let mut from = prev;
-        while expected.before(from) && !self.sr.has(from.sub(1)) && !asked(from.sub(1)) {
-            from = from.sub(1);
-        }
+        let from = self.hole_start(expected, prev, asked);
         self.later_holes_asked = Some((psn, now));
         self.recovery.on_resend_range(now, from, psn);
         self.resent = true;
         v.selective = Some((from, psn));
+    }
+
+    /// The first PSN of the hole that ends at `last` (missing): walks back while
+    /// the PSN before is missing too, neither before `expected` (the READ's next
+    /// response in order) nor onto a PSN `stop` says is taken care of.
+    fn hole_start(&self, expected: Psn, last: Psn, stop: impl Fn(Psn) -> bool) -> Psn {
+        let mut from = last;
+        while expected.before(from) && !self.sr.has(from.sub(1)) && !stop(from.sub(1)) {
+            from = from.sub(1);
+        }
+        from
     }
 
     /// The early timer's probe, with a selective-repeat peer, when the READ at
@@ -452,7 +457,7 @@ impl Completer {
     /// Whether `psn`, a READ response missing, was asked for again within about a
     /// round trip (with the other holes of its READ): its repair is on its way.
     fn hole_asked(&self, psn: Psn, now: Instant) -> bool {
-        let srtt = self.recovery.srtt().unwrap_or(core::time::Duration::ZERO);
+        let srtt = self.recovery.srtt().unwrap_or_default();
         if self
             .later_holes_asked
             .is_some_and(|(below, at)| psn.before(below) && now - at < 2 * srtt)
@@ -471,7 +476,7 @@ impl Completer {
     /// Whether a READ was asked again less than half a round trip ago: what
     /// arrives now answers an earlier request, not that one.
     fn just_asked(&self, now: Instant) -> bool {
-        let srtt = self.recovery.srtt().unwrap_or(core::time::Duration::ZERO);
+        let srtt = self.recovery.srtt().unwrap_or_default();
         self.read_asked_at.is_some_and(|at| now - at < srtt / 2)
     }
 
@@ -596,7 +601,7 @@ impl Completer {
         let until = if held > 0 { seen } else { seen.next() };
         // Holes resent by a walk more than a round trip ago and still missing were
         // lost again (RFC 8985's idea, per walk): this walk covers them too.
-        let srtt = self.recovery.srtt().unwrap_or(core::time::Duration::ZERO);
+        let srtt = self.recovery.srtt().unwrap_or_default();
         let stale = self.walked_at.is_none_or(|at| now - at > srtt + srtt / 4);
         // A report of a packet first sent after the last walk went out shows the
         // holes that walk resent and the responder still lacks lost again (RFC
