@@ -205,8 +205,12 @@ pub(crate) struct Driver {
     /// `crate::ack_hold`); zero: not at all.
     ack_hold: Duration,
     /// When (nanoseconds since `epoch`, plus one; 0: never) an application thread last
-    /// received on the socket from an empty CQ poll ([`Driver::try_progress`]).
+    /// received on the socket from an empty CQ poll ([`Driver::try_progress`]), or later:
+    /// a busy stream dates it ahead ([`Driver::keep_handoff_busy`]).
     app_polled_at: AtomicU64,
+    /// When (as `app_polled_at`) an application thread last looked at the socket
+    /// ([`Driver::try_progress`]); see [`Driver::keep_handoff_busy`].
+    app_looked_at: AtomicU64,
     /// The progress thread sleeps without watching the socket (a hand-off to pollers).
     socket_unwatched: AtomicBool,
     /// Whether `State::held` is not 0 (read without the lock).
@@ -505,6 +509,7 @@ impl Driver {
             poll_handoff: config.poll_handoff,
             ack_hold: config.ack_hold,
             app_polled_at: AtomicU64::new(0),
+            app_looked_at: AtomicU64::new(0),
             socket_unwatched: AtomicBool::new(false),
             acks_held: AtomicBool::new(false),
             progress_hold_until: AtomicU64::new(0),
@@ -1237,6 +1242,7 @@ impl Driver {
     pub(crate) fn try_progress(self: &Arc<Self>, spinning: bool) -> bool {
         self.release_all_held_acks();
         let now = self.now().as_nanos();
+        self.app_looked_at.store(now + 1, Ordering::Release);
         let in_loop = STREAK.with(|s| {
             let mut streak = s.get();
             let v = streak.empty_poll(self.identity(), now);
@@ -1245,7 +1251,7 @@ impl Driver {
         });
         // A loop starts the hand-off; any empty poll of a spinning thread prolongs it.
         if spinning && (in_loop || self.poller_handoff().is_some()) {
-            self.app_polled_at.store(now + 1, Ordering::Release);
+            self.app_polled_at.fetch_max(now + 1, Ordering::AcqRel);
         }
         // The progress thread wakes by the end of the hand-off at the latest and sends
         // what is held then: that bounds the hold.
@@ -1267,6 +1273,48 @@ impl Driver {
             self.finish(deferred);
         }
         got
+    }
+
+    /// How many times `poll_handoff` a busy stream keeps the socket handed over
+    /// ([`Driver::keep_handoff_busy`]), and at most how much longer than `poll_handoff`
+    /// (ns): a long `poll_handoff` (tests set 100 ms) is not stretched further.
+    const BUSY_HANDOFF: u64 = 10;
+    const BUSY_HANDOFF_EXTRA_MAX: u64 = 450_000;
+
+    /// A same-host stream moving data (a read that took bytes, a write that placed some:
+    /// `crate::sock`) keeps the socket handed over to application threads
+    /// ([`Driver::poller_handoff`]) for [`Driver::BUSY_HANDOFF`] times `poll_handoff`
+    /// (500 µs by default).
+    /// In a bulk transfer each side's progress thread otherwise sleeps on the socket and
+    /// is woken for every datagram (the peer's header-only WRITE WITH IMM at the reader,
+    /// each ACK at the writer), a context switch that on a host with few cores preempts
+    /// the stream's own threads, and whose wake-up the peer's sending thread pays for in
+    /// its `sendmmsg`. Under the hand-off the datagrams wait in the socket and the
+    /// stream's thread receives them in batches (one ACK for each: IBA 9.7.5.1.6). It
+    /// looks at the socket itself (receiving, firing due timers) whenever no application
+    /// thread did for `poll_handoff`, so the peer's completions, other QPs' traffic and
+    /// the timers wait no longer than that while the stream is in use; a stream that
+    /// stops calling lets the hand-off lapse, then the progress thread watches again.
+    pub(crate) fn keep_handoff_busy(self: &Arc<Self>) {
+        if self.poll_handoff.is_zero() {
+            return;
+        }
+        let now = self.now().as_nanos();
+        let handoff = self.poll_handoff.as_nanos() as u64;
+        // The hand-off lasts `poll_handoff` from the date in `app_polled_at`: dated
+        // ahead, it lasts longer. (Pollers and blocked watchers only ever move that date
+        // later; arming a CQ still ends the hand-off at once.)
+        let ahead = handoff
+            .saturating_mul(Self::BUSY_HANDOFF - 1)
+            .min(Self::BUSY_HANDOFF_EXTRA_MAX);
+        self.app_polled_at
+            .fetch_max(now.saturating_add(ahead) + 1, Ordering::SeqCst);
+        let looked = self.app_looked_at.load(Ordering::Acquire);
+        if looked == 0 || now.saturating_sub(looked - 1) >= handoff {
+            // Not as a spinner: what it receives is acknowledged at once (this thread's
+            // answer, if any, is not coming now).
+            self.try_progress(false);
+        }
     }
 
     /// A poll by the calling thread found completions: its run of empty polls is over
@@ -1347,6 +1395,12 @@ impl Driver {
         (until > now).then(|| Duration::from_nanos(until - now))
     }
 
+    /// Whether the progress thread leaves the socket to application threads now (a hand-off
+    /// to pollers or to a busy stream, [`Driver::keep_handoff_busy`]).
+    pub(crate) fn socket_handed_over(&self) -> bool {
+        self.poller_handoff().is_some()
+    }
+
     /// The device's socket, for a thread that blocks watching it ([`Driver::watch_blocked`]).
     pub(crate) fn socket_fd(&self) -> std::os::fd::RawFd {
         self.socket.as_raw_fd()
@@ -1400,7 +1454,7 @@ impl Driver {
             return;
         }
         let now = self.now().as_nanos();
-        self.app_polled_at.store(now + 1, Ordering::SeqCst);
+        self.app_polled_at.fetch_max(now + 1, Ordering::SeqCst);
         if self.socket_unwatched.load(Ordering::SeqCst) {
             let mut armed = lock(&self.handoff_timer_armed);
             *armed = true;
