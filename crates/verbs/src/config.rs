@@ -52,11 +52,18 @@ pub struct Config {
     /// While an application thread polled a CQ (and so received from the socket itself)
     /// less than this long ago, the progress thread leaves the socket to it and does not
     /// wake for arriving datagrams (zero: it always does). See `Driver::poller_handoff`.
+    /// A same-host stream that moves data keeps the socket ten times as long (at most
+    /// 450 µs more): `Driver::keep_handoff_busy`.
     pub poll_handoff: Duration,
     /// How long the progress thread keeps the ACK of a lone RDMA WRITE it placed into
     /// memory back for the answer of a thread spinning on that memory (zero: it sends it
     /// at once). See `crate::ack_hold`.
     pub ack_hold: Duration,
+    /// The scheduler slice the progress thread asks for (Linux 6.12+ EEVDF,
+    /// `sched_attr::sched_runtime`, which the kernel clamps to 0.1-100 ms; zero: the
+    /// kernel's default). A short slice lets the thread run sooner when a datagram wakes
+    /// it on a busy CPU; it buys no more CPU time (see docs/loss-recovery.md, session 7).
+    pub progress_slice: Duration,
     /// Fault injection.
     pub faults: Option<FaultConfig>,
     /// Packet capture file.
@@ -121,6 +128,7 @@ impl Default for Config {
             busy_poll: Duration::ZERO,
             poll_handoff: Duration::from_micros(50),
             ack_hold: Duration::from_micros(50),
+            progress_slice: Duration::ZERO,
             faults: None,
             pcap: None,
             icrc: IcrcPolicy::Enforce,
@@ -204,6 +212,9 @@ impl Config {
         }
         if let Some(d) = micros("SOFTVERBS_ACK_HOLD")? {
             c.ack_hold = d;
+        }
+        if let Some(d) = micros("SOFTVERBS_PROGRESS_SLICE")? {
+            c.progress_slice = d;
         }
         if let Some(v) = get("SOFTVERBS_FAULTS") {
             c.faults = Some(parse_faults(&v).map_err(|why| err("SOFTVERBS_FAULTS", &v, why))?);
@@ -326,6 +337,7 @@ mod tests {
             ("SOFTVERBS_BUSY_POLL", "50"),
             ("SOFTVERBS_POLL_HANDOFF", "0"),
             ("SOFTVERBS_ACK_HOLD", "0"),
+            ("SOFTVERBS_PROGRESS_SLICE", "300"),
             ("SOFTVERBS_FAULTS", "loss=0.05, dup=0.01,seed=9"),
             ("SOFTVERBS_PCAP", "/tmp/x.pcap"),
             ("SOFTVERBS_ICRC", "count"),
@@ -349,6 +361,7 @@ mod tests {
         assert_eq!(c.busy_poll, Duration::from_micros(50));
         assert_eq!(c.poll_handoff, Duration::ZERO);
         assert_eq!(c.ack_hold, Duration::ZERO);
+        assert_eq!(c.progress_slice, Duration::from_micros(300));
         let f = c.faults.unwrap();
         assert_eq!((f.loss, f.duplicate, f.seed), (0.05, 0.01, 9));
         assert_eq!(c.pcap.as_deref(), Some(std::path::Path::new("/tmp/x.pcap")));
@@ -372,6 +385,7 @@ mod tests {
         assert!(cfg(&[("SOFTVERBS_SOCKET_BUFFER", "0")]).is_err());
         assert!(cfg(&[("SOFTVERBS_POLL_HANDOFF", "soon")]).is_err());
         assert!(cfg(&[("SOFTVERBS_ACK_HOLD", "-5")]).is_err());
+        assert!(cfg(&[("SOFTVERBS_PROGRESS_SLICE", "short")]).is_err());
         assert!(cfg(&[("SOFTVERBS_SELECTIVE_REPEAT", "sometimes")]).is_err());
         assert!(cfg(&[("SOFTVERBS_CM_PACKET_LIFE_TIME", "31")]).is_err());
         assert!(cfg(&[("SOFTVERBS_CM_PACKET_LIFE_TIME", "-1")]).is_err());

@@ -119,6 +119,26 @@ impl Cq {
         }
     }
 
+    /// [`Cq::poll_receiving`] that receives what waits on the device's socket first, even
+    /// when the CQ holds completions already, while the socket is handed over to
+    /// application threads (`Driver::socket_handed_over`): datagrams then wait there rather
+    /// than in the CQ, and a caller that must see everything that arrived (a stream's
+    /// poll: `MSG_PEEK` shows every message that arrived) receives them itself.
+    pub(crate) fn poll_received(
+        &self,
+        out: &mut [WorkCompletion],
+        spinning: bool,
+        ends_handoff: bool,
+    ) -> usize {
+        match self.inner.ctx.device.driver() {
+            Ok(d) if d.socket_handed_over() => {
+                d.try_progress(spinning);
+                self.poll_receiving(out, spinning, ends_handoff)
+            }
+            _ => self.poll_receiving(out, spinning, ends_handoff),
+        }
+    }
+
     /// The driver of the CQ's device (`None` in a child that inherited it by fork).
     pub(crate) fn driver(&self) -> Option<&Arc<crate::driver::Driver>> {
         self.inner.ctx.device.driver().ok()

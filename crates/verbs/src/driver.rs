@@ -213,8 +213,12 @@ pub(crate) struct Driver {
     /// `crate::ack_hold`); zero: not at all.
     ack_hold: Duration,
     /// When (nanoseconds since `epoch`, plus one; 0: never) an application thread last
-    /// received on the socket from an empty CQ poll ([`Driver::try_progress`]).
+    /// received on the socket from an empty CQ poll ([`Driver::try_progress`]), or later:
+    /// a busy stream dates it ahead ([`Driver::keep_handoff_busy`]).
     app_polled_at: AtomicU64,
+    /// When (as `app_polled_at`) an application thread last looked at the socket
+    /// ([`Driver::try_progress`]); see [`Driver::keep_handoff_busy`].
+    app_looked_at: AtomicU64,
     /// The progress thread sleeps without watching the socket (a hand-off to pollers).
     socket_unwatched: AtomicBool,
     /// Whether `State::held` is not 0 (read without the lock).
@@ -252,6 +256,8 @@ pub(crate) struct Driver {
     /// When the counters were last published, and what they were.
     published_at: AtomicU64,
     published: Mutex<Option<softverbs_engine::Counters>>,
+    /// Writes them to the counter file, off the progress thread (`crate::publisher`).
+    publisher: crate::publisher::Publisher,
     /// Bytes registered in memory regions, and the most allowed.
     pub mr_bytes: AtomicU64,
     pub max_mr_bytes: u64,
@@ -537,6 +543,7 @@ impl Driver {
             poll_handoff: config.poll_handoff,
             ack_hold: config.ack_hold,
             app_polled_at: AtomicU64::new(0),
+            app_looked_at: AtomicU64::new(0),
             socket_unwatched: AtomicBool::new(false),
             acks_held: AtomicBool::new(false),
             progress_hold_until: AtomicU64::new(0),
@@ -554,6 +561,8 @@ impl Driver {
             warned_tx_error: AtomicBool::new(false),
             published_at: AtomicU64::new(0),
             published: Mutex::new(None),
+            publisher: crate::publisher::Publisher::start(local)
+                .map_err(io_err("spawn counter writer"))?,
             mr_bytes: AtomicU64::new(0),
             max_mr_bytes: config.max_mr_bytes,
             engine_config: ecfg,
@@ -564,13 +573,21 @@ impl Driver {
             ),
         });
         let for_thread = Arc::clone(&driver);
+        let slice = config.progress_slice;
         // The progress thread takes no signals: a signal sent to the process (an alarm that
         // ends a program's wait) goes to a thread of the application, as it would without
         // softverbs. It inherits the mask it is spawned with.
         let spawned = sys::with_signals_blocked(|| {
             std::thread::Builder::new()
                 .name(format!("softverbs-{}", local.port()))
-                .spawn(move || progress_thread(for_thread))
+                .spawn(move || {
+                    // A shorter slice lets a woken progress thread run sooner on a busy
+                    // CPU (docs/loss-recovery.md, session 7).
+                    if !slice.is_zero() {
+                        sys::set_sched_slice(slice);
+                    }
+                    progress_thread(for_thread)
+                })
         });
         let handle = spawned.map_err(io_err("spawn progress thread"))?;
         *lock(&driver.thread) = Some(handle);
@@ -1263,6 +1280,7 @@ impl Driver {
     pub(crate) fn try_progress(self: &Arc<Self>, spinning: bool) -> bool {
         self.release_all_held_acks();
         let now = self.now().as_nanos();
+        self.app_looked_at.store(now + 1, Ordering::Release);
         let (in_loop, leaves) = STREAK.with(|s| {
             let mut streak = s.get();
             let v = streak.empty_poll(self.identity(), now);
@@ -1271,7 +1289,7 @@ impl Driver {
         });
         // A loop starts the hand-off; any empty poll of a spinning thread prolongs it.
         if spinning && (in_loop || self.poller_handoff().is_some()) {
-            self.app_polled_at.store(now + 1, Ordering::SeqCst);
+            self.app_polled_at.fetch_max(now + 1, Ordering::SeqCst);
             self.push_handoff_timer(now);
             if in_loop && !leaves {
                 self.take_socket_from_progress();
@@ -1297,6 +1315,48 @@ impl Driver {
             self.finish(deferred);
         }
         got
+    }
+
+    /// How many times `poll_handoff` a busy stream keeps the socket handed over
+    /// ([`Driver::keep_handoff_busy`]), and at most how much longer than `poll_handoff`
+    /// (ns): a long `poll_handoff` (tests set 100 ms) is not stretched further.
+    const BUSY_HANDOFF: u64 = 10;
+    const BUSY_HANDOFF_EXTRA_MAX: u64 = 450_000;
+
+    /// A same-host stream moving data (a read that took bytes, a write that placed some:
+    /// `crate::sock`) keeps the socket handed over to application threads
+    /// ([`Driver::poller_handoff`]) for [`Driver::BUSY_HANDOFF`] times `poll_handoff`
+    /// (500 µs by default).
+    /// In a bulk transfer each side's progress thread otherwise sleeps on the socket and
+    /// is woken for every datagram (the peer's header-only WRITE WITH IMM at the reader,
+    /// each ACK at the writer), a context switch that on a host with few cores preempts
+    /// the stream's own threads, and whose wake-up the peer's sending thread pays for in
+    /// its `sendmmsg`. Under the hand-off the datagrams wait in the socket and the
+    /// stream's thread receives them in batches (one ACK for each: IBA 9.7.5.1.6). It
+    /// looks at the socket itself (receiving, firing due timers) whenever no application
+    /// thread did for `poll_handoff`, so the peer's completions, other QPs' traffic and
+    /// the timers wait no longer than that while the stream is in use; a stream that
+    /// stops calling lets the hand-off lapse, then the progress thread watches again.
+    pub(crate) fn keep_handoff_busy(self: &Arc<Self>) {
+        if self.poll_handoff.is_zero() {
+            return;
+        }
+        let now = self.now().as_nanos();
+        let handoff = self.poll_handoff.as_nanos() as u64;
+        // The hand-off lasts `poll_handoff` from the date in `app_polled_at`: dated
+        // ahead, it lasts longer. (Pollers and blocked watchers only ever move that date
+        // later; arming a CQ still ends the hand-off at once.)
+        let ahead = handoff
+            .saturating_mul(Self::BUSY_HANDOFF - 1)
+            .min(Self::BUSY_HANDOFF_EXTRA_MAX);
+        self.app_polled_at
+            .fetch_max(now.saturating_add(ahead) + 1, Ordering::SeqCst);
+        let looked = self.app_looked_at.load(Ordering::Acquire);
+        if looked == 0 || now.saturating_sub(looked - 1) >= handoff {
+            // Not as a spinner: what it receives is acknowledged at once (this thread's
+            // answer, if any, is not coming now).
+            self.try_progress(false);
+        }
     }
 
     /// A poll by the calling thread found completions: its run of empty polls is over
@@ -1469,6 +1529,12 @@ impl Driver {
         }
     }
 
+    /// Whether the progress thread leaves the socket to application threads now (a hand-off
+    /// to pollers or to a busy stream, [`Driver::keep_handoff_busy`]).
+    pub(crate) fn socket_handed_over(&self) -> bool {
+        self.poller_handoff().is_some()
+    }
+
     /// The device's socket, for a thread that blocks watching it ([`Driver::watch_blocked`]).
     pub(crate) fn socket_fd(&self) -> std::os::fd::RawFd {
         self.socket.as_raw_fd()
@@ -1522,7 +1588,7 @@ impl Driver {
             return;
         }
         let now = self.now().as_nanos();
-        self.app_polled_at.store(now + 1, Ordering::SeqCst);
+        self.app_polled_at.fetch_max(now + 1, Ordering::SeqCst);
         if self.socket_unwatched.load(Ordering::SeqCst) {
             let mut armed = lock(&self.handoff_timer_armed);
             *armed = true;
@@ -1597,6 +1663,7 @@ impl Driver {
         for (_, s) in lock(&self.groups).iter() {
             crate::fork::unregister_socket(s.as_raw_fd());
         }
+        self.publisher.stop();
         crate::published::unpublish(self.local);
     }
 
@@ -1676,9 +1743,9 @@ impl Driver {
         lines.push(("rx_truncated", get(&dc.rx_truncated)));
         let same_host = self.same_host.stat_lines();
         lines.extend(same_host.iter().map(|(k, v)| (k.as_str(), *v)));
-        if let Err(e) = crate::published::publish(self.local, &lines) {
-            tracing::debug!(error = %e, "cannot publish counters");
-        }
+        // Written by another thread: a file-system call may block for long
+        // (`crate::publisher`).
+        self.publisher.offer(&lines);
         None
     }
 }

@@ -32,6 +32,7 @@ mod gid;
 mod mw;
 mod pd;
 pub mod published;
+mod publisher;
 mod qp;
 pub mod samehost;
 pub mod sock;

@@ -878,6 +878,64 @@ pub fn set_timer_slack(slack: Duration) {
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, ns, 0, 0, 0) };
 }
 
+/// `struct sched_attr` of `sched_setattr(2)`, as far as its first version (48 bytes).
+#[repr(C)]
+#[derive(Default)]
+struct SchedAttr {
+    size: u32,
+    policy: u32,
+    flags: u64,
+    nice: i32,
+    priority: u32,
+    runtime: u64,
+    deadline: u64,
+    period: u64,
+}
+
+/// Asks the scheduler for a slice of `slice` for the calling thread, if it runs under a
+/// fair policy (`SCHED_OTHER`, `SCHED_BATCH`): Linux 6.12's EEVDF takes a fair task's
+/// `sched_runtime` as its slice (clamped to 0.1-100 ms), which needs no privilege; older
+/// kernels ignore it. The thread's policy and nice value stay as they are. Returns the
+/// slice the kernel then reports (`None` where it cannot say).
+pub fn set_sched_slice(slice: Duration) -> Option<Duration> {
+    let size = std::mem::size_of::<SchedAttr>() as u32;
+    let mut attr = SchedAttr::default();
+    // SAFETY: sched_getattr writes at most `size` bytes into the live `attr`.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_sched_getattr,
+            0,
+            &mut attr as *mut SchedAttr,
+            size,
+            0,
+        )
+    };
+    if r != 0
+        || !(attr.policy == libc::SCHED_OTHER as u32 || attr.policy == libc::SCHED_BATCH as u32)
+    {
+        return None;
+    }
+    attr.size = size;
+    attr.flags = 0;
+    attr.runtime = slice.as_nanos().min(u128::from(u64::MAX)) as u64;
+    // SAFETY: sched_setattr reads the live, fully initialised `attr`.
+    let r = unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &attr as *const SchedAttr, 0) };
+    if r != 0 {
+        return None;
+    }
+    // SAFETY: as above.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_sched_getattr,
+            0,
+            &mut attr as *mut SchedAttr,
+            size,
+            0,
+        )
+    };
+    (r == 0).then(|| Duration::from_nanos(attr.runtime))
+}
+
 /// Runs `f` with every signal blocked on the calling thread (threads it spawns inherit the
 /// mask), then restores the mask.
 pub fn with_signals_blocked<R>(f: impl FnOnce() -> R) -> R {

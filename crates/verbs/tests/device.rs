@@ -487,3 +487,114 @@ fn registration_refuses_what_the_kernel_refuses() {
     let full = pd.reg_mr(vec![0u8; cap as usize], all_access()).unwrap();
     drop(full);
 }
+
+/// `struct sched_attr` of `sched_setattr(2)`, first version (48 bytes).
+#[repr(C)]
+#[derive(Default, Debug)]
+struct SchedAttr {
+    size: u32,
+    policy: u32,
+    flags: u64,
+    nice: i32,
+    priority: u32,
+    runtime: u64,
+    deadline: u64,
+    period: u64,
+}
+
+/// The `sched_runtime` (the EEVDF slice of a fair task) thread `tid` reports.
+fn sched_runtime(tid: libc::pid_t) -> Option<u64> {
+    let mut attr = SchedAttr::default();
+    let size = std::mem::size_of::<SchedAttr>() as u32;
+    // SAFETY: sched_getattr writes at most `size` bytes into the live `attr`.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_sched_getattr,
+            tid,
+            &mut attr as *mut SchedAttr,
+            size,
+            0,
+        )
+    };
+    (r == 0).then_some(attr.runtime)
+}
+
+/// Whether this kernel takes a fair task's `sched_runtime` as its slice (Linux 6.12+):
+/// a scratch thread asks for 300 µs and reads back what it got.
+fn kernel_takes_fair_slices() -> bool {
+    std::thread::spawn(|| {
+        let size = std::mem::size_of::<SchedAttr>() as u32;
+        let mut attr = SchedAttr::default();
+        // SAFETY: as in `sched_runtime`, for the calling thread.
+        unsafe {
+            libc::syscall(
+                libc::SYS_sched_getattr,
+                0,
+                &mut attr as *mut SchedAttr,
+                size,
+                0,
+            )
+        };
+        attr.size = size;
+        attr.runtime = 300_000;
+        // SAFETY: sched_setattr reads the live, initialised `attr`.
+        let r = unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &attr as *const SchedAttr, 0) };
+        r == 0 && sched_runtime(0) == Some(300_000)
+    })
+    .join()
+    .unwrap()
+}
+
+/// The slices the progress threads of this process's devices report, by thread.
+fn progress_thread_slices() -> Vec<(libc::pid_t, Option<u64>)> {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|e| {
+            let tid: libc::pid_t = e.ok()?.file_name().to_str()?.parse().ok()?;
+            let comm = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")).ok()?;
+            comm.starts_with("softverbs-")
+                .then(|| (tid, sched_runtime(tid)))
+        })
+        .collect()
+}
+
+/// `SOFTVERBS_PROGRESS_SLICE`: the progress thread asks the scheduler for that slice, so a
+/// datagram that wakes it on a busy CPU waits less for it (docs/loss-recovery.md,
+/// session 7). No other test configures one, so a thread with exactly this slice is this
+/// device's.
+#[test]
+fn the_progress_thread_asks_for_the_configured_slice() {
+    if !kernel_takes_fair_slices() {
+        eprintln!(
+            "SKIPPED the_progress_thread_asks_for_the_configured_slice: this kernel does not \
+             take sched_runtime as a fair task's slice (Linux 6.12+ does)"
+        );
+        return;
+    }
+    const SLICE: u64 = 170_000;
+    let before = progress_thread_slices();
+    assert!(before.iter().all(|(_, s)| *s != Some(SLICE)), "{before:?}");
+    let ctx = Device::with_config(
+        "slice",
+        Config {
+            progress_slice: Duration::from_nanos(SLICE),
+            ..Config::default()
+        },
+    )
+    .open()
+    .unwrap();
+    // The thread sets it as it starts: give it a moment (bounded), on counters, not time.
+    let mut found = Vec::new();
+    for _ in 0..2000 {
+        found = progress_thread_slices();
+        if found.iter().any(|(_, s)| *s == Some(SLICE)) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(
+        found.iter().any(|(_, s)| *s == Some(SLICE)),
+        "no progress thread asked for {SLICE} ns: {found:?}"
+    );
+    drop(ctx);
+}

@@ -1271,19 +1271,20 @@ fn a_held_write_ack_leaves_when_nobody_answers() {
 }
 
 /// Polls `end`'s CQ (a loop) until its progress thread, woken to leave the socket to the
-/// loop, went to sleep again, at most `limit`: a progress thread that wakes later (on a
-/// loaded host) sends what the loop holds by then.
+/// loop, went to sleep again (at most `limit`; 5 ms if the loop does not wake it: it was
+/// not asleep on the socket). A progress thread that wakes later (on a loaded host) sends
+/// what the loop holds by then.
 fn poll_until_progress_left(end: &End, limit: Duration) {
-    let taken = end.ctx.device_counters().socket_taken_from_progress;
+    let before = end.ctx.device_counters();
     let start = std::time::Instant::now();
-    let mut slept = None;
     while start.elapsed() < limit {
         assert_eq!(end.cq.poll(&mut []), 0);
         let c = end.ctx.device_counters();
-        match slept {
-            None if c.socket_taken_from_progress > taken => slept = Some(c.progress_sleeps),
-            Some(n) if c.progress_sleeps > n => return,
-            _ => {}
+        let taken = c.socket_taken_from_progress > before.socket_taken_from_progress;
+        if taken && c.progress_sleeps > before.progress_sleeps
+            || !taken && start.elapsed() > Duration::from_millis(5)
+        {
+            return;
         }
     }
 }

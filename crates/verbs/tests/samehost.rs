@@ -424,7 +424,7 @@ fn write_send_write_imm_read_by_the_same_host_path() {
     assert_eq!(counter(&r.ctx, "same_host_bytes_read"), LEN as u64);
     let qp_line = format!("same_host_qp_{:#x}", r.qp.qpn().value());
     assert_eq!(counter(&r.ctx, &qp_line), 1);
-    // `softverbs stat` sees them too (published by the progress thread).
+    // `softverbs stat` sees them too (published by the device's counter writer).
     let pid = std::process::id();
     wait_until("published counters", || {
         softverbs::published::read_published().iter().any(|p| {

@@ -382,8 +382,15 @@ impl RdmaStream {
     fn poll_cq(&self, core: &mut StreamCore, spinning: bool) {
         let mut wcs = [WorkCompletion::default(); 32];
         let mut reposts = 0u32;
+        let mut first = true;
         loop {
-            let n = self.cq.poll_receiving(&mut wcs, spinning, false);
+            // First what waits on the socket, should it be handed over (a busy stream
+            // keeps it: `Driver::keep_handoff_busy`): every message that arrived is seen.
+            let n = if std::mem::take(&mut first) {
+                self.cq.poll_received(&mut wcs, spinning, false)
+            } else {
+                self.cq.poll_receiving(&mut wcs, spinning, false)
+            };
             self.handled.fetch_add(n as u64, Ordering::Relaxed);
             for wc in &wcs[..n] {
                 reposts += u32::from(self.complete(core, wc));
@@ -699,6 +706,7 @@ impl RdmaStream {
             got += n;
         }
         if got > 0 {
+            self.keep_socket_while_busy();
             // Reading freed room: the peer may be waiting for a grant.
             self.post_pending(core)?;
             return Ok(got);
@@ -710,7 +718,22 @@ impl RdmaStream {
     }
 
     pub(crate) fn write_locked(&self, core: &mut StreamCore, buf: &[u8]) -> io::Result<usize> {
-        self.post_chunks(core, buf, |core, _, want| core.start_data(want))
+        let done = self.post_chunks(core, buf, |core, _, want| core.start_data(want))?;
+        if done > 0 {
+            self.keep_socket_while_busy();
+        }
+        Ok(done)
+    }
+
+    /// A same-host stream that moves data keeps its device's socket for its threads
+    /// (`Driver::keep_handoff_busy`): in a bulk transfer the peer's messages and ACKs
+    /// wait there to be received in batches, where each would wake the progress thread.
+    fn keep_socket_while_busy(&self) {
+        if self.qp.uses_same_host() {
+            if let Some(d) = self.cq.driver() {
+                d.keep_handoff_busy();
+            }
+        }
     }
 
     /// Posts `buf` in rsend's chunk schedule while `start(core, bytes_done, want)` grants
