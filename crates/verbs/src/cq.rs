@@ -92,6 +92,12 @@ impl Cq {
                     let n = self.poll_ready(out);
                     if n > 0 {
                         d.note_found(ends_handoff);
+                    } else {
+                        // An empty poll all the same, which ends now: receiving a backlog
+                        // (what waited in the socket while the thread was away) may take
+                        // longer than a loop's gap, and counted from its start the next
+                        // poll looked like no loop.
+                        d.note_poll_ended();
                     }
                     n
                 }

@@ -980,19 +980,54 @@ fn a_thread_that_spins_on_memory_after_its_poll_loops_ends_the_hand_off() {
             &sges,
         );
         a.qp.post_send(&wr).unwrap();
-        // B only sleeps now: only its progress thread can take the WRITE in.
-        if landed_within(&b.mr, at, &bytes, Duration::from_secs(2)) {
+        // B only sleeps now: only its progress thread can take the WRITE in. Not for
+        // long: A's WRITE waits unacknowledged meanwhile, and A retries it every 67 ms
+        // (timeout 14) 7 times at most; an attempt that outlasted that (2 s, once) left
+        // A's QP in error, and every later attempt failed with it.
+        if landed_within(&b.mr, at, &bytes, Duration::from_millis(200)) {
             assert!(b.ctx.device_counters().rx_by_progress_thread > before.rx_by_progress_thread);
             let wcs = a.cq.wait_for(attempt as usize + 1, WAIT);
             assert_eq!(wcs.len() as u64, attempt + 1);
             assert!(wcs.iter().all(|wc| wc.status == WcStatus::Success));
             return;
         }
+        eprintln!(
+            "attempt {attempt}: A's WRITE did not land; B's counters {:?}; threads {}",
+            b.ctx.device_counters(),
+            thread_syscalls()
+        );
     }
+    let mut wcs = [WorkCompletion::default(); 8];
+    let n = a.cq.poll(&mut wcs);
     panic!(
-        "B came back to its CQ late five times and the hand-off never ended: {:?}",
-        b.ctx.device_counters()
+        "B came back to its CQ late five times and the hand-off never ended: {:?}; A's \
+         completions: {:?}",
+        b.ctx.device_counters(),
+        wcs[..n]
+            .iter()
+            .map(|wc| (wc.wr_id, wc.status))
+            .collect::<Vec<_>>()
     );
+}
+
+/// Each of this process's threads named `softverbs-*` (the progress threads) with the
+/// system call it sleeps in (`/proc/self/task/*/syscall`: 271 ppoll, 7 poll, 202 futex).
+fn thread_syscalls() -> String {
+    let mut out = String::new();
+    for task in std::fs::read_dir("/proc/self/task")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if !comm.starts_with("softverbs-") {
+            continue;
+        }
+        let call = std::fs::read_to_string(task.path().join("syscall")).unwrap_or_default();
+        let call = call.split_whitespace().next().unwrap_or("?");
+        out += &format!("{}: syscall {call}; ", comm.trim());
+    }
+    out
 }
 
 /// Whether `mr` holds `want` at `offset` within `limit` (sleeping, not polling).
