@@ -4,76 +4,8 @@ use softverbs::error::ModifyQpError;
 use softverbs::*;
 use std::time::Duration;
 
-pub struct End {
-    pub ctx: Context,
-    pub pd: Pd,
-    pub cq: Cq,
-    pub qp: Qp,
-    pub mr: Mr<Vec<u8>>,
-}
-
-fn all_access() -> AccessFlags {
-    AccessFlags::LOCAL_WRITE
-        | AccessFlags::REMOTE_WRITE
-        | AccessFlags::REMOTE_READ
-        | AccessFlags::REMOTE_ATOMIC
-}
-
-/// These tests are about the UDP path: the same-host path (which two devices of one
-/// process would negotiate) is off; it has its own tests (`tests/samehost.rs`).
-fn end(config: Config) -> End {
-    let config = Config {
-        same_host: SameHostMode::Off,
-        ..config
-    };
-    let ctx = Device::with_config("test", config).open().unwrap();
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(256, None).unwrap();
-    let qp = QpBuilder::new(&pd, &cq).build().unwrap();
-    let mr = pd.reg_mr(vec![0u8; 1 << 20], all_access()).unwrap();
-    End {
-        ctx,
-        pd,
-        cq,
-        qp,
-        mr,
-    }
-}
-
-fn connect(a: &End, b: &End, mtu: Mtu) {
-    connect_with_rnr_timer(a, b, mtu, 1);
-}
-
-/// `min_rnr_timer`: the IBA code of the wait both ends ask for in their RNR NAKs.
-fn connect_with_rnr_timer(a: &End, b: &End, mtu: Mtu, min_rnr_timer: u8) {
-    for (x, y, psn) in [(a, b, 100u32), (b, a, 200u32)] {
-        x.qp.to_init(InitAttr {
-            access: all_access(),
-        })
-        .unwrap();
-        let remote =
-            RemoteQp::from_gid(y.ctx.gid(), y.qp.qpn(), if psn == 100 { 200 } else { 100 });
-        x.qp.to_rtr(RtrAttr {
-            remote,
-            mtu,
-            max_dest_rd_atomic: 16,
-            min_rnr_timer,
-        })
-        .unwrap();
-        x.qp.to_rts(RtsAttr {
-            sq_psn: psn,
-            ..RtsAttr::default()
-        })
-        .unwrap();
-    }
-}
-
-pub fn pair(config: Config) -> (End, End) {
-    let a = end(config.clone());
-    let b = end(config);
-    connect(&a, &b, Mtu::Mtu4096);
-    (a, b)
-}
+mod common;
+use common::*;
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -366,16 +298,7 @@ fn typed_transitions_through_sqd_and_reset() {
     a.qp.to_sqd(true).unwrap();
     assert_eq!(a.qp.query().qp_state, QpState::Sqd);
     // Work posted in SQD waits.
-    let sges = [a.mr.sge(0, 64)];
-    let wr = SendWr::new(
-        1,
-        SendOp::RdmaWrite {
-            remote_addr: b.mr.addr(),
-            rkey: Rkey(b.mr.rkey()),
-        },
-        &sges,
-    );
-    a.qp.post_send(&wr).unwrap();
+    post_write(&a, &b, 1, 0, 0, 64);
     assert!(a.cq.wait_for(1, Duration::from_millis(100)).is_empty());
     let deadline = std::time::Instant::now() + WAIT;
     let mut drained = false;
@@ -791,16 +714,7 @@ fn a_single_empty_poll_leaves_the_socket_to_the_progress_thread() {
     let before = b.ctx.device_counters();
     assert_eq!(b.cq.poll(&mut []), 0);
     a.mr.write(0, b"one poll");
-    let sges = [a.mr.sge(0, 8)];
-    let wr = SendWr::new(
-        1,
-        SendOp::RdmaWrite {
-            remote_addr: b.mr.addr() + 64,
-            rkey: Rkey(b.mr.rkey()),
-        },
-        &sges,
-    );
-    a.qp.post_send(&wr).unwrap();
+    post_write(&a, &b, 1, 0, 64, 8);
     let deadline = std::time::Instant::now() + WAIT;
     let mut got = [0u8; 8];
     while &got != b"one poll" {
@@ -912,16 +826,7 @@ fn a_timer_armed_while_the_progress_thread_sleeps_fires() {
     let (a, b) = (end(lossy), end(Config::default()));
     connect(&a, &b, Mtu::Mtu4096);
     a.mr.write(0, b"resent!!");
-    let sges = [a.mr.sge(0, 8)];
-    let wr = SendWr::new(
-        1,
-        SendOp::RdmaWrite {
-            remote_addr: b.mr.addr(),
-            rkey: Rkey(b.mr.rkey()),
-        },
-        &sges,
-    );
-    a.qp.post_send(&wr).unwrap();
+    post_write(&a, &b, 1, 0, 0, 8);
     await_bytes(&b.mr, 0, b"resent!!");
     let (_, _, _, drops) = a.ctx.driver_counters();
     assert!(drops > 0, "nothing was lost: the test proves nothing");
@@ -941,16 +846,7 @@ fn a_thread_that_spins_on_memory_after_its_poll_loops_ends_the_hand_off() {
     let (a, b) = pair(cfg);
     let b_write = |id: u64| {
         b.mr.write(0, &id.to_le_bytes());
-        let sges = [b.mr.sge(0, 8)];
-        let wr = SendWr::new(
-            id,
-            SendOp::RdmaWrite {
-                remote_addr: a.mr.addr() + 64,
-                rkey: Rkey(a.mr.rkey()),
-            },
-            &sges,
-        );
-        b.qp.post_send(&wr).unwrap();
+        post_write(&b, &a, id, 0, 64, 8);
         // A loop: two empty polls in a row, then the completion.
         for _ in 0..2 {
             assert_eq!(b.cq.poll(&mut []), 0);
@@ -970,16 +866,7 @@ fn a_thread_that_spins_on_memory_after_its_poll_loops_ends_the_hand_off() {
         let at = 128 + 8 * attempt as usize;
         let bytes = [b'0' + attempt as u8; 8];
         a.mr.write(256 + 8 * attempt as usize, &bytes);
-        let sges = [a.mr.sge(256 + 8 * attempt as usize, 8)];
-        let wr = SendWr::new(
-            100 + attempt,
-            SendOp::RdmaWrite {
-                remote_addr: b.mr.addr() + at as u64,
-                rkey: Rkey(b.mr.rkey()),
-            },
-            &sges,
-        );
-        a.qp.post_send(&wr).unwrap();
+        post_write(&a, &b, 100 + attempt, 256 + 8 * attempt as usize, at, 8);
         // B only sleeps now: only its progress thread can take the WRITE in. Not for
         // long: A's WRITE waits unacknowledged meanwhile, and A retries it every 67 ms
         // (timeout 14) 7 times at most; an attempt that outlasted that (2 s, once) left
@@ -1288,16 +1175,7 @@ fn a_held_write_ack_leaves_when_nobody_answers() {
     let (a, b) = pair(cfg);
     let before = b.ctx.device_counters();
     a.mr.write(0, b"no reply");
-    let sges = [a.mr.sge(0, 8)];
-    let wr = SendWr::new(
-        1,
-        SendOp::RdmaWrite {
-            remote_addr: b.mr.addr() + 64,
-            rkey: Rkey(b.mr.rkey()),
-        },
-        &sges,
-    );
-    a.qp.post_send(&wr).unwrap();
+    post_write(&a, &b, 1, 0, 64, 8);
     assert_eq!(a.cq.wait_for(1, WAIT)[0].status, WcStatus::Success);
     await_bytes(&b.mr, 64, b"no reply");
     let after = b.ctx.device_counters();
@@ -1331,16 +1209,7 @@ fn start_poll_loop(a: &End, b: &End) {
         assert_eq!(a.cq.poll(&mut []), 0);
     }
     b.mr.write(8, b"wake up!");
-    let sges = [b.mr.sge(8, 8)];
-    let wr = SendWr::new(
-        0,
-        SendOp::RdmaWrite {
-            remote_addr: a.mr.addr() + 8,
-            rkey: Rkey(a.mr.rkey()),
-        },
-        &sges,
-    );
-    b.qp.post_send(&wr).unwrap();
+    post_write(b, a, 0, 8, 8, 8);
     let deadline = std::time::Instant::now() + WAIT;
     let mut got = [0u8; 8];
     while &got != b"wake up!" {
@@ -1386,16 +1255,7 @@ fn a_poll_loop_that_goes_on_keeps_the_progress_thread_asleep() {
     assert!(after.handoff_pushes > before.handoff_pushes, "{after:?}");
     // The loop stops: once the hand-off ended, A's progress thread takes B's WRITE in.
     b.mr.write(0, b"taken in");
-    let sges = [b.mr.sge(0, 8)];
-    let wr = SendWr::new(
-        1,
-        SendOp::RdmaWrite {
-            remote_addr: a.mr.addr() + 64,
-            rkey: Rkey(a.mr.rkey()),
-        },
-        &sges,
-    );
-    b.qp.post_send(&wr).unwrap();
+    post_write(&b, &a, 1, 0, 64, 8);
     await_bytes(&a.mr, 64, b"taken in");
     assert!(a.ctx.device_counters().rx_by_progress_thread > after.rx_by_progress_thread);
     assert_eq!(b.cq.wait_for(1, WAIT)[0].status, WcStatus::Success);
@@ -1435,16 +1295,7 @@ fn a_timer_armed_under_a_pushed_hand_off_fires_after_the_poll_loop_stops() {
         seed: 1,
     }));
     a.mr.write(0, b"resent!!");
-    let sges = [a.mr.sge(0, 8)];
-    let wr = SendWr::new(
-        1,
-        SendOp::RdmaWrite {
-            remote_addr: b.mr.addr(),
-            rkey: Rkey(b.mr.rkey()),
-        },
-        &sges,
-    );
-    a.qp.post_send(&wr).unwrap();
+    post_write(&a, &b, 1, 0, 0, 8);
     // The first transmission is gone (the progress thread may be the one sending it).
     let deadline = std::time::Instant::now() + WAIT;
     while a.ctx.driver_counters().3 == drops_before {

@@ -17,64 +17,10 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+mod common;
+use common::*;
+
 const WAIT: Duration = Duration::from_secs(20);
-
-fn all_access() -> AccessFlags {
-    AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ
-}
-
-struct End {
-    ctx: Context,
-    _pd: Pd,
-    cq: Cq,
-    qp: Qp,
-    mr: Mr<Vec<u8>>,
-}
-
-fn end(config: Config) -> End {
-    let ctx = Device::with_config(
-        "stall",
-        Config {
-            same_host: SameHostMode::Off,
-            ..config
-        },
-    )
-    .open()
-    .unwrap();
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(64, None).unwrap();
-    let qp = QpBuilder::new(&pd, &cq).build().unwrap();
-    let mr = pd.reg_mr(vec![0u8; 1 << 20], all_access()).unwrap();
-    End {
-        ctx,
-        _pd: pd,
-        cq,
-        qp,
-        mr,
-    }
-}
-
-fn connect(a: &End, b: &End) {
-    for (x, y, psn) in [(a, b, 100u32), (b, a, 200u32)] {
-        x.qp.to_init(InitAttr {
-            access: all_access(),
-        })
-        .unwrap();
-        let remote = RemoteQp::from_gid(y.ctx.gid(), y.qp.qpn(), 300 - psn);
-        x.qp.to_rtr(RtrAttr {
-            remote,
-            mtu: Mtu::Mtu4096,
-            max_dest_rd_atomic: 16,
-            min_rnr_timer: 1,
-        })
-        .unwrap();
-        x.qp.to_rts(RtsAttr {
-            sq_psn: psn,
-            ..RtsAttr::default()
-        })
-        .unwrap();
-    }
-}
 
 /// Makes a FIFO at `path`: opening it to write blocks until someone opens it to read.
 fn make_fifo(path: &std::path::Path) {
@@ -130,7 +76,7 @@ fn a_responder_whose_counter_file_blocks_still_answers_reads() {
     });
     let requester = end(Config::default());
     let unblock = Unblock(fifo);
-    connect(&requester, &responder);
+    connect(&requester, &responder, Mtu::Mtu4096);
     let data: Vec<u8> = (0..256 * 1024).map(|i| (i * 7 + 3) as u8).collect();
     responder.mr.write(0, &data);
     // Several READs, 64 KiB each, as ib_read_bw posts them.

@@ -1,0 +1,92 @@
+//! The set-up the real-socket tests share: two devices of one process on loopback, each
+//! with a PD, a CQ, an RC QP and a 1 MiB region, connected to each other.
+
+#![allow(dead_code)] // each test binary uses its own part of it
+
+use softverbs::*;
+
+pub struct End {
+    pub ctx: Context,
+    pub pd: Pd,
+    pub cq: Cq,
+    pub qp: Qp,
+    pub mr: Mr<Vec<u8>>,
+}
+
+pub fn all_access() -> AccessFlags {
+    AccessFlags::LOCAL_WRITE
+        | AccessFlags::REMOTE_WRITE
+        | AccessFlags::REMOTE_READ
+        | AccessFlags::REMOTE_ATOMIC
+}
+
+/// These tests are about the UDP path: the same-host path (which two devices of one
+/// process would negotiate) is off; it has its own tests (`tests/samehost.rs`).
+pub fn end(config: Config) -> End {
+    let config = Config {
+        same_host: SameHostMode::Off,
+        ..config
+    };
+    let ctx = Device::with_config("test", config).open().unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(256, None).unwrap();
+    let qp = QpBuilder::new(&pd, &cq).build().unwrap();
+    let mr = pd.reg_mr(vec![0u8; 1 << 20], all_access()).unwrap();
+    End {
+        ctx,
+        pd,
+        cq,
+        qp,
+        mr,
+    }
+}
+
+pub fn connect(a: &End, b: &End, mtu: Mtu) {
+    connect_with_rnr_timer(a, b, mtu, 1);
+}
+
+/// `min_rnr_timer`: the IBA code of the wait both ends ask for in their RNR NAKs.
+pub fn connect_with_rnr_timer(a: &End, b: &End, mtu: Mtu, min_rnr_timer: u8) {
+    for (x, y, psn) in [(a, b, 100u32), (b, a, 200u32)] {
+        x.qp.to_init(InitAttr {
+            access: all_access(),
+        })
+        .unwrap();
+        let remote =
+            RemoteQp::from_gid(y.ctx.gid(), y.qp.qpn(), if psn == 100 { 200 } else { 100 });
+        x.qp.to_rtr(RtrAttr {
+            remote,
+            mtu,
+            max_dest_rd_atomic: 16,
+            min_rnr_timer,
+        })
+        .unwrap();
+        x.qp.to_rts(RtsAttr {
+            sq_psn: psn,
+            ..RtsAttr::default()
+        })
+        .unwrap();
+    }
+}
+
+pub fn pair(config: Config) -> (End, End) {
+    let a = end(config.clone());
+    let b = end(config);
+    connect(&a, &b, Mtu::Mtu4096);
+    (a, b)
+}
+
+/// Posts a signalled RDMA WRITE of `len` bytes at `local` in `from`'s region to `remote`
+/// in `to`'s.
+pub fn post_write(from: &End, to: &End, id: u64, local: usize, remote: usize, len: u32) {
+    let sges = [from.mr.sge(local, len)];
+    let wr = SendWr::new(
+        id,
+        SendOp::RdmaWrite {
+            remote_addr: to.mr.addr() + remote as u64,
+            rkey: Rkey(to.mr.rkey()),
+        },
+        &sges,
+    );
+    from.qp.post_send(&wr).unwrap();
+}
