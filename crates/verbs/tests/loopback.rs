@@ -602,11 +602,7 @@ fn a_thread_polling_its_cq_receives_alone_and_hands_back_when_it_stops() {
     // While an application thread polls, the progress thread leaves the socket to it
     // (no wake-up per datagram); a long hand-off makes that certain here.
     const HANDOFF: Duration = Duration::from_millis(300);
-    let cfg = Config {
-        poll_handoff: HANDOFF,
-        ..Config::default()
-    };
-    let (a, b) = pair(cfg);
+    let (a, b) = pair_with_handoff(HANDOFF);
     // A poll loop (two empty polls in a row) starts the hand-off; one poll would not.
     for cq in [&a.cq, &a.cq, &b.cq, &b.cq] {
         assert_eq!(cq.poll(&mut []), 0);
@@ -706,11 +702,7 @@ fn a_single_empty_poll_leaves_the_socket_to_the_progress_thread() {
     // moderated send completion, then spin on memory for the peer's RDMA WRITE, which
     // only the progress thread can take in. A hand-off longer than the test: had the one
     // poll started it, the WRITE would wait for it to end.
-    let cfg = Config {
-        poll_handoff: Duration::from_secs(3600),
-        ..Config::default()
-    };
-    let (a, b) = pair(cfg);
+    let (a, b) = pair_with_handoff(Duration::from_secs(3600));
     let before = b.ctx.device_counters();
     assert_eq!(b.cq.poll(&mut []), 0);
     a.mr.write(0, b"one poll");
@@ -839,11 +831,7 @@ fn a_thread_that_spins_on_memory_after_its_poll_loops_ends_the_hand_off() {
     // spins on memory for A's WRITE, which only B's progress thread can take in. A
     // hand-off longer than the test: only B's coming back late after its first loop
     // (the second loop then ends the hand-off) lets the progress thread take A's WRITE.
-    let cfg = Config {
-        poll_handoff: Duration::from_secs(3600),
-        ..Config::default()
-    };
-    let (a, b) = pair(cfg);
+    let (a, b) = pair_with_handoff(Duration::from_secs(3600));
     let b_write = |id: u64| {
         b.mr.write(0, &id.to_le_bytes());
         post_write(&b, &a, id, 0, 64, 8);
@@ -955,11 +943,7 @@ fn a_pollers_ack_leaves_behind_its_answer_in_one_send() {
     // behind it in one sendmmsg: one system call per one-way message, where the ACK used
     // to leave alone, before the application even saw the SEND (two).
     const N: u64 = 100;
-    let cfg = Config {
-        poll_handoff: Duration::from_secs(3600),
-        ..Config::default()
-    };
-    let (a, b) = pair(cfg);
+    let (a, b) = pair_with_handoff(Duration::from_secs(3600));
     for cq in [&a.cq, &a.cq, &b.cq, &b.cq] {
         assert_eq!(cq.poll(&mut []), 0);
     }
@@ -1018,11 +1002,7 @@ fn a_forked_child_leaves_the_acks_its_parent_held_alone() {
     // B's thread holds the ACK of A's SEND back when the process forks. In the child,
     // B is the parent's device: arming a CQ (which sends what the thread held) must
     // not touch its locks or its socket.
-    let cfg = Config {
-        poll_handoff: Duration::from_secs(3600),
-        ..Config::default()
-    };
-    let (a, b) = pair(cfg);
+    let (a, b) = pair_with_handoff(Duration::from_secs(3600));
     let channel = a.ctx.create_comp_channel().unwrap();
     let armed_cq = a.ctx.create_cq(4, Some(&channel)).unwrap();
     // B's loop wakes its progress thread to leave it the socket: it must be asleep again
@@ -1232,27 +1212,31 @@ fn a_poll_loop_that_goes_on_keeps_the_progress_thread_asleep() {
     // sleeps until the loop stops. Then it takes the socket back.
     const HANDOFF: Duration = Duration::from_millis(10);
     const PERIODS: u32 = 20;
-    let cfg = Config {
-        poll_handoff: HANDOFF,
-        ..Config::default()
-    };
-    let (a, b) = pair(cfg);
+    let (a, b) = pair_with_handoff(HANDOFF);
     start_poll_loop(&a, &b);
-    let before = a.ctx.device_counters();
-    let start = std::time::Instant::now();
-    while start.elapsed() < HANDOFF * PERIODS {
-        assert_eq!(a.cq.poll(&mut []), 0);
-    }
-    let after = a.ctx.device_counters();
-    let sleeps = after.progress_sleeps - before.progress_sleeps;
     // One wake-up at the end of the first period (the hand-off outlasted a sleep), and
     // one or two more for each time the loop was preempted for longer than a quarter
-    // period (a yield on a loaded host): it was one per period.
-    assert!(
-        sleeps < u64::from(PERIODS) / 2,
-        "the progress thread slept {sleeps} times in {PERIODS} hand-off periods of polling"
-    );
-    assert!(after.handoff_pushes > before.handoff_pushes, "{after:?}");
+    // period (a yield on a loaded host): it was one per period. The best of three
+    // windows, so that a host busy with other work for a while does not decide.
+    let mut sleeps_per_window = Vec::new();
+    let after = loop {
+        let before = a.ctx.device_counters();
+        let start = std::time::Instant::now();
+        while start.elapsed() < HANDOFF * PERIODS {
+            assert_eq!(a.cq.poll(&mut []), 0);
+        }
+        let after = a.ctx.device_counters();
+        sleeps_per_window.push(after.progress_sleeps - before.progress_sleeps);
+        if *sleeps_per_window.last().unwrap() < u64::from(PERIODS) / 2 {
+            assert!(after.handoff_pushes > before.handoff_pushes, "{after:?}");
+            break after;
+        }
+        assert!(
+            sleeps_per_window.len() < 3,
+            "the progress thread slept {sleeps_per_window:?} times in three windows of \
+             {PERIODS} hand-off periods of polling"
+        );
+    };
     // The loop stops: once the hand-off ended, A's progress thread takes B's WRITE in.
     b.mr.write(0, b"taken in");
     post_write(&b, &a, 1, 0, 64, 8);
@@ -1268,11 +1252,7 @@ fn a_timer_armed_under_a_pushed_hand_off_fires_after_the_poll_loop_stops() {
     // lost, and A stops polling at once: only its progress thread can send the WRITE
     // again, woken by the hand-off timer once the pushes stop. The timer is not lost.
     const HANDOFF: Duration = Duration::from_millis(2);
-    let cfg = Config {
-        poll_handoff: HANDOFF,
-        ..Config::default()
-    };
-    let (a, b) = pair(cfg);
+    let (a, b) = pair_with_handoff(HANDOFF);
     start_poll_loop(&a, &b);
     let start = std::time::Instant::now();
     while start.elapsed() < HANDOFF * 4
@@ -1320,19 +1300,14 @@ fn a_poll_loop_takes_the_socket_from_a_progress_thread_asleep_on_it() {
     // its loops, for which the hand-off ends at its next completion anyway.)
     const HANDOFF: Duration = Duration::from_millis(10);
     const ROUNDS: u8 = 12;
-    let cfg = Config {
-        poll_handoff: HANDOFF,
-        ..Config::default()
-    };
-    let (a, b) = pair(cfg);
-    let before = a.ctx.device_counters();
+    let (a, b) = pair_with_handoff(HANDOFF);
     let poll_loop = || {
         let start = std::time::Instant::now();
         while start.elapsed() < Duration::from_millis(2) {
             assert_eq!(a.cq.poll(&mut []), 0);
         }
     };
-    for i in 0..ROUNDS {
+    let one_round = |i: u8| {
         std::thread::sleep(HANDOFF + HANDOFF / 2);
         // On a loaded host the progress thread may wait for a CPU; at most 5 ms: before,
         // nothing woke it.
@@ -1351,27 +1326,36 @@ fn a_poll_loop_takes_the_socket_from_a_progress_thread_asleep_on_it() {
         a.qp.post_send(&wr).unwrap();
         poll_loop();
         await_bytes(&b.mr, 64, &[i; 8]);
+    };
+    // The best of three batches, so that a host busy with other work for a while does
+    // not decide.
+    let mut batches = Vec::new();
+    for batch in 0..3u8 {
+        let before = a.ctx.device_counters();
+        for i in (batch * ROUNDS)..(batch + 1) * ROUNDS {
+            one_round(i);
+        }
+        let after = a.ctx.device_counters();
+        let arms = after.timer_wakeups - before.timer_wakeups;
+        let taken = after.socket_taken_from_progress - before.socket_taken_from_progress;
+        // One arm per post before (the progress thread slept on the socket without a
+        // timer), and no take.
+        if arms < u64::from(ROUNDS) / 3 && taken >= u64::from(ROUNDS) / 2 {
+            return;
+        }
+        batches.push((arms, taken));
     }
-    let after = a.ctx.device_counters();
-    let arms = after.timer_wakeups - before.timer_wakeups;
-    // One per post before (the progress thread slept on the socket without a timer).
-    assert!(
-        arms < u64::from(ROUNDS) / 3,
-        "{arms} posts of {ROUNDS} armed the progress thread's timer while a loop polled"
+    panic!(
+        "(posts that armed the progress thread's timer while a loop polled, sockets taken) \
+         in three batches of {ROUNDS} rounds: {batches:?}"
     );
-    let taken = after.socket_taken_from_progress - before.socket_taken_from_progress;
-    assert!(taken >= u64::from(ROUNDS) / 2, "{after:?}");
 }
 
 #[test]
 fn with_hand_offs_off_a_poll_loop_leaves_the_progress_thread_alone() {
     // `poll_handoff` 0: the progress thread always watches the socket, and a poll loop
     // must not wake it to take the socket (it would wake it at every sleep).
-    let cfg = Config {
-        poll_handoff: Duration::ZERO,
-        ..Config::default()
-    };
-    let (a, b) = pair(cfg);
+    let (a, b) = pair_with_handoff(Duration::ZERO);
     start_poll_loop(&a, &b);
     let before = a.ctx.device_counters();
     let start = std::time::Instant::now();

@@ -90,3 +90,12 @@ pub fn post_write(from: &End, to: &End, id: u64, local: usize, remote: usize, le
     );
     from.qp.post_send(&wr).unwrap();
 }
+
+/// [`pair`] with the given poll hand-off (`Config::poll_handoff`): the hand-off tests set
+/// it long, so that only the rule under test can end it, or to zero.
+pub fn pair_with_handoff(poll_handoff: std::time::Duration) -> (End, End) {
+    pair(Config {
+        poll_handoff,
+        ..Config::default()
+    })
+}
