@@ -58,3 +58,7 @@ pub use softverbs_engine::{BindMwError, MwBindInfo, MwHandle, MwType};
 pub use srq::{Srq, SrqPoster};
 #[cfg(feature = "tokio")]
 pub use stream::CompletionStream;
+/// The scheduler slice calls the progress thread uses (`Config::progress_slice`), for
+/// tests that check what a thread got.
+#[doc(hidden)]
+pub use sys::{sched_slice, set_sched_slice};

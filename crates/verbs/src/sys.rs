@@ -892,30 +892,40 @@ struct SchedAttr {
     period: u64,
 }
 
+/// `sched_getattr(2)` of thread `tid` (0: the calling thread).
+fn sched_getattr(tid: libc::pid_t) -> Option<SchedAttr> {
+    let mut attr = SchedAttr::default();
+    let size = std::mem::size_of::<SchedAttr>() as u32;
+    // SAFETY: sched_getattr writes at most `size` bytes into the live `attr`.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_sched_getattr,
+            tid,
+            &mut attr as *mut SchedAttr,
+            size,
+            0,
+        )
+    };
+    (r == 0).then_some(attr)
+}
+
+/// The scheduler slice (`sched_runtime`, the EEVDF slice of a fair task) thread `tid`
+/// reports (0: the calling thread).
+pub fn sched_slice(tid: libc::pid_t) -> Option<Duration> {
+    sched_getattr(tid).map(|a| Duration::from_nanos(a.runtime))
+}
+
 /// Asks the scheduler for a slice of `slice` for the calling thread, if it runs under a
 /// fair policy (`SCHED_OTHER`, `SCHED_BATCH`): Linux 6.12's EEVDF takes a fair task's
 /// `sched_runtime` as its slice (clamped to 0.1-100 ms), which needs no privilege; older
 /// kernels ignore it. The thread's policy and nice value stay as they are. Returns the
 /// slice the kernel then reports (`None` where it cannot say).
 pub fn set_sched_slice(slice: Duration) -> Option<Duration> {
-    let size = std::mem::size_of::<SchedAttr>() as u32;
-    let mut attr = SchedAttr::default();
-    // SAFETY: sched_getattr writes at most `size` bytes into the live `attr`.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_sched_getattr,
-            0,
-            &mut attr as *mut SchedAttr,
-            size,
-            0,
-        )
-    };
-    if r != 0
-        || !(attr.policy == libc::SCHED_OTHER as u32 || attr.policy == libc::SCHED_BATCH as u32)
-    {
+    let mut attr = sched_getattr(0)?;
+    if !(attr.policy == libc::SCHED_OTHER as u32 || attr.policy == libc::SCHED_BATCH as u32) {
         return None;
     }
-    attr.size = size;
+    attr.size = std::mem::size_of::<SchedAttr>() as u32;
     attr.flags = 0;
     attr.runtime = slice.as_nanos().min(u128::from(u64::MAX)) as u64;
     // SAFETY: sched_setattr reads the live, fully initialised `attr`.
@@ -923,17 +933,7 @@ pub fn set_sched_slice(slice: Duration) -> Option<Duration> {
     if r != 0 {
         return None;
     }
-    // SAFETY: as above.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_sched_getattr,
-            0,
-            &mut attr as *mut SchedAttr,
-            size,
-            0,
-        )
-    };
-    (r == 0).then(|| Duration::from_nanos(attr.runtime))
+    sched_slice(0)
 }
 
 /// Runs `f` with every signal blocked on the calling thread (threads it spawns inherit the

@@ -488,58 +488,16 @@ fn registration_refuses_what_the_kernel_refuses() {
     drop(full);
 }
 
-/// `struct sched_attr` of `sched_setattr(2)`, first version (48 bytes).
-#[repr(C)]
-#[derive(Default, Debug)]
-struct SchedAttr {
-    size: u32,
-    policy: u32,
-    flags: u64,
-    nice: i32,
-    priority: u32,
-    runtime: u64,
-    deadline: u64,
-    period: u64,
-}
-
-/// The `sched_runtime` (the EEVDF slice of a fair task) thread `tid` reports.
+/// The `sched_runtime` (the EEVDF slice of a fair task) thread `tid` reports, in ns.
 fn sched_runtime(tid: libc::pid_t) -> Option<u64> {
-    let mut attr = SchedAttr::default();
-    let size = std::mem::size_of::<SchedAttr>() as u32;
-    // SAFETY: sched_getattr writes at most `size` bytes into the live `attr`.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_sched_getattr,
-            tid,
-            &mut attr as *mut SchedAttr,
-            size,
-            0,
-        )
-    };
-    (r == 0).then_some(attr.runtime)
+    softverbs::sched_slice(tid).map(|d| d.as_nanos() as u64)
 }
 
 /// Whether this kernel takes a fair task's `sched_runtime` as its slice (Linux 6.12+):
 /// a scratch thread asks for 300 µs and reads back what it got.
 fn kernel_takes_fair_slices() -> bool {
     std::thread::spawn(|| {
-        let size = std::mem::size_of::<SchedAttr>() as u32;
-        let mut attr = SchedAttr::default();
-        // SAFETY: as in `sched_runtime`, for the calling thread.
-        unsafe {
-            libc::syscall(
-                libc::SYS_sched_getattr,
-                0,
-                &mut attr as *mut SchedAttr,
-                size,
-                0,
-            )
-        };
-        attr.size = size;
-        attr.runtime = 300_000;
-        // SAFETY: sched_setattr reads the live, initialised `attr`.
-        let r = unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &attr as *const SchedAttr, 0) };
-        r == 0 && sched_runtime(0) == Some(300_000)
+        softverbs::set_sched_slice(Duration::from_micros(300)) == Some(Duration::from_micros(300))
     })
     .join()
     .unwrap()
