@@ -33,6 +33,14 @@ struct Slot {
     stop: bool,
 }
 
+impl Shared {
+    /// Tells the writer to end after any write under way.
+    fn ask_to_stop(&self) {
+        lock(&self.slot).stop = true;
+        self.ready.notify_one();
+    }
+}
+
 fn lock(m: &Mutex<Slot>) -> MutexGuard<'_, Slot> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -68,8 +76,7 @@ impl Publisher {
     /// Stops the writer and waits for a write under way to end (so that the file the
     /// caller removes next does not come back). Figures not written yet are dropped.
     pub fn stop(&self) {
-        lock(&self.shared.slot).stop = true;
-        self.shared.ready.notify_one();
+        self.shared.ask_to_stop();
         let handle = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(h) = handle {
             if h.thread().id() != std::thread::current().id() {
@@ -82,8 +89,7 @@ impl Publisher {
 impl Drop for Publisher {
     /// A device dropped without closing: the writer ends after any write under way.
     fn drop(&mut self) {
-        lock(&self.shared.slot).stop = true;
-        self.shared.ready.notify_one();
+        self.shared.ask_to_stop();
     }
 }
 
