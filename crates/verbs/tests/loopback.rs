@@ -752,19 +752,10 @@ fn an_rnr_retry_comes_while_the_progress_thread_leaves_the_socket_to_pollers() {
 
 /// Waits (sleeping, not polling) until `mr` holds `want` at `offset`.
 fn await_bytes(mr: &Mr<Vec<u8>>, offset: usize, want: &[u8]) {
-    let deadline = std::time::Instant::now() + WAIT;
-    let mut got = vec![0u8; want.len()];
-    loop {
-        mr.read(offset, &mut got);
-        if got == want {
-            return;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the data never landed"
-        );
-        std::thread::sleep(Duration::from_micros(200));
-    }
+    assert!(
+        landed_within(mr, offset, want, WAIT),
+        "the data never landed"
+    );
 }
 
 #[test]
@@ -1182,6 +1173,14 @@ fn poll_until_progress_left(end: &End, limit: Duration) {
     }
 }
 
+/// Polls `end`'s CQ in a loop, finding nothing, for `time`.
+fn poll_for(end: &End, time: Duration) {
+    let start = std::time::Instant::now();
+    while start.elapsed() < time {
+        assert_eq!(end.cq.poll(&mut []), 0);
+    }
+}
+
 /// Starts A's poll loop and makes A's progress thread, asleep on the socket, look again
 /// (a WRITE from B wakes it): it then leaves the socket to the loop.
 fn start_poll_loop(a: &End, b: &End) {
@@ -1221,10 +1220,7 @@ fn a_poll_loop_that_goes_on_keeps_the_progress_thread_asleep() {
     let mut sleeps_per_window = Vec::new();
     let after = loop {
         let before = a.ctx.device_counters();
-        let start = std::time::Instant::now();
-        while start.elapsed() < HANDOFF * PERIODS {
-            assert_eq!(a.cq.poll(&mut []), 0);
-        }
+        poll_for(&a, HANDOFF * PERIODS);
         let after = a.ctx.device_counters();
         sleeps_per_window.push(after.progress_sleeps - before.progress_sleeps);
         if *sleeps_per_window.last().unwrap() < u64::from(PERIODS) / 2 {
@@ -1301,12 +1297,6 @@ fn a_poll_loop_takes_the_socket_from_a_progress_thread_asleep_on_it() {
     const HANDOFF: Duration = Duration::from_millis(10);
     const ROUNDS: u8 = 12;
     let (a, b) = pair_with_handoff(HANDOFF);
-    let poll_loop = || {
-        let start = std::time::Instant::now();
-        while start.elapsed() < Duration::from_millis(2) {
-            assert_eq!(a.cq.poll(&mut []), 0);
-        }
-    };
     let one_round = |i: u8| {
         std::thread::sleep(HANDOFF + HANDOFF / 2);
         // On a loaded host the progress thread may wait for a CPU; at most 5 ms: before,
@@ -1324,7 +1314,7 @@ fn a_poll_loop_takes_the_socket_from_a_progress_thread_asleep_on_it() {
         );
         wr.flags = SendFlags::EMPTY;
         a.qp.post_send(&wr).unwrap();
-        poll_loop();
+        poll_for(&a, Duration::from_millis(2));
         await_bytes(&b.mr, 64, &[i; 8]);
     };
     // The best of three batches, so that a host busy with other work for a while does
@@ -1358,10 +1348,7 @@ fn with_hand_offs_off_a_poll_loop_leaves_the_progress_thread_alone() {
     let (a, b) = pair_with_handoff(Duration::ZERO);
     start_poll_loop(&a, &b);
     let before = a.ctx.device_counters();
-    let start = std::time::Instant::now();
-    while start.elapsed() < Duration::from_millis(20) {
-        assert_eq!(a.cq.poll(&mut []), 0);
-    }
+    poll_for(&a, Duration::from_millis(20));
     let after = a.ctx.device_counters();
     assert_eq!(
         after.socket_taken_from_progress,
