@@ -29,25 +29,44 @@ fn listen(ctx: &Context, opts: StreamOptions) -> (RdmaListener, SocketAddr) {
     (l, at)
 }
 
+/// A connected stream between two devices of `cfg`, both ends with `opts`. Returns
+/// (server, server's device, client, client's device).
+fn connected_pair(cfg: Config, opts: StreamOptions) -> (RdmaStream, Context, RdmaStream, Context) {
+    let server_ctx = device(cfg.clone());
+    let (listener, at) = listen(&server_ctx, opts.clone());
+    let client_ctx = device(cfg);
+    let t = std::thread::spawn(move || {
+        RdmaStream::connect_with(&client_ctx, at, &opts).map(|s| (s, client_ctx))
+    });
+    let (server, _) = listener.accept().unwrap();
+    let (client, client_ctx) = t.join().unwrap().unwrap();
+    (server, server_ctx, client, client_ctx)
+}
+
 /// A connected stream between two devices whose poller hand-off (100 ms) outlasts a
 /// ping-pong round however slowly a debug build on a loaded machine runs it, so the
 /// progress thread does not go back to the socket between two reads, and still takes the
-/// last messages (the shutdown) in time. Returns (server, server's device, client,
-/// client's device).
+/// last messages (the shutdown) in time.
 fn long_handoff_pair() -> (RdmaStream, Context, RdmaStream, Context) {
     let cfg = Config {
         poll_handoff: Duration::from_millis(100),
         ..Config::default()
     };
-    let server_ctx = device(cfg.clone());
-    let (listener, at) = listen(&server_ctx, StreamOptions::default());
-    let client_ctx = device(cfg);
-    let t = std::thread::spawn(move || {
-        RdmaStream::connect_with(&client_ctx, at, &StreamOptions::default())
-            .map(|s| (s, client_ctx))
-    });
-    let (server, _) = listener.accept().unwrap();
-    let (client, client_ctx) = t.join().unwrap().unwrap();
+    connected_pair(cfg, StreamOptions::default())
+}
+
+/// [`connected_pair`] with the default configuration, once both ends took the same-host
+/// path.
+fn same_host_pair(opts: StreamOptions) -> (RdmaStream, Context, RdmaStream, Context) {
+    let (server, server_ctx, client, client_ctx) = connected_pair(Config::default(), opts);
+    let start = std::time::Instant::now();
+    while !(client.uses_same_host() && server.uses_same_host()) {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "no same-host path"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
     (server, server_ctx, client, client_ctx)
 }
 
@@ -211,21 +230,7 @@ fn a_same_host_write_is_one_placed_write() {
         },
         ..StreamOptions::default()
     };
-    let server_ctx = device(Config::default());
-    let (listener, at) = listen(&server_ctx, opts.clone());
-    let client_ctx = device(Config::default());
-    let ctx = client_ctx.clone();
-    let t = std::thread::spawn(move || RdmaStream::connect_with(&client_ctx, at, &opts).unwrap());
-    let (server, _) = listener.accept().unwrap();
-    let client = t.join().unwrap();
-    let start = std::time::Instant::now();
-    while !client.uses_same_host() {
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "no same-host path"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    let (server, _server_ctx, client, ctx) = same_host_pair(opts);
     // The client's device counts the client's writes: its data (the server grants, the
     // client has nothing to grant after its first credit update).
     let writes = |ctx: &Context| same_host_counter(ctx, "same_host_writes");
@@ -252,23 +257,7 @@ fn a_same_host_write_is_one_placed_write() {
 fn a_bulk_transfer_leaves_the_datagrams_to_the_streams_threads() {
     const MESSAGES: usize = 1000;
     const SIZE: usize = 64 * 1024;
-    let server_ctx = device(Config::default());
-    let (listener, at) = listen(&server_ctx, StreamOptions::default());
-    let client_ctx = device(Config::default());
-    let ctx = client_ctx.clone();
-    let t = std::thread::spawn(move || {
-        RdmaStream::connect_with(&ctx, at, &StreamOptions::default()).unwrap()
-    });
-    let (server, _) = listener.accept().unwrap();
-    let client = t.join().unwrap();
-    let start = std::time::Instant::now();
-    while !(client.uses_same_host() && server.uses_same_host()) {
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "no same-host path"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    let (server, server_ctx, client, client_ctx) = same_host_pair(StreamOptions::default());
     let data = pattern(SIZE, 5);
     let counts = || {
         let (a, b) = (server_ctx.device_counters(), client_ctx.device_counters());
