@@ -99,3 +99,16 @@ pub fn pair_with_handoff(poll_handoff: std::time::Duration) -> (End, End) {
         ..Config::default()
     })
 }
+
+/// Held by a test that asserts on the driver's counters (wake-ups, system calls, who
+/// received), so that such tests of one binary run one at a time: cargo runs a binary's
+/// tests in parallel, and a bulk transfer beside a counted ping-pong takes the cores the
+/// ping-pong's threads need to keep the socket (CI saw 36 wake-ups in 290 rounds where
+/// alone there are a handful). Tests that only check data need not take it.
+pub fn counted() -> std::sync::MutexGuard<'static, ()> {
+    static COUNTED: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    // A counting test that failed poisoned the lock; the next one may still run.
+    COUNTED
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
