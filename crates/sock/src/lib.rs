@@ -30,7 +30,7 @@ pub use conn_data::{
 pub use msg::{Ctrl, Msg, MAX_DATA_LEN};
 pub use sge::{IomapEntry, RsSge, SgeOrder, IOMAP_ENTRY_LEN, RS_SGE_LEN};
 pub use stream::{
-    Config, ConfigError, CtrlWrite, DataWrite, LocalRegions, ProtocolError, RecvChunk, SendChunks,
-    SendStage, Shutdown, StreamCore, WrKind, CTRL_SLOTS, DEFAULT_RING, MAX_TRANSFER, SGL_SLOTS,
-    SNDLOWAT, TARGET_AREA_HEAD,
+    Announcement, Config, ConfigError, CtrlWrite, DataWrite, LocalRegions, ProtocolError,
+    RecvChunk, SendChunks, SendStage, Shutdown, StreamCore, WrKind, CTRL_SLOTS, DEFAULT_RING,
+    MAX_TRANSFER, SGL_SLOTS, SNDLOWAT, TARGET_AREA_HEAD,
 };

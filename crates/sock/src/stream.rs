@@ -135,6 +135,11 @@ pub enum WrKind {
     Iomap,
     /// A control slot message (credits, shutdown, disconnect, keep-alive).
     Ctrl(Msg),
+    /// Stream data of this many bytes placed by a plain RDMA WRITE, announced later
+    /// (see [`StreamCore::set_coalescing`]).
+    HeldData(u32),
+    /// The WRITE WITH IMM that announces held data (it rewrites their last byte).
+    Announce,
 }
 
 impl WrKind {
@@ -144,6 +149,8 @@ impl WrKind {
             WrKind::RioWrite(n) => (1, n),
             WrKind::Iomap => (2, 0),
             WrKind::Ctrl(m) => (3, m.to_imm()),
+            WrKind::HeldData(n) => (4, n),
+            WrKind::Announce => (5, 0),
         };
         (tag << 32) | u64::from(value)
     }
@@ -155,6 +162,8 @@ impl WrKind {
             1 => WrKind::RioWrite(value),
             2 => WrKind::Iomap,
             3 => WrKind::Ctrl(Msg::from_imm(value)),
+            4 => WrKind::HeldData(value),
+            5 => WrKind::Announce,
             _ => return None,
         })
     }
@@ -327,6 +336,28 @@ pub struct StreamCore {
     peer_iomap: Vec<Option<IomapEntry>>,
     iomap_queue: VecDeque<(u32, IomapEntry)>,
     keepalive: Option<(Duration, Duration)>,
+    // Notification coalescing (`set_coalescing`): data WRITE WITH IMMs posted and not
+    // completed (the announcement counted from its reservation), bytes placed by plain
+    // WRITEs and not announced yet, and where the last of them went.
+    coalescing: bool,
+    imm_in_flight: u32,
+    announce_reserved: bool,
+    held: u32,
+    held_tail: Option<(u64, u32)>,
+}
+
+/// Held bytes to announce: one WRITE WITH IMM (op DATA, `imm`) that writes `byte` again at
+/// `remote_addr` (the last byte held, already there), posted inline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Announcement {
+    /// The work request id.
+    pub wr_id: u64,
+    /// Where the last held byte went.
+    pub remote_addr: u64,
+    /// Its remote key.
+    pub rkey: u32,
+    /// The immediate value: DATA of every held byte.
+    pub imm: u32,
 }
 
 impl StreamCore {
@@ -364,6 +395,11 @@ impl StreamCore {
             peer_iomap: vec![None; usize::from(cfg.iomap_size)],
             iomap_queue: VecDeque::new(),
             keepalive: None,
+            coalescing: false,
+            imm_in_flight: 0,
+            announce_reserved: false,
+            held: 0,
+            held_tail: None,
         }
     }
 
@@ -501,10 +537,20 @@ impl StreamCore {
     /// Starts one data write of at most `want` bytes (see [`SendChunks`]; the immediate
     /// value describes at most [`MAX_DATA_LEN`]): `None` when none can start now
     /// ([`Self::can_send`] is false) or `want` is 0.
+    ///
+    /// With coalescing on ([`Self::set_coalescing`]) and a data WRITE WITH IMM still in
+    /// flight, the write is a plain RDMA WRITE (`imm` `None`, [`WrKind::HeldData`]) whose
+    /// bytes a later [`Self::poll_announcement`] announces; the first such write reserves
+    /// the announcement's credit and send queue entry.
     pub fn start_data(&mut self, want: u32) -> Option<DataWrite> {
         if want == 0 || !self.can_send() {
             return None;
         }
+        // (A first held write needs a second entry, for its announcement; without one it
+        // goes announced, as nothing is held yet.)
+        let hold = self.coalescing
+            && self.imm_in_flight > 0
+            && (self.announce_reserved || self.sqe_avail >= 2);
         let target = &mut self.target_sgl[self.target_sge];
         let len = want
             .min(self.sbuf_bytes_avail)
@@ -516,9 +562,30 @@ impl StreamCore {
         if target.length == 0 {
             self.target_sge = (self.target_sge + 1) % SGL_SLOTS;
         }
-        self.sseq_no = self.sseq_no.wrapping_add(1);
         self.sqe_avail -= 1;
         let stage = self.stage(len);
+        if hold {
+            if !self.announce_reserved {
+                // The announcement's credit and entry, taken now so that it can always go.
+                self.announce_reserved = true;
+                self.sseq_no = self.sseq_no.wrapping_add(1);
+                self.sqe_avail -= 1;
+                self.imm_in_flight += 1;
+            }
+            self.held += len;
+            let last = remote_addr.wrapping_add(u64::from(len) - 1);
+            self.held_tail = Some((last, rkey));
+            return Some(DataWrite {
+                wr_id: WrKind::HeldData(len).to_wr_id(),
+                len,
+                remote_addr,
+                rkey,
+                imm: None,
+                stage,
+            });
+        }
+        self.sseq_no = self.sseq_no.wrapping_add(1);
+        self.imm_in_flight += 1;
         Some(DataWrite {
             wr_id: WrKind::Data(len).to_wr_id(),
             len,
@@ -526,6 +593,47 @@ impl StreamCore {
             rkey,
             imm: Some(Msg::Data(len).to_imm()),
             stage,
+        })
+    }
+
+    /// Notification coalescing, as Linux TCP's autocork: while a data WRITE WITH IMM is
+    /// in flight, later data goes by plain RDMA WRITEs into the same grant and ONE later
+    /// WRITE WITH IMM announces them all ([`Self::poll_announcement`]). A receiver takes
+    /// a DATA message's length from its immediate and reads that many bytes on from its
+    /// ring offset (rsocket.c's `rs_poll_cq` and `rrecv` never look at the completion's
+    /// byte count), so the wire stays rsockets'. Worth it where a plain WRITE costs no
+    /// packet (the same-host path); turning it off announces nothing held by itself.
+    pub fn set_coalescing(&mut self, on: bool) {
+        self.coalescing = on;
+    }
+
+    /// Bytes placed by plain writes and not announced yet.
+    pub fn held_bytes(&self) -> u32 {
+        self.held
+    }
+
+    /// The WRITE WITH IMM announcing the held bytes, when there are any and either `now`
+    /// or every data WRITE WITH IMM posted before has completed. Its credit and send
+    /// queue entry were reserved by the first held write; post it after every held write
+    /// (their bytes must be in place before the peer sees its completion).
+    pub fn poll_announcement(&mut self, now: bool) -> Option<Announcement> {
+        if !self.announce_reserved || self.held == 0 {
+            return None;
+        }
+        // The reservation itself counts one in `imm_in_flight`.
+        if !now && self.imm_in_flight > 1 {
+            return None;
+        }
+        let (remote_addr, rkey) = self.held_tail?;
+        let imm = Msg::Data(self.held).to_imm();
+        self.held = 0;
+        self.held_tail = None;
+        self.announce_reserved = false;
+        Some(Announcement {
+            wr_id: WrKind::Announce.to_wr_id(),
+            remote_addr,
+            rkey,
+            imm,
         })
     }
 
@@ -701,9 +809,18 @@ impl StreamCore {
                 self.sqe_avail += 1;
                 self.sbuf_bytes_avail += IOMAP_ENTRY_LEN as u32;
             }
-            WrKind::Data(n) | WrKind::RioWrite(n) => {
+            WrKind::Data(n) => {
                 self.sqe_avail += 1;
                 self.sbuf_bytes_avail += n;
+                self.imm_in_flight = self.imm_in_flight.saturating_sub(1);
+            }
+            WrKind::HeldData(n) | WrKind::RioWrite(n) => {
+                self.sqe_avail += 1;
+                self.sbuf_bytes_avail += n;
+            }
+            WrKind::Announce => {
+                self.sqe_avail += 1;
+                self.imm_in_flight = self.imm_in_flight.saturating_sub(1);
             }
         }
         if !ok && self.connected {

@@ -284,3 +284,54 @@ fn chunks_double_from_2048_to_the_maximum() {
     assert_eq!(sizes, [2048, 4096, 8192, 16384, 32768, 65536, 65536, 65536]);
     assert_eq!(c.next(100), 100);
 }
+
+#[test]
+fn coalescing_holds_writes_behind_one_in_flight_and_announces_them_once() {
+    let mut c = connected(small());
+    c.set_coalescing(true);
+    let credits = |c: &StreamCore| c.sseq_comp.wrapping_sub(c.sseq_no);
+    let before = credits(&c);
+    // Nothing in flight: the first write goes announced at once.
+    let first = c.start_data(100).unwrap();
+    assert_eq!(first.imm, Some(Msg::Data(100).to_imm()));
+    // Behind it, plain writes; the first of them reserves the announcement's credit.
+    let a = c.start_data(200).unwrap();
+    let b = c.start_data(300).unwrap();
+    assert_eq!((a.imm, b.imm), (None, None));
+    assert_eq!(b.remote_addr, a.remote_addr + 200);
+    assert_eq!(credits(&c), before - 2);
+    assert_eq!(c.held_bytes(), 500);
+    // Not due while the first is in flight, unless asked for now.
+    assert_eq!(c.poll_announcement(false), None);
+    c.handle_send_completion(first.wr_id, true).unwrap();
+    let ann = c.poll_announcement(false).unwrap();
+    assert_eq!(ann.imm, Msg::Data(500).to_imm());
+    assert_eq!(
+        ann.remote_addr,
+        b.remote_addr + 299,
+        "rewrites the last held byte"
+    );
+    assert_eq!(c.held_bytes(), 0);
+    assert_eq!(c.poll_announcement(true), None, "announced once");
+    // While the announcement is in flight, the next write is held again.
+    let d = c.start_data(10).unwrap();
+    assert_eq!(d.imm, None);
+    for w in [a.wr_id, b.wr_id, ann.wr_id, d.wr_id] {
+        c.handle_send_completion(w, true).unwrap();
+    }
+    let ann2 = c.poll_announcement(false).unwrap();
+    assert_eq!(ann2.imm, Msg::Data(10).to_imm());
+    c.handle_send_completion(ann2.wr_id, true).unwrap();
+    assert!(c.all_sends_done());
+    // Everything completed: the next write goes announced at once again.
+    assert!(c.start_data(1).unwrap().imm.is_some());
+}
+
+#[test]
+fn without_coalescing_every_write_is_announced() {
+    let mut c = connected(small());
+    let first = c.start_data(100).unwrap();
+    let second = c.start_data(100).unwrap();
+    assert!(first.imm.is_some() && second.imm.is_some());
+    assert_eq!(c.poll_announcement(true), None);
+}
