@@ -343,11 +343,12 @@ pub struct StreamCore {
     imm_in_flight: u32,
     announce_reserved: bool,
     held: u32,
-    held_tail: Option<(u64, u32)>,
+    held_tail: Option<(u64, u32, u8)>,
 }
 
 /// Held bytes to announce: one WRITE WITH IMM (op DATA, `imm`) that writes `byte` again at
-/// `remote_addr` (the last byte held, already there), posted inline.
+/// `remote_addr` (the last byte held, already there: [`StreamCore::note_held_tail_byte`]),
+/// posted inline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Announcement {
     /// The work request id.
@@ -358,6 +359,8 @@ pub struct Announcement {
     pub rkey: u32,
     /// The immediate value: DATA of every held byte.
     pub imm: u32,
+    /// The byte to write.
+    pub byte: u8,
 }
 
 impl StreamCore {
@@ -574,7 +577,7 @@ impl StreamCore {
             }
             self.held += len;
             let last = remote_addr.wrapping_add(u64::from(len) - 1);
-            self.held_tail = Some((last, rkey));
+            self.held_tail = Some((last, rkey, 0));
             return Some(DataWrite {
                 wr_id: WrKind::HeldData(len).to_wr_id(),
                 len,
@@ -612,6 +615,23 @@ impl StreamCore {
         self.held
     }
 
+    /// The last byte of the latest held write (the announcement writes it again).
+    pub fn note_held_tail_byte(&mut self, byte: u8) {
+        if let Some(tail) = &mut self.held_tail {
+            tail.2 = byte;
+        }
+    }
+
+    /// The next data write would be held (coalescing on, a data WRITE WITH IMM in flight).
+    pub fn would_hold(&self) -> bool {
+        self.coalescing && self.imm_in_flight > 0
+    }
+
+    /// A held write reserved an announcement that is not posted yet.
+    pub fn announcement_reserved(&self) -> bool {
+        self.announce_reserved
+    }
+
     /// The WRITE WITH IMM announcing the held bytes, when there are any and either `now`
     /// or every data WRITE WITH IMM posted before has completed. Its credit and send
     /// queue entry were reserved by the first held write; post it after every held write
@@ -624,7 +644,7 @@ impl StreamCore {
         if !now && self.imm_in_flight > 1 {
             return None;
         }
-        let (remote_addr, rkey) = self.held_tail?;
+        let (remote_addr, rkey, byte) = self.held_tail?;
         let imm = Msg::Data(self.held).to_imm();
         self.held = 0;
         self.held_tail = None;
@@ -634,6 +654,7 @@ impl StreamCore {
             remote_addr,
             rkey,
             imm,
+            byte,
         })
     }
 

@@ -21,8 +21,6 @@ struct Side {
     recv_posted: u32,
     next_send_byte: u64,
     next_recv_byte: u64,
-    // The last byte a held (plain) data write carried: an announcement writes it again.
-    last_held_byte: u8,
 }
 
 fn regions(side: usize) -> LocalRegions {
@@ -77,7 +75,6 @@ impl Pair {
                 recv_posted: u32::from(c.rq_size),
                 next_send_byte: 0,
                 next_recv_byte: 0,
-                last_held_byte: 0,
             }
         });
         let d0 = ConnData::parse(&sides[0].core.conn_data().to_bytes()).unwrap();
@@ -106,7 +103,7 @@ impl Pair {
                 .collect();
             side.next_send_byte += u64::from(w.len);
             if w.imm.is_none() {
-                side.last_held_byte = *bytes.last().unwrap();
+                side.core.note_held_tail_byte(*bytes.last().unwrap());
             }
             let payload = match w.stage {
                 SendStage::Inline => Payload::Bytes(bytes),
@@ -185,7 +182,7 @@ impl Pair {
                 remote_addr: a.remote_addr,
                 rkey: a.rkey,
                 imm: Some(a.imm),
-                payload: Payload::Bytes(vec![side.last_held_byte]),
+                payload: Payload::Bytes(vec![a.byte]),
                 wr_id: a.wr_id,
             });
         }

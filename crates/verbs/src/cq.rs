@@ -175,6 +175,21 @@ impl Cq {
         self.arm(solicited_only, false)
     }
 
+    /// Arms the CQ for its channel's hook (`EventQueue::set_hook`) by a thread that goes
+    /// on working: nothing else changes (no hand-off ends, no held ACK leaves).
+    pub(crate) fn req_notify_for_hook(&self) -> Result<(), ResourceError> {
+        self.inner
+            .ctx
+            .with(|st| st.engine.req_notify_cq(self.inner.cq, false))?
+    }
+
+    /// Sets the hook of the CQ's completion channel (none: nothing to set).
+    pub(crate) fn set_channel_hook(&self, hook: Option<crate::events::EventHook>) {
+        if let Some(ch) = &self.inner.channel {
+            ch.set_hook(hook);
+        }
+    }
+
     fn arm(&self, solicited_only: bool, end_handoff: bool) -> Result<(), ResourceError> {
         if self.inner.channel.is_none() {
             return Err(ResourceError::InvalidArgument(

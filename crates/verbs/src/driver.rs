@@ -705,8 +705,8 @@ impl Driver {
     pub fn finish(&self, d: Deferred) {
         self.flush_outbox(false);
         self.disarm_hold_timer();
-        for (channel, cq) in d.notifications {
-            channel.push(cq);
+        for (channel, cq) in &d.notifications {
+            channel.push(*cq);
         }
         for (queue, ev) in d.events {
             queue.push(ev);
@@ -723,6 +723,10 @@ impl Driver {
         // (`crate::samehost`): the progress thread, or a post or poll.
         if !d.held_ready.is_empty() {
             self.same_host.held_ready(&d.held_ready, self);
+        }
+        // Last, as they may post: a completion channel's hooks (`EventQueue::run_hook`).
+        for (channel, _) in &d.notifications {
+            channel.run_hook();
         }
     }
 

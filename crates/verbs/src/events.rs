@@ -86,7 +86,14 @@ pub struct EventQueue<E> {
     user: OwnedFd,
     /// The end the byte is written to.
     signal: OwnedFd,
+    /// Run after an event was pushed, by the thread that pushed it ([`Self::run_hook`]).
+    hook: Mutex<Option<EventHook>>,
 }
+
+/// What runs when an event was pushed (a completion channel's: a stream announcing what
+/// it held back, `sock::stream`). It must not block: the pushing thread may be any
+/// thread that drives the device, the progress thread included.
+pub type EventHook = std::sync::Arc<dyn Fn() + Send + Sync>;
 
 fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
     if r < 0 {
@@ -124,11 +131,25 @@ impl<E: Sourced> EventQueue<E> {
             acked: Condvar::new(),
             user,
             signal,
+            hook: Mutex::new(None),
         })
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner<E>> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sets (or with `None` removes) the hook [`Self::run_hook`] runs.
+    pub fn set_hook(&self, hook: Option<EventHook>) {
+        *self.hook.lock().unwrap_or_else(|e| e.into_inner()) = hook;
+    }
+
+    /// Runs the hook, if one is set (outside every lock of the queue).
+    pub fn run_hook(&self) {
+        let hook = self.hook.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if let Some(h) = hook {
+            h();
+        }
     }
 
     /// The fd the application polls: readable while an event is pending.

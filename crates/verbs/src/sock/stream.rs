@@ -10,13 +10,13 @@ use softverbs_engine::{
     AccessFlags, Payload, QpCap, Rkey, SendFlags, SendOp, SendWr, WcStatus, WorkCompletion,
 };
 use softverbs_sock::{
-    Config, ConnData, CtrlWrite, DataWrite, IomapEntry, LocalRegions, Msg, RsSge, SendChunks,
-    SendStage, StreamCore, TARGET_AREA_HEAD,
+    Announcement, Config, ConnData, CtrlWrite, DataWrite, IomapEntry, LocalRegions, Msg, RsSge,
+    SendChunks, SendStage, StreamCore, TARGET_AREA_HEAD,
 };
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError, Weak};
 use std::time::{Duration, Instant};
 
 /// See [`RdmaStream::watch_device`].
@@ -69,7 +69,11 @@ pub struct RdmaStream {
     sbuf: Mr<Vec<u8>>,
     // Regions published with `iomap_raw` (riomap), before the PD they are registered in.
     iomaps: Mutex<Vec<IomapRegion>>,
-    core: Mutex<StreamCore>,
+    core: Arc<Mutex<StreamCore>>,
+    // Announces held data for whoever drives the device (`Coalescer`).
+    coalescer: Arc<Coalescer>,
+    // Notification coalescing on same-host writes (`SOFTVERBS_SOCK_COALESCE=0`: off).
+    coalesce: bool,
     nonblocking: AtomicBool,
     // Completions and connection events handled so far (async waiters use it to tell
     // whether one task's progress may have readied another's operation).
@@ -217,6 +221,15 @@ impl Resources {
         linger: Duration,
     ) -> RdmaStream {
         self.core.handle_connected(peer);
+        let core = Arc::new(Mutex::new(self.core));
+        let coalescer = Arc::new(Coalescer {
+            core: Arc::downgrade(&core),
+            qp: Arc::downgrade(&qp),
+            kicked: AtomicBool::new(false),
+        });
+        let hook = Arc::clone(&coalescer);
+        self.cq
+            .set_channel_hook(Some(Arc::new(move || hook.kick())));
         let stream = RdmaStream {
             id,
             qp,
@@ -226,7 +239,9 @@ impl Resources {
             target: self.target,
             sbuf: self.sbuf,
             iomaps: Mutex::new(Vec::new()),
-            core: Mutex::new(self.core),
+            core,
+            coalescer,
+            coalesce: std::env::var_os("SOFTVERBS_SOCK_COALESCE").is_none_or(|v| v != "0"),
             nonblocking: AtomicBool::new(false),
             handled: AtomicU64::new(0),
             epoch: Instant::now(),
@@ -296,8 +311,11 @@ impl RdmaStream {
         Ok(res.into_stream(id, qp, &peer, opts.linger))
     }
 
-    fn lock(&self) -> MutexGuard<'_, StreamCore> {
-        self.core.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> CoreGuard<'_> {
+        CoreGuard {
+            guard: Some(self.core.lock().unwrap_or_else(|p| p.into_inner())),
+            coalescer: &self.coalescer,
+        }
     }
 
     /// The local rdma_cm address.
@@ -315,6 +333,18 @@ impl RdmaStream {
     /// caller's buffer into the peer's ring. Turns true shortly after connecting.
     pub fn uses_same_host(&self) -> bool {
         self.qp.uses_same_host()
+    }
+
+    /// Bytes written and placed in the peer's ring whose announcement is still held back
+    /// (notification coalescing, `StreamCore::set_coalescing`); they are announced when
+    /// the write in flight completes, whichever thread drives the device. For tests: it
+    /// looks without doing anything a stream call does.
+    #[doc(hidden)]
+    pub fn held_bytes(&self) -> usize {
+        self.core
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .held_bytes() as usize
     }
 
     /// Switches reads, writes and flushes between blocking and returning `WouldBlock`.
@@ -354,6 +384,8 @@ impl RdmaStream {
     /// Queues the shutdown's control message and posts it.
     pub(crate) fn start_shutdown(&self, how: softverbs_sock::Shutdown) -> io::Result<()> {
         let mut core = self.lock();
+        // What was held back goes before the end of the stream.
+        self.announce_now(&mut core);
         core.shutdown(how);
         self.post_pending(&mut core)
     }
@@ -399,6 +431,11 @@ impl RdmaStream {
                 break;
             }
         }
+        self.repost(core, reposts);
+    }
+
+    /// Reposts `reposts` receives in one post (one device lock, not one per message).
+    fn repost(&self, core: &StreamCore, reposts: u32) {
         if reposts > 0 && core.is_connected() {
             let id = core.recv_wr_id();
             let r: Result<(), softverbs_engine::PostError> = self
@@ -409,6 +446,30 @@ impl RdmaStream {
                 tracing::debug!("rsocket receive repost failed: {e}");
             }
         }
+    }
+
+    /// Handles what has completed, without the wait or yield of an empty poll: what waits
+    /// on a handed-over socket is received first (a writer about to hold its data back
+    /// looks whether the write in flight completed).
+    fn poll_now(&self, core: &mut StreamCore) {
+        if let Some(d) = self.cq.driver() {
+            if d.socket_handed_over() {
+                d.try_progress(false);
+            }
+        }
+        let mut wcs = [WorkCompletion::default(); 32];
+        let mut reposts = 0u32;
+        loop {
+            let n = self.cq.poll_ready(&mut wcs);
+            self.handled.fetch_add(n as u64, Ordering::Relaxed);
+            for wc in &wcs[..n] {
+                reposts += u32::from(self.complete(core, wc));
+            }
+            if n < wcs.len() {
+                break;
+            }
+        }
+        self.repost(core, reposts);
     }
 
     /// Handles one completion; `true` when it used a receive to repost.
@@ -455,6 +516,9 @@ impl RdmaStream {
 
     /// Posts control messages, iomap publications and keep-alives the core has ready.
     pub(crate) fn post_pending(&self, core: &mut StreamCore) -> io::Result<()> {
+        if let Some(a) = core.poll_announcement(false) {
+            post_announcement(&self.qp, core, &a);
+        }
         let now = self.epoch.elapsed();
         loop {
             let next = core
@@ -608,7 +672,7 @@ impl RdmaStream {
         ready: impl Fn(&StreamCore) -> bool,
         limit: Option<Duration>,
         force_block: bool,
-    ) -> io::Result<MutexGuard<'_, StreamCore>> {
+    ) -> io::Result<CoreGuard<'_>> {
         let nonblocking = self.nonblocking.load(Ordering::Relaxed) && !force_block;
         self.wait_until(ready, limit, nonblocking)
     }
@@ -619,7 +683,7 @@ impl RdmaStream {
         ready: impl Fn(&StreamCore) -> bool,
         limit: Option<Duration>,
         nonblocking: bool,
-    ) -> io::Result<MutexGuard<'_, StreamCore>> {
+    ) -> io::Result<CoreGuard<'_>> {
         // Ready already (data queued, room to send): go on without polling, as rsocket.c's
         // rsend and rrecv look at the CQ only when they cannot. A write that polled first
         // sent the ACK its thread held back for it (`crate::ack_hold`: an empty poll
@@ -718,11 +782,47 @@ impl RdmaStream {
     }
 
     pub(crate) fn write_locked(&self, core: &mut StreamCore, buf: &[u8]) -> io::Result<usize> {
-        let done = self.post_chunks(core, buf, |core, _, want| core.start_data(want))?;
+        // Notification coalescing (`StreamCore::set_coalescing`) where a plain WRITE
+        // costs no packet: same-host writes.
+        core.set_coalescing(self.coalesce && self.qp.uses_same_host());
+        if core.would_hold() && !core.announcement_reserved() {
+            // A hold would begin: unless the write in flight has completed meanwhile,
+            // in which case this one goes announced at once.
+            self.poll_now(core);
+            self.post_pending(core)?;
+        }
+        let was_reserved = core.announcement_reserved();
+        let mut last_held = None;
+        let done = self.post_chunks(core, buf, |core, done, want| {
+            let w = core.start_data(want)?;
+            if w.imm.is_none() {
+                last_held = Some(done + w.len as usize - 1);
+            }
+            Some(w)
+        })?;
+        if let Some(at) = last_held {
+            core.note_held_tail_byte(buf[at]);
+        }
+        if !was_reserved && core.announcement_reserved() {
+            // A hold began: the next completion, whichever thread drives the device (the
+            // progress thread included), runs the channel's hook, which announces it
+            // (`Coalescer::kick`) unless a call of this stream did first.
+            if let Err(e) = self.cq.req_notify_for_hook() {
+                tracing::debug!("rsocket: arming for the announcement failed: {e}");
+                self.announce_now(core);
+            }
+        }
         if done > 0 {
             self.keep_socket_while_busy();
         }
         Ok(done)
+    }
+
+    /// Posts the announcement of held data now, whatever is in flight.
+    fn announce_now(&self, core: &mut StreamCore) {
+        if let Some(a) = core.poll_announcement(true) {
+            post_announcement(&self.qp, core, &a);
+        }
     }
 
     /// A same-host stream that moves data keeps its device's socket for its threads
@@ -982,6 +1082,7 @@ impl io::Write for &RdmaStream {
 
     /// Waits until every write was delivered (completed by the peer's transport).
     fn flush(&mut self) -> io::Result<()> {
+        self.announce_now(&mut self.lock());
         self.wait(|c| c.all_sends_done(), None, false).map(|_| ())
     }
 }
@@ -1007,6 +1108,7 @@ impl Drop for RdmaStream {
         let mut core = self.lock();
         let _ = self.progress(&mut core);
         if core.is_connected() {
+            self.announce_now(&mut core);
             core.shutdown(softverbs_sock::Shutdown::Both);
             let _ = self.post_pending(&mut core);
         }
@@ -1016,5 +1118,95 @@ impl Drop for RdmaStream {
             .map(drop);
         // The DREQ; the id's destruction (a field) finishes the disconnect.
         let _ = self.id.disconnect();
+        self.cq.set_channel_hook(None);
+    }
+}
+
+/// The core, locked. Unlocking it runs an announcement that a completion's hook found
+/// the lock taken for ([`Coalescer::kick`]).
+pub(crate) struct CoreGuard<'a> {
+    guard: Option<MutexGuard<'a, StreamCore>>,
+    coalescer: &'a Coalescer,
+}
+
+impl std::ops::Deref for CoreGuard<'_> {
+    type Target = StreamCore;
+    fn deref(&self) -> &StreamCore {
+        self.guard.as_ref().expect("held until drop")
+    }
+}
+
+impl std::ops::DerefMut for CoreGuard<'_> {
+    fn deref_mut(&mut self) -> &mut StreamCore {
+        self.guard.as_mut().expect("held until drop")
+    }
+}
+
+impl Drop for CoreGuard<'_> {
+    fn drop(&mut self) {
+        drop(self.guard.take());
+        if self.coalescer.kicked.load(Ordering::SeqCst) {
+            self.coalescer.kick();
+        }
+    }
+}
+
+/// Announces a stream's held data (`StreamCore::poll_announcement`) when a completion
+/// arrives after the hold began, whichever thread drives the device: a writer that
+/// stops writing, or blocks on something else, still has its last bytes delivered.
+struct Coalescer {
+    core: Weak<Mutex<StreamCore>>,
+    qp: Weak<Qp>,
+    // A completion asked for the announcement and found the core locked: the thread
+    // holding it runs `kick` when it lets go (`CoreGuard`).
+    kicked: AtomicBool,
+}
+
+impl Coalescer {
+    /// The completion channel's hook. Never blocks on the core: the thread that holds
+    /// it sees `kicked` once it lets go (set before trying, read after unlocking, both
+    /// sequentially consistent: one of the two sees the other).
+    fn kick(&self) {
+        self.kicked.store(true, Ordering::SeqCst);
+        loop {
+            let Some(core) = self.core.upgrade() else {
+                return;
+            };
+            let mut core = match core.try_lock() {
+                Ok(g) => g,
+                Err(TryLockError::Poisoned(p)) => p.into_inner(),
+                Err(TryLockError::WouldBlock) => return,
+            };
+            if !self.kicked.swap(false, Ordering::SeqCst) {
+                return;
+            }
+            if let (Some(a), Some(qp)) = (core.poll_announcement(true), self.qp.upgrade()) {
+                post_announcement(&qp, &mut core, &a);
+            }
+            drop(core);
+            // Posting may have run this hook again (and found the core taken).
+            if !self.kicked.load(Ordering::SeqCst) {
+                return;
+            }
+        }
+    }
+}
+
+/// Posts an announcement of held data (a 1-byte WRITE WITH IMM, inline).
+fn post_announcement(qp: &Qp, core: &mut StreamCore, a: &Announcement) {
+    let byte = [a.byte];
+    let wr = SendWr {
+        wr_id: a.wr_id,
+        op: SendOp::RdmaWriteWithImm {
+            remote_addr: a.remote_addr,
+            rkey: Rkey(a.rkey),
+            imm: a.imm,
+        },
+        payload: Payload::Inline(&byte),
+        flags: SendFlags::SIGNALED,
+    };
+    if let Err(e) = qp.post_send(&wr) {
+        tracing::debug!(qp = %qp.qpn(), "rsocket announcement failed: {e}");
+        let _ = core.handle_send_completion(a.wr_id, false);
     }
 }
