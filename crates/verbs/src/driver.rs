@@ -724,9 +724,10 @@ impl Driver {
         if !d.held_ready.is_empty() {
             self.same_host.held_ready(&d.held_ready, self);
         }
-        // Last, as they may post: a completion channel's hooks (`EventQueue::run_hook`).
-        for (channel, _) in &d.notifications {
-            channel.run_hook();
+        // Last, as they may post: a completion channel's hooks (`EventQueue::set_hook`),
+        // after the placement lock if this thread holds it (a pump under a post).
+        for hook in d.notifications.iter().filter_map(|(ch, _)| ch.hook()) {
+            crate::samehost::run_hook_unless_placing(hook);
         }
     }
 

@@ -86,7 +86,7 @@ pub struct EventQueue<E> {
     user: OwnedFd,
     /// The end the byte is written to.
     signal: OwnedFd,
-    /// Run after an event was pushed, by the thread that pushed it ([`Self::run_hook`]).
+    /// Run after an event was pushed, by the thread that pushed it (`Driver::finish`).
     hook: Mutex<Option<EventHook>>,
 }
 
@@ -144,12 +144,9 @@ impl<E: Sourced> EventQueue<E> {
         *self.hook.lock().unwrap_or_else(|e| e.into_inner()) = hook;
     }
 
-    /// Runs the hook, if one is set (outside every lock of the queue).
-    pub fn run_hook(&self) {
-        let hook = self.hook.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        if let Some(h) = hook {
-            h();
-        }
+    /// The hook, if one is set.
+    pub fn hook(&self) -> Option<EventHook> {
+        self.hook.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// The fd the application polls: readable while an event is pending.

@@ -866,3 +866,44 @@ fn a_bound_socket_holds_its_address_then_listens_or_connects_from_it() {
     (&stream).read_exact(&mut buf).unwrap();
     assert_eq!(&buf, b"hi");
 }
+
+/// Three small writes, then the same thread looks at the reader only (as
+/// rdmacm-abi's rsocket_api.c does with MSG_PEEK): what was held back behind the first
+/// arrives without another write.
+#[test]
+fn held_writes_arrive_while_the_same_thread_only_reads() {
+    // One device for both ends, as a C program's rsockets in one process.
+    let ctx = device(Config::default());
+    let (listener, at) = listen(&ctx, StreamOptions::default());
+    let c2 = ctx.clone();
+    let t = std::thread::spawn(move || {
+        RdmaStream::connect_with(&c2, at, &StreamOptions::default()).unwrap()
+    });
+    let (server, _) = listener.accept().unwrap();
+    let client = t.join().unwrap();
+    let start = std::time::Instant::now();
+    while !(client.uses_same_host() && server.uses_same_host()) {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "no same-host path"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    for w in [&b"one"[..], b"two", b"three"] {
+        assert_eq!((&client).write(w).unwrap(), w.len());
+    }
+    let mut buf = [0u8; 64];
+    let mut peeked = 0;
+    let start = std::time::Instant::now();
+    while peeked < 11 && start.elapsed() < Duration::from_secs(20) {
+        peeked = match server.recv_with(&mut buf, true, true) {
+            Ok(n) => n,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => 0,
+            Err(e) => panic!("{e}"),
+        };
+        if peeked < 11 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    assert_eq!(&buf[..peeked], b"onetwothree");
+}

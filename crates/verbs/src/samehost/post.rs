@@ -17,27 +17,50 @@ use std::sync::MutexGuard;
 thread_local! {
     /// How many placement locks this thread holds (0 or 1).
     static PLACING: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+    /// Completion-channel hooks a pump under this thread's placement lock left to run
+    /// once it lets go ([`run_hook_unless_placing`]).
+    static DEFERRED_HOOKS: std::cell::RefCell<Vec<crate::events::EventHook>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Runs `hook` now, or, when this thread holds the placement lock (a pump under a post),
+/// as soon as it lets go: a hook may post, and posting takes that lock.
+pub(crate) fn run_hook_unless_placing(hook: crate::events::EventHook) {
+    if PLACING.with(|p| p.get()) == 0 {
+        hook();
+    } else {
+        DEFERRED_HOOKS.with(|d| d.borrow_mut().push(hook));
+    }
 }
 
 /// The placement lock, held.
-struct PlaceGuard<'a>(MutexGuard<'a, PlaceState>);
+struct PlaceGuard<'a>(Option<MutexGuard<'a, PlaceState>>);
 
 impl Drop for PlaceGuard<'_> {
     fn drop(&mut self) {
-        PLACING.with(|p| p.set(p.get().saturating_sub(1)));
+        drop(self.0.take());
+        if PLACING.with(|p| {
+            p.set(p.get().saturating_sub(1));
+            p.get() == 0
+        }) {
+            let hooks = DEFERRED_HOOKS.with(|d| std::mem::take(&mut *d.borrow_mut()));
+            for hook in hooks {
+                hook();
+            }
+        }
     }
 }
 
 impl std::ops::Deref for PlaceGuard<'_> {
     type Target = PlaceState;
     fn deref(&self) -> &PlaceState {
-        &self.0
+        self.0.as_ref().expect("held until drop")
     }
 }
 
 impl std::ops::DerefMut for PlaceGuard<'_> {
     fn deref_mut(&mut self) -> &mut PlaceState {
-        &mut self.0
+        self.0.as_mut().expect("held until drop")
     }
 }
 
@@ -167,7 +190,7 @@ impl SameHost {
     fn lock_place(&self) -> PlaceGuard<'_> {
         let guard = lock(&self.place);
         PLACING.with(|p| p.set(p.get() + 1));
-        PlaceGuard(guard)
+        PlaceGuard(Some(guard))
     }
 
     /// A copy of `qp`'s link (outside the lock, for the copy that follows), if it has one.

@@ -803,6 +803,7 @@ impl RdmaStream {
         if let Some(at) = last_held {
             core.note_held_tail_byte(buf[at]);
         }
+
         if !was_reserved && core.announcement_reserved() {
             // A hold began: the next completion, whichever thread drives the device (the
             // progress thread included), runs the channel's hook, which announces it
@@ -907,6 +908,11 @@ impl RdmaStream {
         if !peek {
             return self.read_locked(&mut core, buf);
         }
+        // A peek shows every message that arrived, so it looks at the CQ even with data
+        // queued: a program that peeks until enough is there (rdmacm-abi's
+        // rsocket_api.c) would otherwise never see the writes the peer held back and
+        // announced later (`StreamCore::set_coalescing`).
+        self.progress(&mut core)?;
         let chunks = core.peek_chunks(buf.len());
         if chunks.is_empty() {
             // Nothing queued: the end of the stream, or its failure.
@@ -1180,6 +1186,7 @@ impl Coalescer {
             if !self.kicked.swap(false, Ordering::SeqCst) {
                 return;
             }
+
             if let (Some(a), Some(qp)) = (core.poll_announcement(true), self.qp.upgrade()) {
                 post_announcement(&qp, &mut core, &a);
             }
