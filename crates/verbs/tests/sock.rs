@@ -334,8 +334,9 @@ fn a_bulk_transfer_announces_many_messages_per_datagram() {
         let sent = client_ctx.device_counters().tx_datagrams - before;
         println!("the writer sent {sent} datagrams for {MESSAGES} messages");
         seen.push(sent);
-        // One datagram per two messages at most (before: at least one per message).
-        if sent * 2 <= MESSAGES as u64 {
+        // Three datagrams per four messages at most (before: 1.15-1.22 per message, all
+        // three windows; with coalescing 0.24-0.45 in the best window here).
+        if sent * 4 <= MESSAGES as u64 * 3 {
             return;
         }
     }

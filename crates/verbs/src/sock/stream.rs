@@ -689,10 +689,14 @@ impl RdmaStream {
         // sent the ACK its thread held back for it (`crate::ack_hold`: an empty poll
         // releases it) alone, just before the write's own datagram, and paid a
         // `recvmmsg` and a `sched_yield` for nothing.
-        let core = self.lock();
+        let mut core = self.lock();
         if ready(&core) {
             return Ok(core);
         }
+        // A call about to wait announces what its stream held back first (as TCP pushes
+        // what autocork held when the writer blocks): a writer out of room waits for the
+        // reader, who can free room only by reading bytes announced to it.
+        self.announce_now(&mut core);
         drop(core);
         let start = Instant::now();
         loop {
