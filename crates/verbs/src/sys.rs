@@ -321,8 +321,10 @@ pub enum Flushed {
         /// Datagrams refused for good (and the first refusal).
         errors: usize,
         first_error: Option<io::Error>,
-        /// `sendmmsg` calls made.
+        /// Send calls made (`sendmmsg`, or `sendmsg` for a single message).
         calls: usize,
+        /// Of those, `sendmsg` calls.
+        single: usize,
     },
     /// The socket pushed back (`errno` EAGAIN or ENOBUFS): the rest stays in the batch
     /// for the next flush.
@@ -331,6 +333,7 @@ pub enum Flushed {
         errors: usize,
         first_error: Option<io::Error>,
         calls: usize,
+        single: usize,
         errno: i32,
     },
 }
@@ -351,6 +354,13 @@ impl Flushed {
                 calls,
                 ..
             } => (*sent, *errors, *calls),
+        }
+    }
+
+    /// Of the send calls, those that sent a single message with `sendmsg`.
+    pub fn single_calls(&self) -> usize {
+        match self {
+            Flushed::Done { single, .. } | Flushed::Blocked { single, .. } => *single,
         }
     }
 
@@ -511,16 +521,18 @@ impl SendBatch {
     /// (UDP loses datagrams anyway); when the socket pushes back (`EAGAIN`, `ENOBUFS`) the
     /// rest stays queued for the next flush.
     pub fn flush(&mut self, sock: &UdpSocket) -> Flushed {
+        use std::mem::MaybeUninit;
         self.started = true;
         if !self.sealed {
             self.seal();
         }
-        let mut storage = [(zero_storage(), 0 as libc::socklen_t); BATCH];
-        // SAFETY: iovec and mmsghdr are plain old data.
-        let mut iovs: [libc::iovec; BATCH] = unsafe { std::mem::zeroed() };
-        // SAFETY: as above.
-        let mut msgs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
-        let mut ctrl = [[0u64; CMSG_SPACE_INT / 8]; BATCH];
+        // Only the headers of the messages sent are written: zeroing all BATCH of
+        // them (some 8 KiB) cost a memset per send, one datagram too.
+        let mut storage =
+            [MaybeUninit::<(libc::sockaddr_storage, libc::socklen_t)>::uninit(); BATCH];
+        let mut iovs = [MaybeUninit::<libc::iovec>::uninit(); BATCH];
+        let mut msgs = [MaybeUninit::<libc::mmsghdr>::uninit(); BATCH];
+        let mut ctrl = [MaybeUninit::<[u64; CMSG_SPACE_INT / 8]>::uninit(); BATCH];
         // Per message: its first datagram and how many it carries.
         let mut first = [0usize; BATCH];
         let mut members = [0usize; BATCH];
@@ -532,57 +544,75 @@ impl SendBatch {
             while b < self.count && self.ids[b] != 0 {
                 b += 1;
             }
-            storage[m] = to_storage(&self.txs[a].dst);
+            let name = storage[m].write(to_storage(&self.txs[a].dst));
             for ((iov, buf), len) in iovs[a..b]
                 .iter_mut()
                 .zip(&mut self.bufs[a..b])
                 .zip(&self.lens[a..b])
             {
-                *iov = libc::iovec {
+                iov.write(libc::iovec {
                     iov_base: buf.as_mut_ptr().cast(),
                     iov_len: *len,
-                };
+                });
             }
-            let hdr = &mut msgs[m].msg_hdr;
-            hdr.msg_name = (&mut storage[m].0 as *mut libc::sockaddr_storage).cast();
-            hdr.msg_namelen = storage[m].1;
-            hdr.msg_iov = iovs[a..].as_mut_ptr();
+            // SAFETY: msghdr is plain old data; all-zero is an empty header.
+            let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
+            hdr.msg_name = (&mut name.0 as *mut libc::sockaddr_storage).cast();
+            hdr.msg_namelen = name.1;
+            hdr.msg_iov = iovs[a..].as_mut_ptr().cast();
             hdr.msg_iovlen = b - a;
             if b - a > 1 {
-                hdr.msg_control = ctrl[m].as_mut_ptr().cast();
+                hdr.msg_control = ctrl[m].write([0; CMSG_SPACE_INT / 8]).as_mut_ptr().cast();
                 // SAFETY: CMSG_SPACE is a pure size computation.
                 hdr.msg_controllen = unsafe { libc::CMSG_SPACE(2) } as _;
                 // SAFETY: msg_control points at CMSG_SPACE_INT zeroed bytes,
                 // enough for one cmsg with a u16 payload.
                 unsafe {
-                    let c = libc::CMSG_FIRSTHDR(hdr);
+                    let c = libc::CMSG_FIRSTHDR(&hdr);
                     (*c).cmsg_level = libc::SOL_UDP;
                     (*c).cmsg_type = UDP_SEGMENT;
                     (*c).cmsg_len = libc::CMSG_LEN(2) as _;
                     std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut u16, self.lens[a] as u16);
                 }
             }
+            msgs[m].write(libc::mmsghdr {
+                msg_hdr: hdr,
+                msg_len: 0,
+            });
             first[m] = a;
             members[m] = b - a;
             m += 1;
             a = b;
         }
-        let (mut sent, mut errors, mut calls) = (0, 0, 0);
+        let (mut sent, mut errors, mut calls, mut single) = (0, 0, 0, 0);
         let mut first_error = None;
         let mut done = 0;
         let mut stale_reports = 0;
         while done < m {
             calls += 1;
             crate::driver::note_syscall();
-            // SAFETY: the headers point at live buffers, addresses and control
-            // data in this frame and `self`; the kernel only reads them.
+            // SAFETY: msgs[..m] were written above; the headers point at live buffers,
+            // addresses and control data in this frame and `self`, and every iovec
+            // they name was written; the kernel only reads them (and msg_len).
             let r = unsafe {
-                libc::sendmmsg(
-                    sock.as_raw_fd(),
-                    msgs[done..].as_mut_ptr(),
-                    (m - done) as libc::c_uint,
-                    0,
-                )
+                if m - done == 1 {
+                    // One message (a datagram, or one GSO group): `sendmsg` is the
+                    // cheaper call for it (bench-tools udp-send1).
+                    single += 1;
+                    let hdr = &msgs[done].assume_init_ref().msg_hdr;
+                    if libc::sendmsg(sock.as_raw_fd(), hdr, 0) < 0 {
+                        -1
+                    } else {
+                        1
+                    }
+                } else {
+                    libc::sendmmsg(
+                        sock.as_raw_fd(),
+                        msgs[done..].as_mut_ptr().cast(),
+                        (m - done) as libc::c_uint,
+                        0,
+                    )
+                }
             };
             if r > 0 {
                 let r = r as usize;
@@ -600,6 +630,7 @@ impl SendBatch {
                         errors,
                         first_error,
                         calls,
+                        single,
                         errno,
                     };
                 }
@@ -624,13 +655,9 @@ impl SendBatch {
             errors,
             first_error,
             calls,
+            single,
         }
     }
-}
-
-fn zero_storage() -> libc::sockaddr_storage {
-    // SAFETY: plain old data, all-zero is valid.
-    unsafe { std::mem::zeroed() }
 }
 
 /// An eventfd: a counter the kernel can wait on.

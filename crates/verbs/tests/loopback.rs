@@ -722,6 +722,25 @@ fn a_single_empty_poll_leaves_the_socket_to_the_progress_thread() {
 }
 
 #[test]
+fn a_poll_loop_yields_the_cpu_at_every_fourth_empty_poll() {
+    // A thread spinning on an empty CQ yields the CPU (sched_yield), but not at every
+    // empty poll: the yield is a system call a datagram arriving meanwhile waits for.
+    // Counted by the device, so whatever else runs beside the test does not change it.
+    const POLLS: u64 = 400;
+    let (_a, b) = pair_with_handoff(Duration::from_secs(3600));
+    let before = b.ctx.device_counters().poll_yields;
+    for _ in 0..POLLS {
+        assert_eq!(b.cq.poll(&mut []), 0);
+    }
+    let yields = b.ctx.device_counters().poll_yields - before;
+    // (It yielded at all 400 before.)
+    assert!(
+        (POLLS / 4 - 1..=POLLS / 4 + 1).contains(&yields),
+        "{yields} yields in {POLLS} empty polls"
+    );
+}
+
+#[test]
 fn an_rnr_retry_comes_while_the_progress_thread_leaves_the_socket_to_pollers() {
     // B has no receive posted: A's SEND draws an RNR NAK, and only A's RNR timer sends
     // it again, 5.12 ms later (code 18). A polls in a loop under a hand-off longer than
@@ -986,6 +1005,15 @@ fn a_pollers_ack_leaves_behind_its_answer_in_one_send() {
         assert!(y.acks_held - x.acks_held >= N - 2);
         assert!(y.acks_after_requests - x.acks_after_requests >= N - 2);
     }
+    // Each of those calls sent one message (the answer with its ACK as one GSO group):
+    // `sendmsg`, cheaper than a `sendmmsg` of one (bench-tools udp-send1); a few spare
+    // for timers' batches.
+    let single = (after.0.tx_single_sends - before.0.tx_single_sends)
+        + (after.1.tx_single_sends - before.1.tx_single_sends);
+    assert!(
+        single + 4 >= calls,
+        "{single} of {calls} send calls were single-message sendmsg"
+    );
 }
 
 #[test]
