@@ -599,6 +599,7 @@ fn spin_one(cq: &Cq) -> WorkCompletion {
 
 #[test]
 fn a_thread_polling_its_cq_receives_alone_and_hands_back_when_it_stops() {
+    let _counted = counted();
     // While an application thread polls, the progress thread leaves the socket to it
     // (no wake-up per datagram); a long hand-off makes that certain here.
     const HANDOFF: Duration = Duration::from_millis(300);
@@ -698,6 +699,7 @@ fn arming_a_cq_ends_the_hand_off_to_pollers() {
 
 #[test]
 fn a_single_empty_poll_leaves_the_socket_to_the_progress_thread() {
+    let _counted = counted();
     // As `softverbs perf write --lat` and ib_write_lat do: poll the CQ once for a
     // moderated send completion, then spin on memory for the peer's RDMA WRITE, which
     // only the progress thread can take in. A hand-off longer than the test: had the one
@@ -760,6 +762,7 @@ fn await_bytes(mr: &Mr<Vec<u8>>, offset: usize, want: &[u8]) {
 
 #[test]
 fn posting_while_the_progress_thread_sleeps_does_not_wake_it() {
+    let _counted = counted();
     // Nobody polls: each WRITE arms a retransmission timer while A's progress thread
     // sleeps without one, and B's ACK ends that timer long before it is due. Arming the
     // progress thread's timerfd wakes it only if the timer comes due; signalling it
@@ -818,6 +821,7 @@ fn a_timer_armed_while_the_progress_thread_sleeps_fires() {
 
 #[test]
 fn a_thread_that_spins_on_memory_after_its_poll_loops_ends_the_hand_off() {
+    let _counted = counted();
     // As ib_write_lat does: B polls its CQ in a loop for its own WRITE's completion, then
     // spins on memory for A's WRITE, which only B's progress thread can take in. A
     // hand-off longer than the test: only B's coming back late after its first loop
@@ -928,6 +932,7 @@ fn spin_recv(cq: &Cq) -> (u64, u64) {
 
 #[test]
 fn a_pollers_ack_leaves_behind_its_answer_in_one_send() {
+    let _counted = counted();
     // A SEND ping-pong with both ends polling their CQs, under a hand-off longer than
     // the test (no progress thread receives). The thread that receives a SEND keeps its
     // ACK back until the application posts its answer, which leaves first, with the ACK
@@ -990,6 +995,7 @@ fn a_pollers_ack_leaves_behind_its_answer_in_one_send() {
 
 #[test]
 fn a_forked_child_leaves_the_acks_its_parent_held_alone() {
+    let _counted = counted();
     // B's thread holds the ACK of A's SEND back when the process forks. In the child,
     // B is the parent's device: arming a CQ (which sends what the thread held) must
     // not touch its locks or its socket.
@@ -1078,6 +1084,7 @@ fn write_lat_side(me: &End, peer: &Mr<Vec<u8>>, rounds: u8, lag: u8, poll: impl 
 
 #[test]
 fn a_write_placed_into_spun_on_memory_has_its_ack_leave_with_the_answer() {
+    let _counted = counted();
     // `softverbs perf write --lat`'s pattern: each side spins on memory for the peer's
     // WRITE and answers with a WRITE; nobody polls a CQ in a loop, so the progress
     // threads take every WRITE in. The progress thread keeps the WRITE's ACK back until
@@ -1136,6 +1143,7 @@ fn a_write_placed_into_spun_on_memory_has_its_ack_leave_with_the_answer() {
 
 #[test]
 fn a_held_write_ack_leaves_when_nobody_answers() {
+    let _counted = counted();
     // The target places the WRITE and never answers: the progress thread's hold ends by
     // its timer and the ACK leaves then. (The hold is shorter than the requester's
     // shortest timer: a resend would have sent the ACK first.)
@@ -1204,6 +1212,7 @@ fn start_poll_loop(a: &End, b: &End) {
 
 #[test]
 fn a_poll_loop_that_goes_on_keeps_the_progress_thread_asleep() {
+    let _counted = counted();
     // A thread spins on its CQ (as both ends of a ping-pong do): the progress thread
     // leaves the socket to it. It used to wake at the end of every hand-off period only to
     // find the thread still polling (at the default 50 µs, about one wake-up per round
@@ -1243,6 +1252,7 @@ fn a_poll_loop_that_goes_on_keeps_the_progress_thread_asleep() {
 
 #[test]
 fn a_timer_armed_under_a_pushed_hand_off_fires_after_the_poll_loop_stops() {
+    let _counted = counted();
     // A spins on its CQ until its progress thread sleeps on the hand-off timer the loop
     // pushes (no wake-up of its own for timers: the poller fires them). A's WRITE is then
     // lost, and A stops polling at once: only its progress thread can send the WRITE
@@ -1286,6 +1296,7 @@ fn a_timer_armed_under_a_pushed_hand_off_fires_after_the_poll_loop_stops() {
 
 #[test]
 fn a_poll_loop_takes_the_socket_from_a_progress_thread_asleep_on_it() {
+    let _counted = counted();
     // A stops polling for longer than the hand-off (its progress thread then sleeps on the
     // socket, with no timer), comes back and polls in a loop, posts an unsignalled WRITE
     // and polls on (it takes the ACK in). The progress thread used to sleep on through
@@ -1343,6 +1354,7 @@ fn a_poll_loop_takes_the_socket_from_a_progress_thread_asleep_on_it() {
 
 #[test]
 fn with_hand_offs_off_a_poll_loop_leaves_the_progress_thread_alone() {
+    let _counted = counted();
     // `poll_handoff` 0: the progress thread always watches the socket, and a poll loop
     // must not wake it to take the socket (it would wake it at every sleep).
     let (a, b) = pair_with_handoff(Duration::ZERO);
