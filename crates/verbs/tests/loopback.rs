@@ -1234,14 +1234,18 @@ fn a_poll_loop_that_goes_on_keeps_the_progress_thread_asleep() {
     // find the thread still polling (at the default 50 µs, about one wake-up per round
     // trip); now the poll loop pushes the progress thread's hand-off timer later and it
     // sleeps until the loop stops. Then it takes the socket back.
-    const HANDOFF: Duration = Duration::from_millis(10);
-    const PERIODS: u32 = 20;
+    const HANDOFF: Duration = Duration::from_millis(100);
+    const PERIODS: u32 = 10;
     let (a, b) = pair_with_handoff(HANDOFF);
     start_poll_loop(&a, &b);
     // One wake-up at the end of the first period (the hand-off outlasted a sleep), and
     // one or two more for each time the loop was preempted for longer than a quarter
     // period (a yield on a loaded host): it was one per period. The best of three
-    // windows, so that a host busy with other work for a while does not decide.
+    // windows, so that a host busy with other work for a while does not decide. Periods
+    // long enough that a preemption rarely outlasts a quarter of one: at 10 ms, beside
+    // two busy loops and two builds (load 9), the loop slept 13 to 25 times in windows
+    // of 20 periods, as without the pushes; at 100 ms, once or twice in 10 (without the
+    // pushes 9 to 13).
     let mut sleeps_per_window = Vec::new();
     let after = loop {
         let before = a.ctx.device_counters();
