@@ -157,9 +157,13 @@ fn eight_half_mib_writes(a: &End, b: &End) {
 /// the same WRITEs took about 2 s with some 17 000 retransmissions.) A few early
 /// retransmissions may still happen: a receiver without GRO takes one segment per system
 /// call, and on a loaded machine its ACK can come later than the sender's early timer
-/// (2 SRTT, from 50 µs) expects; such resends are duplicates, not repairs.
+/// (2 SRTT, from 50 µs) expects; such resends are duplicates, not repairs. For the same
+/// reason an IBTA timeout or two may pass there (a receiver that lost its CPU for longer
+/// than the local ACK timeout: 1 in 20 runs of the binary beside two busy loops and two
+/// builds); without the solving every segment but the first was dropped (`drop_icrc`).
 #[test]
 fn a_receiver_without_gro_takes_gso_segments() {
+    let _counted = counted();
     let a = end(Config::default());
     let b = end(Config {
         gso: false,
@@ -169,7 +173,7 @@ fn a_receiver_without_gro_takes_gso_segments() {
     eight_half_mib_writes(&a, &b);
     let (ca, cb) = (a.ctx.counters(), b.ctx.counters());
     assert_eq!(cb.drop_icrc, 0, "{cb:?}");
-    assert_eq!(ca.ack_timeouts, 0, "{ca:?}");
+    assert!(ca.ack_timeouts <= 2, "{ca:?}");
     assert!(
         ca.retransmitted_packets * 4 < ca.tx_packets,
         "more resends than a lossless path explains: {ca:?}"
