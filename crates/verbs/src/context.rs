@@ -211,8 +211,10 @@ pub struct DeviceCounters {
     pub injected_drops: u64,
     /// Reads too large for a receive buffer.
     pub rx_truncated: u64,
-    /// `sendmmsg` calls.
+    /// Send calls (`sendmmsg`, or `sendmsg` for a single message).
     pub tx_syscalls: u64,
+    /// Of those, `sendmsg` calls that sent a single message.
+    pub tx_single_sends: u64,
     /// Times a full socket buffer made sending wait.
     pub tx_backpressure: u64,
     /// Times a thread moved the progress thread's wake-up earlier for a timer.
@@ -221,6 +223,8 @@ pub struct DeviceCounters {
     pub progress_wakes: u64,
     /// Times the progress thread went to sleep (each ends in a wake-up).
     pub progress_sleeps: u64,
+    /// Times an empty CQ poll yielded the CPU.
+    pub poll_yields: u64,
     /// Times a spinning poller moved the progress thread's hand-off timer later.
     pub handoff_pushes: u64,
     /// Times a poll loop woke the progress thread asleep on the socket to leave it to
@@ -464,10 +468,12 @@ impl Context {
             injected_drops: get(&c.injected_drops),
             rx_truncated: get(&c.rx_truncated),
             tx_syscalls: get(&c.tx_syscalls),
+            tx_single_sends: get(&c.tx_single_sends),
             tx_backpressure: get(&c.tx_backpressure),
             timer_wakeups: get(&c.timer_wakeups),
             progress_wakes: get(&c.progress_wakes),
             progress_sleeps: get(&c.progress_sleeps),
+            poll_yields: get(&c.poll_yields),
             handoff_pushes: get(&c.handoff_pushes),
             socket_taken_from_progress: get(&c.socket_taken_from_progress),
             acks_held: get(&c.acks_held),

@@ -5,8 +5,32 @@ use crate::driver::ChannelShared;
 use crate::error::ResourceError;
 use crate::events::Source;
 use softverbs_engine::{CqHandle, WorkCompletion};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
+
+/// An empty poll yields the CPU once per this many empty polls in a row by one thread
+/// (see [`Cq::poll`]).
+pub(crate) const YIELD_EVERY: u32 = 4;
+
+thread_local! {
+    /// The calling thread's empty polls since its last poll that found completions.
+    static EMPTY_POLLS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Notes an empty poll by the calling thread; returns whether it should yield the CPU.
+fn empty_poll_yields() -> bool {
+    EMPTY_POLLS.with(|e| {
+        let n = e.get().wrapping_add(1);
+        e.set(n);
+        n % YIELD_EVERY == 0
+    })
+}
+
+/// The calling thread's poll found completions: its run of empty polls starts over.
+fn found_completions() {
+    EMPTY_POLLS.with(|e| e.set(0));
+}
 
 pub(crate) struct CqInner {
     pub ctx: Arc<ContextInner>,
@@ -70,7 +94,8 @@ impl Cq {
     /// Takes up to `out.len()` completions; returns how many. When the CQ is empty
     /// the calling thread receives what waits on the device's socket and looks
     /// again, so a thread spinning on its CQ needs no other thread to run; when
-    /// nothing arrived it yields the CPU (`sched_yield`) before returning 0.
+    /// nothing arrived it yields the CPU (`sched_yield`) before returning 0, at every
+    /// fourth such poll in a row.
     pub fn poll(&self, out: &mut [WorkCompletion]) -> usize {
         self.poll_receiving(out, true, true)
     }
@@ -91,6 +116,7 @@ impl Cq {
                 Ok(d) if d.try_progress(spinning) => {
                     let n = self.poll_ready(out);
                     if n > 0 {
+                        found_completions();
                         d.note_found(ends_handoff);
                     } else {
                         // An empty poll all the same, which ends now: receiving a backlog
@@ -109,14 +135,26 @@ impl Cq {
                     // hardware RNIC, our data path runs on the same CPUs as the pollers.
                     // (Spinning 50 µs before yielding made `perf send --lat` 1.5-4x
                     // slower on a loaded 2-core host: the peer waited for a CPU.)
-                    std::thread::yield_now();
+                    // But only at every YIELD_EVERY-th empty poll in a row: a yield is a
+                    // system call of about a microsecond even when nobody else runs, and a
+                    // datagram that arrives during it waits for it, on a ping-pong's path
+                    // at every message (sockperf's busy poll never yields). A few empty
+                    // polls between yields keep the CPU a few microseconds longer.
+                    let yields = empty_poll_yields();
+                    if yields {
+                        std::thread::yield_now();
+                    }
                     if let Ok(d) = driver {
+                        if yields {
+                            d.counters.poll_yields.fetch_add(1, Ordering::Relaxed);
+                        }
                         d.note_poll_ended();
                     }
                     0
                 }
             },
             n => {
+                found_completions();
                 if let Ok(d) = driver {
                     d.note_found(ends_handoff);
                 }

@@ -65,8 +65,11 @@ pub struct DriverCounters {
     pub injected_drops: AtomicU64,
     /// Datagrams too large for a receive buffer.
     pub rx_truncated: AtomicU64,
-    /// `sendmmsg` calls.
+    /// Send calls (`sendmmsg`, or `sendmsg` for a single message).
     pub tx_syscalls: AtomicU64,
+    /// Of those, `sendmsg` calls that sent a single message (a datagram, or one GSO
+    /// group): cheaper than a `sendmmsg` of one.
+    pub tx_single_sends: AtomicU64,
     /// Times the socket's send buffer was full (`EAGAIN`/`ENOBUFS`) and sending waited.
     pub tx_backpressure: AtomicU64,
     /// Times a thread moved the progress thread's wake-up earlier for a timer (it arms
@@ -76,6 +79,8 @@ pub struct DriverCounters {
     pub progress_wakes: AtomicU64,
     /// Times the progress thread went to sleep (each ends in a wake-up).
     pub progress_sleeps: AtomicU64,
+    /// Times an empty CQ poll yielded the CPU (`sched_yield`; see `Cq::poll`).
+    pub poll_yields: AtomicU64,
     /// Times a spinning poller moved the progress thread's hand-off timer later (see
     /// [`Driver::push_handoff_timer`]).
     pub handoff_pushes: AtomicU64,
@@ -988,6 +993,8 @@ impl Driver {
         c.tx_datagrams.fetch_add(sent as u64, Ordering::Relaxed);
         c.tx_errors.fetch_add(errors as u64, Ordering::Relaxed);
         c.tx_syscalls.fetch_add(calls as u64, Ordering::Relaxed);
+        c.tx_single_sends
+            .fetch_add(flushed.single_calls() as u64, Ordering::Relaxed);
         if let Some(e) = flushed.first_error() {
             if !self.warned_tx_error.swap(true, Ordering::Relaxed) {
                 let hint = if e.raw_os_error() == Some(libc::EMSGSIZE) {
@@ -1735,10 +1742,12 @@ impl Driver {
         lines.push(("udp_rx_by_progress_thread", get(&dc.rx_by_progress)));
         lines.push(("udp_tx_errors", get(&dc.tx_errors)));
         lines.push(("udp_tx_syscalls", get(&dc.tx_syscalls)));
+        lines.push(("udp_tx_single_sends", get(&dc.tx_single_sends)));
         lines.push(("udp_tx_backpressure", get(&dc.tx_backpressure)));
         lines.push(("progress_timer_wakeups", get(&dc.timer_wakeups)));
         lines.push(("progress_wakes", get(&dc.progress_wakes)));
         lines.push(("progress_sleeps", get(&dc.progress_sleeps)));
+        lines.push(("poll_yields", get(&dc.poll_yields)));
         lines.push(("handoff_pushes", get(&dc.handoff_pushes)));
         lines.push((
             "socket_taken_from_progress",

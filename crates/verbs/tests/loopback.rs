@@ -157,9 +157,13 @@ fn eight_half_mib_writes(a: &End, b: &End) {
 /// the same WRITEs took about 2 s with some 17 000 retransmissions.) A few early
 /// retransmissions may still happen: a receiver without GRO takes one segment per system
 /// call, and on a loaded machine its ACK can come later than the sender's early timer
-/// (2 SRTT, from 50 µs) expects; such resends are duplicates, not repairs.
+/// (2 SRTT, from 50 µs) expects; such resends are duplicates, not repairs. For the same
+/// reason an IBTA timeout or two may pass there (a receiver that lost its CPU for longer
+/// than the local ACK timeout: 1 in 20 runs of the binary beside two busy loops and two
+/// builds); without the solving every segment but the first was dropped (`drop_icrc`).
 #[test]
 fn a_receiver_without_gro_takes_gso_segments() {
+    let _counted = counted();
     let a = end(Config::default());
     let b = end(Config {
         gso: false,
@@ -169,7 +173,7 @@ fn a_receiver_without_gro_takes_gso_segments() {
     eight_half_mib_writes(&a, &b);
     let (ca, cb) = (a.ctx.counters(), b.ctx.counters());
     assert_eq!(cb.drop_icrc, 0, "{cb:?}");
-    assert_eq!(ca.ack_timeouts, 0, "{ca:?}");
+    assert!(ca.ack_timeouts <= 2, "{ca:?}");
     assert!(
         ca.retransmitted_packets * 4 < ca.tx_packets,
         "more resends than a lossless path explains: {ca:?}"
@@ -599,6 +603,7 @@ fn spin_one(cq: &Cq) -> WorkCompletion {
 
 #[test]
 fn a_thread_polling_its_cq_receives_alone_and_hands_back_when_it_stops() {
+    let _counted = counted();
     // While an application thread polls, the progress thread leaves the socket to it
     // (no wake-up per datagram); a long hand-off makes that certain here.
     const HANDOFF: Duration = Duration::from_millis(300);
@@ -698,6 +703,7 @@ fn arming_a_cq_ends_the_hand_off_to_pollers() {
 
 #[test]
 fn a_single_empty_poll_leaves_the_socket_to_the_progress_thread() {
+    let _counted = counted();
     // As `softverbs perf write --lat` and ib_write_lat do: poll the CQ once for a
     // moderated send completion, then spin on memory for the peer's RDMA WRITE, which
     // only the progress thread can take in. A hand-off longer than the test: had the one
@@ -719,6 +725,25 @@ fn a_single_empty_poll_leaves_the_socket_to_the_progress_thread() {
     }
     assert!(b.ctx.device_counters().rx_by_progress_thread > before.rx_by_progress_thread);
     assert_eq!(a.cq.wait_for(1, WAIT)[0].status, WcStatus::Success);
+}
+
+#[test]
+fn a_poll_loop_yields_the_cpu_at_every_fourth_empty_poll() {
+    // A thread spinning on an empty CQ yields the CPU (sched_yield), but not at every
+    // empty poll: the yield is a system call a datagram arriving meanwhile waits for.
+    // Counted by the device, so whatever else runs beside the test does not change it.
+    const POLLS: u64 = 400;
+    let (_a, b) = pair_with_handoff(Duration::from_secs(3600));
+    let before = b.ctx.device_counters().poll_yields;
+    for _ in 0..POLLS {
+        assert_eq!(b.cq.poll(&mut []), 0);
+    }
+    let yields = b.ctx.device_counters().poll_yields - before;
+    // (It yielded at all 400 before.)
+    assert!(
+        (POLLS / 4 - 1..=POLLS / 4 + 1).contains(&yields),
+        "{yields} yields in {POLLS} empty polls"
+    );
 }
 
 #[test]
@@ -760,35 +785,49 @@ fn await_bytes(mr: &Mr<Vec<u8>>, offset: usize, want: &[u8]) {
 
 #[test]
 fn posting_while_the_progress_thread_sleeps_does_not_wake_it() {
+    let _counted = counted();
     // Nobody polls: each WRITE arms a retransmission timer while A's progress thread
     // sleeps without one, and B's ACK ends that timer long before it is due. Arming the
     // progress thread's timerfd wakes it only if the timer comes due; signalling it
     // (as before) woke it at once, once per WRITE.
-    let (a, b) = pair(Config::default());
-    let before = a.ctx.device_counters();
-    for i in 0..50u8 {
-        a.mr.write(0, &[i; 8]);
-        let sges = [a.mr.sge(0, 8)];
-        let mut wr = SendWr::new(
-            u64::from(i),
-            SendOp::RdmaWrite {
-                remote_addr: b.mr.addr() + 64,
-                rkey: Rkey(b.mr.rkey()),
-            },
-            &sges,
-        );
-        wr.flags = SendFlags::EMPTY;
-        a.qp.post_send(&wr).unwrap();
-        await_bytes(&b.mr, 64, &[i; 8]);
+    // The best of three batches of 50 WRITEs (a fresh pair each: the unsignalled WRITEs
+    // stay on the send queue), so that a host busy with other work for a while does not
+    // decide (beside two busy loops and two builds, 1 of 20 runs of the binary saw no
+    // post arm a timer in 50).
+    let mut batches = Vec::new();
+    for batch in 0..3u8 {
+        let (a, b) = pair(Config::default());
+        let before = a.ctx.device_counters();
+        for i in batch * 50..(batch + 1) * 50 {
+            a.mr.write(0, &[i; 8]);
+            let sges = [a.mr.sge(0, 8)];
+            let mut wr = SendWr::new(
+                u64::from(i),
+                SendOp::RdmaWrite {
+                    remote_addr: b.mr.addr() + 64,
+                    rkey: Rkey(b.mr.rkey()),
+                },
+                &sges,
+            );
+            wr.flags = SendFlags::EMPTY;
+            a.qp.post_send(&wr).unwrap();
+            await_bytes(&b.mr, 64, &[i; 8]);
+        }
+        let after = a.ctx.device_counters();
+        // The posts did arm timers for a sleeping progress thread (6 to 43 of 50 under
+        // load; a post that finds it still awake after the previous ACK arms none), and
+        // it was woken a few times at most, far fewer than the arms (no wake-up in 12
+        // runs under load; signalling it as well, it was woken once per arm).
+        let arms = after.timer_wakeups - before.timer_wakeups;
+        let woken = after.progress_wakes - before.progress_wakes;
+        if arms > 0 && woken < 5 && 4 * woken < arms {
+            return;
+        }
+        batches.push((arms, woken));
     }
-    let after = a.ctx.device_counters();
-    // The posts did arm timers for a sleeping progress thread (most of them; a post
-    // that finds it still awake after the previous ACK arms none).
-    assert!(after.timer_wakeups > before.timer_wakeups, "{after:?}");
-    assert!(
-        after.progress_wakes - before.progress_wakes < 5,
-        "the progress thread was woken {} times for 50 WRITEs",
-        after.progress_wakes - before.progress_wakes
+    panic!(
+        "(posts that armed the progress thread's timer, its wake-ups) in three batches of \
+         50 WRITEs: {batches:?}"
     );
 }
 
@@ -818,6 +857,7 @@ fn a_timer_armed_while_the_progress_thread_sleeps_fires() {
 
 #[test]
 fn a_thread_that_spins_on_memory_after_its_poll_loops_ends_the_hand_off() {
+    let _counted = counted();
     // As ib_write_lat does: B polls its CQ in a loop for its own WRITE's completion, then
     // spins on memory for A's WRITE, which only B's progress thread can take in. A
     // hand-off longer than the test: only B's coming back late after its first loop
@@ -928,12 +968,46 @@ fn spin_recv(cq: &Cq) -> (u64, u64) {
 
 #[test]
 fn a_pollers_ack_leaves_behind_its_answer_in_one_send() {
+    let _counted = counted();
     // A SEND ping-pong with both ends polling their CQs, under a hand-off longer than
     // the test (no progress thread receives). The thread that receives a SEND keeps its
     // ACK back until the application posts its answer, which leaves first, with the ACK
     // behind it in one sendmmsg: one system call per one-way message, where the ACK used
     // to leave alone, before the application even saw the SEND (two).
     const N: u64 = 100;
+    // The best of three attempts (a fresh pair each), so that a host busy with other work
+    // for a while does not decide: there a thread that lost its CPU for long draws a
+    // tail-loss probe, whose ACK leaves alone (1 of 20 runs of the binary beside two
+    // busy loops and two builds, load 7, had fewer than N - 2 ACKs behind an answer).
+    // Two one-way messages per exchange, one send call each (it was four: two more for
+    // the ACKs); a quarter spare for resends and timers. Without the hold (pollers made
+    // to send their ACKs at once) no ACK is held or behind, and it is four calls.
+    let exchanges = N - 1;
+    let mut attempts = Vec::new();
+    for _ in 0..3 {
+        let (calls, held, behind, single) = pollers_ping_pong(N);
+        // Each call sent one message (the answer with its ACK as one GSO group): with
+        // `sendmsg`, cheaper than a `sendmmsg` of one (bench-tools udp-send1); a quarter
+        // spare for timers' batches. It was 0 of 198.
+        if calls <= 2 * exchanges + exchanges / 2
+            && held.iter().all(|&h| h >= exchanges - exchanges / 4)
+            && behind.iter().all(|&b| b >= exchanges - exchanges / 4)
+            && single * 4 >= calls * 3
+        {
+            return;
+        }
+        attempts.push((calls, held, behind, single));
+    }
+    panic!(
+        "(send calls, ACKs held at A and B, ACKs behind an answer at A and B, single-message \
+         sendmsg calls) for {exchanges} exchanges in three attempts: {attempts:?}"
+    );
+}
+
+/// A SEND ping-pong of `n` rounds on a fresh pair, both ends polling; the send calls of
+/// both ends, the ACKs each held, the ACKs each sent behind an answer, and the send calls
+/// that were a single-message `sendmsg`, over all rounds but the first.
+fn pollers_ping_pong(n: u64) -> (u64, [u64; 2], [u64; 2], u64) {
     let (a, b) = pair_with_handoff(Duration::from_secs(3600));
     for cq in [&a.cq, &a.cq, &b.cq, &b.cq] {
         assert_eq!(cq.poll(&mut []), 0);
@@ -941,7 +1015,7 @@ fn a_pollers_ack_leaves_behind_its_answer_in_one_send() {
     let (sa, sb) = ([a.mr.sge(0, 8)], [b.mr.sge(0, 8)]);
     let (mut sends_a, mut sends_b) = (0, 0);
     let mut before = None;
-    for i in 0..N {
+    for i in 0..n {
         if i == 1 {
             before = Some((a.ctx.device_counters(), b.ctx.device_counters()));
         }
@@ -957,9 +1031,9 @@ fn a_pollers_ack_leaves_behind_its_answer_in_one_send() {
         sends_a += sends;
     }
     let after = (a.ctx.device_counters(), b.ctx.device_counters());
-    // Every SEND is acknowledged all the same: the held ACKs leave with the next
+    // Every SEnD is acknowledged all the same: the held ACKs leave with the next
     // message, the last ones at the next empty poll.
-    while sends_a < N || sends_b < N {
+    while sends_a < n || sends_b < n {
         for (cq, sends) in [(&a.cq, &mut sends_a), (&b.cq, &mut sends_b)] {
             let mut wc = [WorkCompletion::default()];
             if cq.poll(&mut wc) == 1 {
@@ -975,37 +1049,54 @@ fn a_pollers_ack_leaves_behind_its_answer_in_one_send() {
         after.1.rx_by_progress_thread, before.1.rx_by_progress_thread,
         "the progress thread received while a thread polled"
     );
-    // Two one-way messages per exchange, one sendmmsg each (it was four: two more for
-    // the ACKs); a few spare for timers.
-    assert!(
-        calls <= 2 * (N - 1) + 4,
-        "{calls} sendmmsg calls for {} exchanges",
-        N - 1
-    );
-    for (x, y) in [(before.0, after.0), (before.1, after.1)] {
-        assert!(y.acks_held - x.acks_held >= N - 2);
-        assert!(y.acks_after_requests - x.acks_after_requests >= N - 2);
-    }
+    let held = [
+        after.0.acks_held - before.0.acks_held,
+        after.1.acks_held - before.1.acks_held,
+    ];
+    let behind = [
+        after.0.acks_after_requests - before.0.acks_after_requests,
+        after.1.acks_after_requests - before.1.acks_after_requests,
+    ];
+    let single = (after.0.tx_single_sends - before.0.tx_single_sends)
+        + (after.1.tx_single_sends - before.1.tx_single_sends);
+    (calls, held, behind, single)
 }
 
 #[test]
 fn a_forked_child_leaves_the_acks_its_parent_held_alone() {
+    let _counted = counted();
     // B's thread holds the ACK of A's SEND back when the process forks. In the child,
     // B is the parent's device: arming a CQ (which sends what the thread held) must
     // not touch its locks or its socket.
     let (a, b) = pair_with_handoff(Duration::from_secs(3600));
     let channel = a.ctx.create_comp_channel().unwrap();
     let armed_cq = a.ctx.create_cq(4, Some(&channel)).unwrap();
-    // B's loop wakes its progress thread to leave it the socket: it must be asleep again
-    // before B holds the ACK, or it sends it when it runs (it may, until the fork).
-    poll_until_progress_left(&b, WAIT);
-    b.qp.post_recv(1, &[b.mr.sge(0, 64)]).unwrap();
+    // A few attempts at the hold: on a loaded host B's progress thread may still have the
+    // socket when A's SEND comes, and then it takes the SEND in and sends its ACK (1 of 20
+    // runs of the binary beside two busy loops and two builds). A's SEND completes then.
     let sges = [a.mr.sge(0, 8)];
-    a.qp.post_send(&SendWr::new(1, SendOp::Send, &sges))
-        .unwrap();
-    assert_eq!(spin_recv(&b.cq).0, 1);
-    let held = b.ctx.device_counters();
-    assert!(held.acks_held >= 1, "{held:?}");
+    let mut attempt = 0;
+    let held = loop {
+        // B's loop wakes its progress thread to leave it the socket: it must be asleep
+        // again before B holds the ACK, or it sends it when it runs (it may, until the
+        // fork).
+        poll_until_progress_left(&b, WAIT);
+        let before = b.ctx.device_counters();
+        b.qp.post_recv(attempt, &[b.mr.sge(0, 64)]).unwrap();
+        a.qp.post_send(&SendWr::new(attempt, SendOp::Send, &sges))
+            .unwrap();
+        assert_eq!(spin_recv(&b.cq).0, attempt);
+        let held = b.ctx.device_counters();
+        if held.acks_held > before.acks_held {
+            break held;
+        }
+        assert!(
+            attempt < 4,
+            "B's thread held no ACK in five attempts: {held:?}"
+        );
+        assert_eq!(spin_one(&a.cq).status, WcStatus::Success);
+        attempt += 1;
+    };
     // SAFETY: the child only arms a CQ, reads counters and leaves with _exit.
     let pid = unsafe { libc::fork() };
     if pid == 0 {
@@ -1078,6 +1169,7 @@ fn write_lat_side(me: &End, peer: &Mr<Vec<u8>>, rounds: u8, lag: u8, poll: impl 
 
 #[test]
 fn a_write_placed_into_spun_on_memory_has_its_ack_leave_with_the_answer() {
+    let _counted = counted();
     // `softverbs perf write --lat`'s pattern: each side spins on memory for the peer's
     // WRITE and answers with a WRITE; nobody polls a CQ in a loop, so the progress
     // threads take every WRITE in. The progress thread keeps the WRITE's ACK back until
@@ -1085,6 +1177,35 @@ fn a_write_placed_into_spun_on_memory_has_its_ack_leave_with_the_answer() {
     // send the ACK alone at once (two sendmmsg per one-way message). A hold longer than
     // the test: only the answer sends the ACK.
     const ROUNDS: u8 = 100;
+    // The best of three attempts (a fresh pair each), so that a host busy with other work
+    // for a while does not decide. Every WRITE but the last is answered: one call per
+    // one-way message idle, 200 ACKs held, about 195 behind an answer. Half spare: on a
+    // loaded host (two busy loops beside the test binary and two builds, load 9) a thread
+    // that lost its CPU for long draws a tail-loss probe, whose ACK leaves alone: 254 to
+    // 319 calls, 197 to 210 held, 147 to 173 behind. Without the hold (`ack_hold` zero)
+    // it is two calls per message (400 or more) and no ACK held or behind.
+    let messages = 2 * u64::from(ROUNDS);
+    let mut attempts = Vec::new();
+    for _ in 0..3 {
+        let (calls, held, behind) = write_lat_exchange(ROUNDS);
+        if calls <= messages + messages / 2
+            && held >= messages - messages / 4
+            && behind >= messages / 2
+        {
+            return;
+        }
+        attempts.push((calls, held, behind));
+    }
+    panic!(
+        "(sendmmsg calls, ACKs held, ACKs behind an answer) for {messages} one-way messages in \
+         three attempts: {attempts:?}"
+    );
+}
+
+/// `rounds` rounds of `write_lat_side` on a fresh pair whose ACK holds last longer than
+/// the test; the two ends' sendmmsg calls, ACKs held for memory and ACKs sent behind an
+/// answer meanwhile.
+fn write_lat_exchange(rounds: u8) -> (u64, u64, u64) {
     let cfg = Config {
         ack_hold: Duration::from_secs(3600),
         ..Config::default()
@@ -1095,15 +1216,15 @@ fn a_write_placed_into_spun_on_memory_has_its_ack_leave_with_the_answer() {
     // over to this thread).
     let no_poll = |_: &Cq| {};
     std::thread::scope(|s| {
-        s.spawn(|| write_lat_side(&b, &a.mr, ROUNDS, 0, no_poll));
-        write_lat_side(&a, &b.mr, ROUNDS, 1, no_poll);
+        s.spawn(|| write_lat_side(&b, &a.mr, rounds, 0, no_poll));
+        write_lat_side(&a, &b.mr, rounds, 1, no_poll);
     });
     // B's last ACK waits for an answer that does not come: the next empty poll sends it.
     let after = (a.ctx.device_counters(), b.ctx.device_counters());
     for end in [&a, &b] {
         let mut done = 0;
         let deadline = std::time::Instant::now() + WAIT;
-        while done < usize::from(ROUNDS) {
+        while done < usize::from(rounds) {
             assert!(std::time::Instant::now() < deadline, "{done} completions");
             let mut wc = [WorkCompletion::default(); 16];
             let n = end.cq.poll(&mut wc);
@@ -1112,30 +1233,18 @@ fn a_write_placed_into_spun_on_memory_has_its_ack_leave_with_the_answer() {
             std::thread::sleep(Duration::from_micros(100));
         }
     }
-    let messages = 2 * u64::from(ROUNDS);
     let calls =
         (after.0.tx_syscalls - before.0.tx_syscalls) + (after.1.tx_syscalls - before.1.tx_syscalls);
     let held = (after.0.acks_held_for_memory - before.0.acks_held_for_memory)
         + (after.1.acks_held_for_memory - before.1.acks_held_for_memory);
     let behind = (after.0.acks_after_requests - before.0.acks_after_requests)
         + (after.1.acks_after_requests - before.1.acks_after_requests);
-    // Every WRITE but the last is answered. A quarter spare for resends (a tail-loss
-    // probe when a thread lost its CPU for long, on a loaded host), whose ACKs leave
-    // alone; it was twice as many calls.
-    let spare = messages / 4;
-    assert!(
-        calls <= messages + spare,
-        "{calls} sendmmsg calls for {messages} one-way messages"
-    );
-    assert!(
-        held >= messages - spare,
-        "{held} ACKs held for {messages} WRITEs"
-    );
-    assert!(behind >= messages - spare, "{behind} ACKs behind an answer");
+    (calls, held, behind)
 }
 
 #[test]
 fn a_held_write_ack_leaves_when_nobody_answers() {
+    let _counted = counted();
     // The target places the WRITE and never answers: the progress thread's hold ends by
     // its timer and the ACK leaves then. (The hold is shorter than the requester's
     // shortest timer: a resend would have sent the ACK first.)
@@ -1144,14 +1253,27 @@ fn a_held_write_ack_leaves_when_nobody_answers() {
         ..Config::default()
     };
     let (a, b) = pair(cfg);
-    let before = b.ctx.device_counters();
-    a.mr.write(0, b"no reply");
-    post_write(&a, &b, 1, 0, 64, 8);
-    assert_eq!(a.cq.wait_for(1, WAIT)[0].status, WcStatus::Success);
-    await_bytes(&b.mr, 64, b"no reply");
-    let after = b.ctx.device_counters();
-    assert!(after.acks_held_for_memory > before.acks_held_for_memory);
-    assert!(after.ack_holds_expired > before.ack_holds_expired);
+    // A few attempts: on a loaded host B's progress thread may wake late, to find A's
+    // tail-loss probe beside the WRITE (two requests: no hold), or the probe may end the
+    // hold before its timer (4 of 20 runs failed so, beside two busy loops and two
+    // builds). Without the hold (`ack_hold` zero) no attempt holds.
+    let mut attempts = Vec::new();
+    for i in 0..5u64 {
+        let before = b.ctx.device_counters();
+        let bytes = [b'0' + i as u8; 8];
+        a.mr.write(8 * i as usize, &bytes);
+        post_write(&a, &b, i, 8 * i as usize, 64 + 8 * i as usize, 8);
+        assert_eq!(a.cq.wait_for(1, WAIT)[0].status, WcStatus::Success);
+        await_bytes(&b.mr, 64 + 8 * i as usize, &bytes);
+        let after = b.ctx.device_counters();
+        let held = after.acks_held_for_memory - before.acks_held_for_memory;
+        let expired = after.ack_holds_expired - before.ack_holds_expired;
+        if held > 0 && expired > 0 {
+            return;
+        }
+        attempts.push((held, expired));
+    }
+    panic!("(ACKs held for memory, holds expired) in five attempts: {attempts:?}");
 }
 
 /// Polls `end`'s CQ (a loop) until its progress thread, woken to leave the socket to the
@@ -1204,19 +1326,24 @@ fn start_poll_loop(a: &End, b: &End) {
 
 #[test]
 fn a_poll_loop_that_goes_on_keeps_the_progress_thread_asleep() {
+    let _counted = counted();
     // A thread spins on its CQ (as both ends of a ping-pong do): the progress thread
     // leaves the socket to it. It used to wake at the end of every hand-off period only to
     // find the thread still polling (at the default 50 µs, about one wake-up per round
     // trip); now the poll loop pushes the progress thread's hand-off timer later and it
     // sleeps until the loop stops. Then it takes the socket back.
-    const HANDOFF: Duration = Duration::from_millis(10);
-    const PERIODS: u32 = 20;
+    const HANDOFF: Duration = Duration::from_millis(100);
+    const PERIODS: u32 = 10;
     let (a, b) = pair_with_handoff(HANDOFF);
     start_poll_loop(&a, &b);
     // One wake-up at the end of the first period (the hand-off outlasted a sleep), and
     // one or two more for each time the loop was preempted for longer than a quarter
     // period (a yield on a loaded host): it was one per period. The best of three
-    // windows, so that a host busy with other work for a while does not decide.
+    // windows, so that a host busy with other work for a while does not decide. Periods
+    // long enough that a preemption rarely outlasts a quarter of one: at 10 ms, beside
+    // two busy loops and two builds (load 9), the loop slept 13 to 25 times in windows
+    // of 20 periods, as without the pushes; at 100 ms, once or twice in 10 (without the
+    // pushes 9 to 13).
     let mut sleeps_per_window = Vec::new();
     let after = loop {
         let before = a.ctx.device_counters();
@@ -1243,6 +1370,7 @@ fn a_poll_loop_that_goes_on_keeps_the_progress_thread_asleep() {
 
 #[test]
 fn a_timer_armed_under_a_pushed_hand_off_fires_after_the_poll_loop_stops() {
+    let _counted = counted();
     // A spins on its CQ until its progress thread sleeps on the hand-off timer the loop
     // pushes (no wake-up of its own for timers: the poller fires them). A's WRITE is then
     // lost, and A stops polling at once: only its progress thread can send the WRITE
@@ -1286,6 +1414,7 @@ fn a_timer_armed_under_a_pushed_hand_off_fires_after_the_poll_loop_stops() {
 
 #[test]
 fn a_poll_loop_takes_the_socket_from_a_progress_thread_asleep_on_it() {
+    let _counted = counted();
     // A stops polling for longer than the hand-off (its progress thread then sleeps on the
     // socket, with no timer), comes back and polls in a loop, posts an unsignalled WRITE
     // and polls on (it takes the ACK in). The progress thread used to sleep on through
@@ -1343,6 +1472,7 @@ fn a_poll_loop_takes_the_socket_from_a_progress_thread_asleep_on_it() {
 
 #[test]
 fn with_hand_offs_off_a_poll_loop_leaves_the_progress_thread_alone() {
+    let _counted = counted();
     // `poll_handoff` 0: the progress thread always watches the socket, and a poll loop
     // must not wake it to take the socket (it would wake it at every sleep).
     let (a, b) = pair_with_handoff(Duration::ZERO);

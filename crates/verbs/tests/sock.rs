@@ -258,7 +258,7 @@ fn a_same_host_write_is_one_placed_write() {
 #[test]
 fn a_bulk_transfer_leaves_the_datagrams_to_the_streams_threads() {
     let _counted = common::counted();
-    const MESSAGES: usize = 1000;
+    const MESSAGES: usize = 300;
     const SIZE: usize = 64 * 1024;
     let (server, server_ctx, client, client_ctx) = same_host_pair(StreamOptions::default());
     let data = pattern(SIZE, 5);
@@ -270,10 +270,10 @@ fn a_bulk_transfer_leaves_the_datagrams_to_the_streams_threads() {
         )
     };
     // A thread descheduled for longer than the hand-off (a loaded host) gives the socket
-    // back to its progress thread meanwhile: the best of three transfers counts.
+    // back to its progress thread meanwhile: the best of up to ten transfers counts.
     let mut server = server;
     let mut seen = Vec::new();
-    for _ in 0..3 {
+    for _ in 0..10 {
         let before = counts();
         let reader = std::thread::spawn(move || {
             let (mut got, expected) = (vec![0u8; SIZE], pattern(SIZE, 5));
@@ -294,7 +294,12 @@ fn a_bulk_transfer_leaves_the_datagrams_to_the_streams_threads() {
         // together: `a_bulk_transfer_announces_many_messages_per_datagram`.)
         assert!(received > 0, "no datagram");
         seen.push((by_progress, received));
-        if by_progress * 3 <= received {
+        // Measured at load 8 over 300 messages: with the busy hand-off 1-5 % of 365-391
+        // datagrams went to progress threads in the transfers that kept it; without it
+        // 13-100 % of 414-632 (an ACK for nearly every message), in every transfer.
+        let few_by_progress = by_progress * 10 <= received;
+        let acks_batched = received * 10 <= MESSAGES as u64 * 14;
+        if few_by_progress && acks_batched {
             return;
         }
     }
@@ -480,29 +485,33 @@ fn a_blocking_ping_pong_leaves_the_progress_thread_asleep() {
         },
     );
     drop(echo.join().unwrap());
-    // Wake-ups: a few spare for a keep-alive or a grant's timer; it was about one a round.
-    // The reader that receives a message keeps its ACK back until it writes the answer:
-    // about one sendmmsg per one-way message (2.4 a round measured; it was four a round:
-    // each message, then its ACK alone), grants and their ACKs besides.
+    // Wake-ups: it was about one a round; a quarter of that is left for a keep-alive, a
+    // grant's timer and threads descheduled on a loaded host (0-5 idle, 11-19 with two busy
+    // loops beside the test). The reader that receives a message keeps its ACK back until
+    // it writes the answer: about one sendmmsg per one-way message (2.4 a round idle, 3.0-3.4
+    // loaded; it was four a round: each message, then its ACK alone), grants and their
+    // ACKs besides.
     assert!(
         windows
             .iter()
-            .any(|&[woken, calls]| woken <= WINDOW / 10 && calls <= 3 * WINDOW),
+            .any(|&[woken, calls]| woken <= WINDOW / 4 && calls <= 7 * WINDOW / 2),
         "progress-thread wake-ups and sendmmsg calls in windows of {WINDOW} rounds: {windows:?}"
     );
 }
 
 /// Rounds of a counted ping-pong: some to start (the connection, the same-host handshake,
-/// the first grants), then `WINDOWS` windows of `WINDOW` rounds, each counted.
+/// the first grants), then `WINDOWS` windows of `WINDOW` rounds, each counted. Without the
+/// mechanism a test pins, every window fails (each round pays for it); with it, a window
+/// passes unless the host deschedules the test's threads throughout (on a loaded host the
+/// progress threads take the socket back whenever the pollers stop for longer than the
+/// hand-off), so the tests judge the best window of many short ones.
 const START_ROUNDS: u64 = 10;
 const WINDOW: u64 = 100;
-const WINDOWS: u64 = 3;
+const WINDOWS: u64 = 10;
 const PING_PONG_ROUNDS: u64 = START_ROUNDS + WINDOWS * WINDOW;
 
 /// Plays the counting side of a ping-pong (`round(i)` is round trip `i`) and returns, per
-/// window, how much each of `count`'s two counters grew. A thread descheduled for longer
-/// than the hand-off (a loaded host) gives the socket back to its progress thread for a
-/// while, so the tests judge the best window.
+/// window, how much each of `count`'s two counters grew.
 fn counted_windows(mut round: impl FnMut(u64), count: impl Fn() -> [u64; 2]) -> Vec<[u64; 2]> {
     (0..START_ROUNDS).for_each(&mut round);
     (0..WINDOWS)
@@ -584,11 +593,11 @@ fn a_nonblocking_ping_pong_sends_each_ack_with_the_answer() {
     client.set_nonblocking(false).unwrap();
     drop(echo.join().unwrap());
     // Two one-way messages a round, about one call each (it was four calls a round),
-    // grants and their ACKs besides.
+    // grants and their ACKs besides, and a margin for a loaded host.
     assert!(
         windows
             .iter()
-            .any(|&[calls, held]| calls <= 3 * WINDOW && held >= WINDOW),
+            .any(|&[calls, held]| calls <= 7 * WINDOW / 2 && held >= WINDOW),
         "sendmmsg calls and ACKs held in windows of {WINDOW} rounds: {windows:?}"
     );
 }
@@ -703,9 +712,10 @@ fn an_rpoll_ping_pong_leaves_the_progress_thread_asleep() {
         || [server_ctx.device_counters().progress_wakes, 0],
     );
     drop(echo.join().unwrap());
-    // A few spare for a keep-alive or a grant's timer; it was about one per round.
+    // It was about one per round; a quarter of that is left for a keep-alive, a grant's
+    // timer and a loaded host.
     assert!(
-        windows.iter().any(|&[woken, _]| woken <= WINDOW / 10),
+        windows.iter().any(|&[woken, _]| woken <= WINDOW / 4),
         "the echo side's progress thread woke in windows of {WINDOW} rounds: {windows:?}"
     );
 }
