@@ -549,9 +549,16 @@ impl StreamCore {
         if want == 0 || !self.can_send() {
             return None;
         }
+        // Held bytes whose announcement is due (nothing announced in flight but its own
+        // reservation): this write announces them with its own bytes, in its immediate,
+        // where a separate announcement would cost a write and a datagram more.
+        let merge = self.announce_reserved
+            && self.imm_in_flight == 1
+            && u64::from(self.held) + u64::from(want.min(MAX_DATA_LEN)) <= u64::from(MAX_DATA_LEN);
         // (A first held write needs a second entry, for its announcement; without one it
         // goes announced, as nothing is held yet.)
-        let hold = self.coalescing
+        let hold = !merge
+            && self.coalescing
             && self.imm_in_flight > 0
             && (self.announce_reserved || self.sqe_avail >= 2);
         let target = &mut self.target_sgl[self.target_sge];
@@ -567,6 +574,22 @@ impl StreamCore {
         }
         self.sqe_avail -= 1;
         let stage = self.stage(len);
+        if merge {
+            // The reservation's credit, entry and count in flight are this write's.
+            self.sqe_avail += 1;
+            let total = self.held + len;
+            self.held = 0;
+            self.held_tail = None;
+            self.announce_reserved = false;
+            return Some(DataWrite {
+                wr_id: WrKind::Data(len).to_wr_id(),
+                len,
+                remote_addr,
+                rkey,
+                imm: Some(Msg::Data(total).to_imm()),
+                stage,
+            });
+        }
         if hold {
             if !self.announce_reserved {
                 // The announcement's credit and entry, taken now so that it can always go.

@@ -89,7 +89,8 @@ impl Pair {
 
     /// A nonblocking send of up to `len` bytes; returns what was taken.
     fn send(&mut self, i: usize, len: usize) -> usize {
-        self.pump(i);
+        // Control first; a due announcement goes with the data (`start_data` merges it).
+        self.pump_ctrl(i);
         let mut chunks = SendChunks::default();
         let mut done = 0;
         while done < len {
@@ -164,6 +165,11 @@ impl Pair {
     /// of held data once nothing announced is in flight).
     fn pump(&mut self, i: usize) {
         self.announce(i, false);
+        self.pump_ctrl(i);
+    }
+
+    /// Posts side `i`'s credits, control and iomap messages.
+    fn pump_ctrl(&mut self, i: usize) {
         let side = &mut self.sides[i];
         while let Some(c) = side.core.poll_iomap() {
             self.wire[i].push_back(ctrl(c));

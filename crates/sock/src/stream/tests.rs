@@ -335,3 +335,21 @@ fn without_coalescing_every_write_is_announced() {
     assert!(first.imm.is_some() && second.imm.is_some());
     assert_eq!(c.poll_announcement(true), None);
 }
+
+#[test]
+fn a_write_after_the_one_in_flight_completed_announces_the_held_bytes_itself() {
+    let mut c = connected(small());
+    c.set_coalescing(true);
+    let first = c.start_data(100).unwrap();
+    let held = c.start_data(200).unwrap();
+    assert_eq!(held.imm, None);
+    c.handle_send_completion(first.wr_id, true).unwrap();
+    c.handle_send_completion(held.wr_id, true).unwrap();
+    // Due now; the next write carries it: one WRITE WITH IMM of 300 + 50 bytes.
+    let next = c.start_data(50).unwrap();
+    assert_eq!(next.imm, Some(Msg::Data(250).to_imm()));
+    assert_eq!(c.held_bytes(), 0);
+    assert_eq!(c.poll_announcement(true), None);
+    c.handle_send_completion(next.wr_id, true).unwrap();
+    assert!(c.all_sends_done(), "the reservation's entry came back");
+}

@@ -519,6 +519,12 @@ impl RdmaStream {
         if let Some(a) = core.poll_announcement(false) {
             post_announcement(&self.qp, core, &a);
         }
+        self.post_control(core)
+    }
+
+    /// [`Self::post_pending`] but for a due announcement of held data (a write about to
+    /// start carries it: `StreamCore::start_data`).
+    fn post_control(&self, core: &mut StreamCore) -> io::Result<()> {
         let now = self.epoch.elapsed();
         loop {
             let next = core
@@ -797,7 +803,7 @@ impl RdmaStream {
             // writer that only looked when a hold began kept holding for a whole ring
             // while its reader starved: preloaded iperf3 lost a third.)
             self.poll_now(core);
-            self.post_pending(core)?;
+            self.post_control(core)?;
         }
         let was_reserved = core.announcement_reserved();
         let mut last_held = None;
@@ -810,6 +816,10 @@ impl RdmaStream {
         })?;
         if let Some(at) = last_held {
             core.note_held_tail_byte(buf[at]);
+        }
+        // (Nothing written: a due announcement must not wait for the next write.)
+        if done == 0 {
+            self.post_pending(core)?;
         }
 
         if !was_reserved && core.announcement_reserved() {
