@@ -5,7 +5,8 @@
 //! iomap slots of 24 bytes) and the send ring (`sbuf`). The core decides what to post and
 //! where; the driver posts it with the `wr_id` the core gave, and reports completions back:
 //!
-//! * [`StreamCore::start_data`] → one RDMA WRITE WITH IMM of stream data;
+//! * [`StreamCore::start_data`] → one RDMA WRITE WITH IMM of stream data (or, coalescing,
+//!   a plain RDMA WRITE that [`StreamCore::poll_announcement`] or a later write announces);
 //! * [`StreamCore::poll_ctrl`] → credit grants, shutdown/disconnect, keep-alives;
 //! * [`StreamCore::poll_iomap`] / [`StreamCore::start_riowrite`] → riomap publication and
 //!   riowrite;
