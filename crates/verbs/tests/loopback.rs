@@ -800,17 +800,7 @@ fn posting_while_the_progress_thread_sleeps_does_not_wake_it() {
         let before = a.ctx.device_counters();
         for i in batch * 50..(batch + 1) * 50 {
             a.mr.write(0, &[i; 8]);
-            let sges = [a.mr.sge(0, 8)];
-            let mut wr = SendWr::new(
-                u64::from(i),
-                SendOp::RdmaWrite {
-                    remote_addr: b.mr.addr() + 64,
-                    rkey: Rkey(b.mr.rkey()),
-                },
-                &sges,
-            );
-            wr.flags = SendFlags::EMPTY;
-            a.qp.post_send(&wr).unwrap();
+            post_unsignalled_write(&a, &b, u64::from(i), 0, 64, 8);
             await_bytes(&b.mr, 64, &[i; 8]);
         }
         let after = a.ctx.device_counters();
@@ -1432,17 +1422,7 @@ fn a_poll_loop_takes_the_socket_from_a_progress_thread_asleep_on_it() {
         // nothing woke it.
         poll_until_progress_left(&a, Duration::from_millis(5));
         a.mr.write(0, &[i; 8]);
-        let sges = [a.mr.sge(0, 8)];
-        let mut wr = SendWr::new(
-            u64::from(i),
-            SendOp::RdmaWrite {
-                remote_addr: b.mr.addr() + 64,
-                rkey: Rkey(b.mr.rkey()),
-            },
-            &sges,
-        );
-        wr.flags = SendFlags::EMPTY;
-        a.qp.post_send(&wr).unwrap();
+        post_unsignalled_write(&a, &b, u64::from(i), 0, 64, 8);
         poll_for(&a, Duration::from_millis(2));
         await_bytes(&b.mr, 64, &[i; 8]);
     };

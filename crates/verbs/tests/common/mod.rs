@@ -79,8 +79,31 @@ pub fn pair(config: Config) -> (End, End) {
 /// Posts a signalled RDMA WRITE of `len` bytes at `local` in `from`'s region to `remote`
 /// in `to`'s.
 pub fn post_write(from: &End, to: &End, id: u64, local: usize, remote: usize, len: u32) {
+    post_write_with(from, to, id, (local, remote, len), SendFlags::SIGNALED);
+}
+
+/// [`post_write`] with no completion (the WR stays on the send queue until a later
+/// signalled one completes).
+pub fn post_unsignalled_write(
+    from: &End,
+    to: &End,
+    id: u64,
+    local: usize,
+    remote: usize,
+    len: u32,
+) {
+    post_write_with(from, to, id, (local, remote, len), SendFlags::EMPTY);
+}
+
+fn post_write_with(
+    from: &End,
+    to: &End,
+    id: u64,
+    (local, remote, len): (usize, usize, u32),
+    flags: SendFlags,
+) {
     let sges = [from.mr.sge(local, len)];
-    let wr = SendWr::new(
+    let mut wr = SendWr::new(
         id,
         SendOp::RdmaWrite {
             remote_addr: to.mr.addr() + remote as u64,
@@ -88,6 +111,7 @@ pub fn post_write(from: &End, to: &End, id: u64, local: usize, remote: usize, le
         },
         &sges,
     );
+    wr.flags = flags;
     from.qp.post_send(&wr).unwrap();
 }
 
