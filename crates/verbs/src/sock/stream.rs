@@ -412,17 +412,29 @@ impl RdmaStream {
     /// Handles every completion in the CQ, then reposts the receives they used, in one
     /// post (one device lock, not one per message).
     fn poll_cq(&self, core: &mut StreamCore, spinning: bool) {
-        let mut wcs = [WorkCompletion::default(); 32];
-        let mut reposts = 0u32;
         let mut first = true;
-        loop {
+        self.drain_cq(core, |wcs| {
             // First what waits on the socket, should it be handed over (a busy stream
             // keeps it: `Driver::keep_handoff_busy`): every message that arrived is seen.
-            let n = if std::mem::take(&mut first) {
-                self.cq.poll_received(&mut wcs, spinning, false)
+            if std::mem::take(&mut first) {
+                self.cq.poll_received(wcs, spinning, false)
             } else {
-                self.cq.poll_receiving(&mut wcs, spinning, false)
-            };
+                self.cq.poll_receiving(wcs, spinning, false)
+            }
+        });
+    }
+
+    /// Handles the completions `poll` gives, 32 at a time until it gives fewer, then
+    /// reposts the receives they used.
+    fn drain_cq(
+        &self,
+        core: &mut StreamCore,
+        mut poll: impl FnMut(&mut [WorkCompletion]) -> usize,
+    ) {
+        let mut wcs = [WorkCompletion::default(); 32];
+        let mut reposts = 0u32;
+        loop {
+            let n = poll(&mut wcs);
             self.handled.fetch_add(n as u64, Ordering::Relaxed);
             for wc in &wcs[..n] {
                 reposts += u32::from(self.complete(core, wc));
@@ -457,19 +469,7 @@ impl RdmaStream {
                 d.try_progress(false);
             }
         }
-        let mut wcs = [WorkCompletion::default(); 32];
-        let mut reposts = 0u32;
-        loop {
-            let n = self.cq.poll_ready(&mut wcs);
-            self.handled.fetch_add(n as u64, Ordering::Relaxed);
-            for wc in &wcs[..n] {
-                reposts += u32::from(self.complete(core, wc));
-            }
-            if n < wcs.len() {
-                break;
-            }
-        }
-        self.repost(core, reposts);
+        self.drain_cq(core, |wcs| self.cq.poll_ready(wcs));
     }
 
     /// Handles one completion; `true` when it used a receive to repost.
