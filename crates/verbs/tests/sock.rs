@@ -61,6 +61,12 @@ fn long_handoff_pair() -> (RdmaStream, Context, RdmaStream, Context) {
 /// path.
 fn same_host_pair(opts: StreamOptions) -> (RdmaStream, Context, RdmaStream, Context) {
     let (server, server_ctx, client, client_ctx) = connected_pair(Config::default(), opts);
+    await_same_host(&server, &client);
+    (server, server_ctx, client, client_ctx)
+}
+
+/// Waits until both ends of a stream took the same-host path.
+fn await_same_host(server: &RdmaStream, client: &RdmaStream) {
     let start = std::time::Instant::now();
     while !(client.uses_same_host() && server.uses_same_host()) {
         assert!(
@@ -69,7 +75,6 @@ fn same_host_pair(opts: StreamOptions) -> (RdmaStream, Context, RdmaStream, Cont
         );
         std::thread::sleep(Duration::from_millis(1));
     }
-    (server, server_ctx, client, client_ctx)
 }
 
 /// Both directions at once, sizes crossing every boundary (inline, ring wrap, grant
@@ -886,14 +891,7 @@ fn held_writes_arrive_while_the_same_thread_only_reads() {
     });
     let (server, _) = listener.accept().unwrap();
     let client = t.join().unwrap();
-    let start = std::time::Instant::now();
-    while !(client.uses_same_host() && server.uses_same_host()) {
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "no same-host path"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    await_same_host(&server, &client);
     for w in [&b"one"[..], b"two", b"three"] {
         assert_eq!((&client).write(w).unwrap(), w.len());
     }
