@@ -112,8 +112,8 @@ impl Cq {
     ) -> usize {
         let driver = self.inner.ctx.device.driver();
         match self.poll_ready(out) {
-            0 => match driver {
-                Ok(d) if d.try_progress(spinning) => {
+            0 => match driver.map(|d| (d, d.progress_for_poll(spinning))) {
+                Ok((d, progressed)) if progressed.got => {
                     let n = self.poll_ready(out);
                     if n > 0 {
                         found_completions();
@@ -127,7 +127,7 @@ impl Cq {
                     }
                     n
                 }
-                _ => {
+                progressed => {
                     // Nothing arrived: give the CPU to whoever is runnable. A thread
                     // spinning on an idle CQ (perftest -R's server waits for its control
                     // message this way for a whole bandwidth test) otherwise takes a core
@@ -144,11 +144,16 @@ impl Cq {
                     if yields {
                         std::thread::yield_now();
                     }
-                    if let Ok(d) = driver {
+                    if let Ok((d, progressed)) = progressed {
                         if yields {
                             d.counters.poll_yields.fetch_add(1, Ordering::Relaxed);
+                            // The yield may have lasted long: the gap counts from its end.
+                            d.note_poll_ended();
+                        } else {
+                            // Only a `recvmmsg` that found nothing since the poll's
+                            // clock read.
+                            d.note_poll_ended_at(progressed.now);
                         }
-                        d.note_poll_ended();
                     }
                     0
                 }

@@ -186,6 +186,9 @@ pub(crate) struct Driver {
     /// The sender role: its holder sends the outbox. Taken with `try_lock` only.
     sender: Mutex<Sender>,
     pcap: Mutex<Option<PcapWriter<BufWriter<File>>>>,
+    /// A capture file was asked for (`pcap` started as `Some`): without one, receiving
+    /// and sending skip the capture lock (two uncontended locks per message otherwise).
+    capturing: bool,
     /// One socket per multicast group a QP of this device is attached to; see
     /// [`Driver::sync_groups`].
     groups: Mutex<Vec<(SocketAddr, Arc<UdpSocket>)>>,
@@ -347,6 +350,14 @@ pub(crate) struct PollStreak {
     back_at: u64,
     /// The thread came back later than the loop gap after its last loop ended.
     leaves: bool,
+}
+
+/// What [`Driver::progress_for_poll`] did: whether anything arrived, and when it
+/// started (the driver's clock, ns).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Progressed {
+    pub got: bool,
+    pub now: u64,
 }
 
 impl PollStreak {
@@ -533,6 +544,7 @@ impl Driver {
                 faults: config.faults.map(FaultInjector::new),
                 held: None,
             }),
+            capturing: pcap.is_some(),
             pcap: Mutex::new(pcap),
             groups: Mutex::new(Vec::new()),
             groups_gen: AtomicU64::new(0),
@@ -625,13 +637,13 @@ impl Driver {
     /// events; call with the lock held after any engine call that may have produced work,
     /// and pass the result to [`Driver::finish`] once the lock is released.
     pub fn pump(&self, st: &mut State) -> Deferred {
-        self.pump_holding(st, Hold::No)
+        self.pump_holding(st, self.now(), Hold::No)
     }
 
-    /// [`Driver::pump`]; ACKs the engine produced may stay in the batch being built as
-    /// `hold` says (see `crate::ack_hold`).
-    fn pump_holding(&self, st: &mut State, hold: Hold) -> Deferred {
-        let now = self.now();
+    /// [`Driver::pump`] at `now` (the caller read the clock under the same lock); ACKs
+    /// the engine produced may stay in the batch being built as `hold` says (see
+    /// `crate::ack_hold`).
+    fn pump_holding(&self, st: &mut State, now: Instant, hold: Hold) -> Deferred {
         let mut d = Deferred::default();
         // The cm's QP moves first (they may make the engine send), then the engine's
         // output, whose COMM_EST events feed the cm again.
@@ -1073,6 +1085,9 @@ impl Driver {
 
     /// Records a sealed batch and the datagrams sent after it in the capture file.
     fn capture_tx(&self, batch: &mut SendBatch, extra: &[(Transmit, Vec<u8>)]) {
+        if !self.capturing {
+            return;
+        }
         let mut pcap = lock(&self.pcap);
         if pcap.is_none() {
             return;
@@ -1209,7 +1224,7 @@ impl Driver {
                 .rx_by_progress
                 .fetch_add(got as u64, Ordering::Relaxed);
         }
-        {
+        if self.capturing {
             let mut pcap = lock(&self.pcap);
             if pcap.is_some() {
                 self.for_each_datagram(rx, got, |src, k, data| {
@@ -1249,7 +1264,9 @@ impl Driver {
             } else {
                 Hold::No
             };
-            self.pump_holding(&mut st, hold)
+            // The time read above: handling a batch takes microseconds, and each clock
+            // read on a message's path costs 25-45 ns here (docs/udp-latency.md).
+            self.pump_holding(&mut st, now, hold)
         };
         self.finish(deferred);
         for (src, data) in hellos {
@@ -1294,6 +1311,17 @@ impl Driver {
     ///
     /// Returns whether anything arrived.
     pub(crate) fn try_progress(self: &Arc<Self>, spinning: bool) -> bool {
+        self.progress_for_poll(spinning).got
+    }
+
+    /// [`Driver::try_progress`], also returning the time it read at its start (the
+    /// driver's clock, ns), which a poll that found nothing passes on to
+    /// [`Driver::note_poll_ended_at`]: every decision of an empty poll uses that one
+    /// clock read. An empty poll read the clock five times, about 150 ns of its user time
+    /// (`vdso` `clock_gettime` was a fifth of a ping-pong's user cycles); what a
+    /// `recvmmsg` in between moves the time on is far below [`PollStreak::LOOP_GAP`] and
+    /// the timers' granularity.
+    pub(crate) fn progress_for_poll(self: &Arc<Self>, spinning: bool) -> Progressed {
         self.release_all_held_acks();
         let now = self.now().as_nanos();
         self.app_looked_at.store(now + 1, Ordering::Release);
@@ -1304,7 +1332,7 @@ impl Driver {
             (v, streak.leaves)
         });
         // A loop starts the hand-off; any empty poll of a spinning thread prolongs it.
-        if spinning && (in_loop || self.poller_handoff().is_some()) {
+        if spinning && (in_loop || self.poller_handoff_at(now).is_some()) {
             self.app_polled_at.fetch_max(now + 1, Ordering::SeqCst);
             self.push_handoff_timer(now);
             if in_loop && !leaves {
@@ -1313,7 +1341,7 @@ impl Driver {
         }
         // The progress thread wakes by the end of the hand-off at the latest and sends
         // what is held then: that bounds the hold.
-        let hold = spinning && self.poller_handoff().is_some();
+        let hold = spinning && self.poller_handoff_at(now).is_some();
         let got = match self.rx.try_lock() {
             Ok(mut rx) => self.receive(&mut rx, hold) > 0,
             Err(_) => false,
@@ -1321,16 +1349,18 @@ impl Driver {
         if hold && self.acks_held.load(Ordering::Acquire) {
             crate::ack_hold::note_held(self);
         }
-        // (Receiving fired them already.)
-        if !got && self.now().as_nanos() >= self.next_timer.load(Ordering::Acquire) {
+        // (Receiving fired them already.) A timer that fell due during the `recvmmsg`
+        // fires at the next poll.
+        if !got && now >= self.next_timer.load(Ordering::Acquire) {
             let deferred = {
                 let mut st = self.lock();
-                Driver::fire_timers(&mut st, self.now());
-                self.pump(&mut st)
+                let now = self.now();
+                Driver::fire_timers(&mut st, now);
+                self.pump_holding(&mut st, now, Hold::No)
             };
             self.finish(deferred);
         }
-        got
+        Progressed { got, now }
     }
 
     /// How many times `poll_handoff` a busy stream keeps the socket handed over
@@ -1412,7 +1442,12 @@ impl Driver {
     /// The calling thread's empty poll (of this device's CQs) ends: see
     /// [`PollStreak::poll_ended`].
     pub(crate) fn note_poll_ended(&self) {
-        let now = self.now().as_nanos();
+        self.note_poll_ended_at(self.now().as_nanos());
+    }
+
+    /// [`Driver::note_poll_ended`] at `now` (the driver's clock, ns), read by the caller
+    /// after anything that may have taken long (a `sched_yield`, a receive).
+    pub(crate) fn note_poll_ended_at(&self, now: u64) {
         STREAK.with(|s| {
             let mut streak = s.get();
             streak.poll_ended(self.identity(), now);
@@ -1454,12 +1489,19 @@ impl Driver {
         if self.poll_handoff.is_zero() {
             return None;
         }
+        self.poller_handoff_at(self.now().as_nanos())
+    }
+
+    /// [`Driver::poller_handoff`] at `now` (the driver's clock, ns).
+    fn poller_handoff_at(&self, now: u64) -> Option<Duration> {
+        if self.poll_handoff.is_zero() {
+            return None;
+        }
         let at = self.app_polled_at.load(Ordering::SeqCst);
         if at == 0 {
             return None;
         }
         let until = (at - 1).saturating_add(self.poll_handoff.as_nanos() as u64);
-        let now = self.now().as_nanos();
         (until > now).then(|| Duration::from_nanos(until - now))
     }
 
@@ -1631,7 +1673,7 @@ impl Driver {
             self.counters
                 .rx_datagrams
                 .fetch_add(got as u64, Ordering::Relaxed);
-            {
+            if self.capturing {
                 let mut pcap = lock(&self.pcap);
                 if pcap.is_some() {
                     self.for_each_datagram(rx, got, |src, _, data| {

@@ -213,17 +213,30 @@ impl Drop for Qp {
 pub struct Poster<'a> {
     st: &'a mut State,
     qp: QpHandle,
+    /// A post may have produced something to send or deliver (the engine is pumped).
+    produced: bool,
 }
 
 impl Poster<'_> {
     /// Posts one send WR (as `ibv_post_send` does for one element of its list).
     pub fn post_send(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
+        self.produced = true;
         self.st.engine.post_send(self.qp, wr)
     }
 
-    /// Posts one receive WR.
+    /// Posts one receive WR. In RTR and RTS it produces nothing to send and no event
+    /// (a responder that NAKed for want of one waits for the requester's retry); in the
+    /// error state it completes at once as flushed (its CQ's channel may fire), so any
+    /// state but those two pumps.
     pub fn post_recv(&mut self, wr_id: u64, sges: &[Sge]) -> Result<(), PostError> {
-        self.st.engine.post_recv(self.qp, &RecvWr { wr_id, sges })
+        let r = self.st.engine.post_recv(self.qp, &RecvWr { wr_id, sges });
+        if !matches!(
+            self.st.engine.qp_state(self.qp),
+            Some(QpState::Rtr | QpState::Rts)
+        ) {
+            self.produced = true;
+        }
+        r
     }
 }
 
@@ -455,7 +468,15 @@ impl Qp {
         if let Ok(d) = self.ctx.device.driver() {
             d.note_post();
         }
-        self.ctx.with(|st| f(&mut Poster { st, qp: self.qp }))
+        self.ctx.device.with_pump_if(|st| {
+            let mut poster = Poster {
+                st,
+                qp: self.qp,
+                produced: false,
+            };
+            let r = f(&mut poster);
+            (r, poster.produced)
+        })
     }
 
     /// Posts a receive WR.

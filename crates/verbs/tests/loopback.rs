@@ -1470,3 +1470,42 @@ fn with_hand_offs_off_a_poll_loop_leaves_the_progress_thread_alone() {
         after.progress_wakes - before.progress_wakes
     );
 }
+
+/// A receive WR posted in RTS makes nothing to send, so posting one no longer pumps the
+/// engine (a pump on a ping-pong's path); but one posted in the error state completes at
+/// once as flushed, and that completion must still reach an armed CQ's channel.
+#[test]
+fn a_receive_posted_in_the_error_state_fires_the_armed_channel() {
+    let ctx = Device::with_config("test", Config::default())
+        .open()
+        .unwrap();
+    let channel = ctx.create_comp_channel().unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(16, Some(&channel)).unwrap();
+    let qp = QpBuilder::new(&pd, &cq).build().unwrap();
+    let mr = pd.reg_mr(vec![0u8; 4096], all_access()).unwrap();
+    let a = End {
+        ctx,
+        pd,
+        cq,
+        qp,
+        mr,
+    };
+    let b = end(Config::default());
+    connect(&a, &b, Mtu::Mtu4096);
+    // In RTS: the WR waits, nothing completes.
+    a.qp.post_recv(1, &[a.mr.sge(0, 64)]).unwrap();
+    assert_eq!(a.cq.poll_ready(&mut [WorkCompletion::default(); 4]), 0);
+    a.qp.to_error().unwrap();
+    let mut wcs = [WorkCompletion::default(); 4];
+    let flushed = a.cq.wait_for(1, WAIT);
+    assert_eq!(flushed.len(), 1);
+    assert_eq!(flushed[0].status, WcStatus::WrFlushErr);
+    a.cq.req_notify(false).unwrap();
+    a.qp.post_recv(2, &[a.mr.sge(0, 64)]).unwrap();
+    assert_eq!(channel.get_event_timeout(WAIT), Some(a.cq.handle()));
+    a.cq.ack_events(1);
+    let n = a.cq.poll_ready(&mut wcs);
+    assert_eq!(n, 1);
+    assert_eq!((wcs[0].wr_id, wcs[0].status), (2, WcStatus::WrFlushErr));
+}

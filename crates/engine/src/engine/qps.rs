@@ -200,6 +200,11 @@ impl Engine {
         Ok(())
     }
 
+    /// The QP's current state (`None`: no such QP).
+    pub fn qp_state(&self, qp: QpHandle) -> Option<QpState> {
+        self.qps.get(qp.0).map(|q| q.state())
+    }
+
     /// The QP's current attributes.
     pub fn query_qp(&self, qp: QpHandle) -> Option<(QpAttr, QpInitAttr)> {
         self.qps.get(qp.0).map(|q| (q.attr, q.init))
