@@ -649,9 +649,12 @@ impl Driver {
         // output, whose COMM_EST events feed the cm again.
         self.cm_pump(st, now, &mut d);
         self.transmit(st, now, hold);
-        self.dispatch(st, now, &mut d);
-        self.cm_pump(st, now, &mut d);
-        self.transmit(st, now, hold);
+        // Only engine events reach the cm between its two pumps: without one (every
+        // message's pump) the second pump and transmit would find nothing.
+        if self.dispatch(st, now, &mut d) {
+            self.cm_pump(st, now, &mut d);
+            self.transmit(st, now, hold);
+        }
         while let Some(qp) = st.engine.poll_placed_change() {
             self.same_host.republish_qp(&st.engine, qp);
         }
@@ -1108,8 +1111,9 @@ impl Driver {
     }
 
     /// Collects CQ notifications for completion channels and async events for their
-    /// contexts.
-    fn dispatch(&self, st: &mut State, now: Instant, d: &mut Deferred) {
+    /// contexts; returns whether there was an event (the cm was told of it).
+    fn dispatch(&self, st: &mut State, now: Instant, d: &mut Deferred) -> bool {
+        let mut any_event = false;
         while let Some(cq) = st.engine.poll_cq_notification() {
             if let Some(ch) = st.channels.get(&cq) {
                 d.notifications.push((Arc::clone(ch), cq));
@@ -1117,12 +1121,14 @@ impl Driver {
         }
         while let Some(ev) = st.engine.poll_event() {
             use crate::events::Sourced;
+            any_event = true;
             self.cm_engine_event(st, &ev, now);
             // Events of objects no context owns any more are dropped.
             if let Some(q) = ev.source().and_then(|s| st.owners.get(&s)) {
                 d.events.push((Arc::clone(q), ev));
             }
         }
+        any_event
     }
 
     /// Makes the device's multicast sockets match `wanted`, the groups the engine's QPs are
