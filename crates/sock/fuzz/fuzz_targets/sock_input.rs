@@ -4,9 +4,11 @@
 //! played against a core connected to a well-formed peer). The rest is a script of 9-byte
 //! records: an immediate value and byte length as the peer's RDMA WRITE WITH IMM would
 //! deliver them, with the target area overwritten by fuzzed bytes first (as the peer may
-//! write anything there), or application reads, sends and completions. Nothing may panic,
-//! every receive chunk must lie inside the receive ring, and every write the core asks for
-//! must stay inside the peer's advertised grants.
+//! write anything there), or application reads, sends, announcements of held writes and
+//! completions. A script whose length is not a multiple of 9 turns notification
+//! coalescing on (`StreamCore::set_coalescing`). Nothing may panic, every receive chunk
+//! must lie inside the receive ring, every write the core asks for must stay inside the
+//! peer's advertised grants, and an announcement must announce exactly the held bytes.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -32,12 +34,14 @@ fuzz_target!(|data: &[u8]| {
     let (head, script) = data.split_at(data.len().min(CONN_DATA_LEN));
     let peer = ConnData::parse(head).unwrap_or(fallback);
     core.handle_connected(&peer);
+    let coalescing = script.len() % 9 != 0;
+    core.set_coalescing(coalescing);
     let mut target = vec![0u8; cfg.target_area_len()];
     let mut posted: Vec<u64> = Vec::new();
     for rec in script.chunks_exact(9) {
         let imm = u32::from_be_bytes([rec[1], rec[2], rec[3], rec[4]]);
         let len = u32::from_be_bytes([rec[5], rec[6], rec[7], rec[8]]);
-        match rec[0] % 6 {
+        match rec[0] % 7 {
             0 | 1 => {
                 // The peer scribbles over the target area, then sends a message.
                 let at = (len as usize) % target.len();
@@ -54,6 +58,11 @@ fuzz_target!(|data: &[u8]| {
             3 => {
                 if let Some(w) = core.start_data(len) {
                     assert!(w.len <= len && w.len > 0);
+                    // Only a coalescing stream holds a write back (no immediate).
+                    assert!(coalescing || w.imm.is_some());
+                    // An announced write never leaves held bytes behind it: the peer
+                    // would read its bytes where the held ones are.
+                    assert!(w.imm.is_none() || core.held_bytes() == 0);
                     if let SendStage::Ring {
                         offset,
                         first,
@@ -72,6 +81,15 @@ fuzz_target!(|data: &[u8]| {
                 if !posted.is_empty() {
                     let wr = posted.remove(0);
                     let _ = core.handle_send_completion(wr, imm & 1 == 0);
+                }
+            }
+            5 => {
+                let held = core.held_bytes();
+                if let Some(a) = core.poll_announcement(imm & 1 == 0) {
+                    assert!(coalescing && held > 0);
+                    assert_eq!(a.imm, Msg::Data(held).to_imm());
+                    assert_eq!(core.held_bytes(), 0);
+                    posted.push(a.wr_id);
                 }
             }
             _ => {
