@@ -1061,12 +1061,13 @@ fn a_forked_child_leaves_the_acks_its_parent_held_alone() {
     let (a, b) = pair_with_handoff(Duration::from_secs(3600));
     let channel = a.ctx.create_comp_channel().unwrap();
     let armed_cq = a.ctx.create_cq(4, Some(&channel)).unwrap();
-    // A few attempts at the hold: on a loaded host B's progress thread may still have the
-    // socket when A's SEND comes, and then it takes the SEND in and sends its ACK (1 of 20
-    // runs of the binary beside two busy loops and two builds). A's SEND completes then.
+    // A few attempts: on a loaded host B's progress thread may still have the socket when
+    // A's SEND comes, and then it takes the SEND in and sends its ACK (1 of 20 runs of the
+    // binary beside two busy loops and two builds); or the hold expires (`ack_hold`,
+    // 50 µs) before the fork, when this thread is descheduled in between. The child says
+    // so (status 4) by comparing its counters, copied at the fork, with those seen holding.
     let sges = [a.mr.sge(0, 8)];
-    let mut attempt = 0;
-    let held = loop {
+    for attempt in 0..5 {
         // B's loop wakes its progress thread to leave it the socket: it must be asleep
         // again before B holds the ACK, or it sends it when it runs (it may, until the
         // fork).
@@ -1078,34 +1079,50 @@ fn a_forked_child_leaves_the_acks_its_parent_held_alone() {
         assert_eq!(spin_recv(&b.cq).0, attempt);
         let held = b.ctx.device_counters();
         if held.acks_held > before.acks_held {
-            break held;
+            // SAFETY: the child only arms a CQ, reads counters and leaves with _exit.
+            let pid = unsafe { libc::fork() };
+            if pid == 0 {
+                // Only this thread runs in the child: the counters move only by what it
+                // does.
+                let sent = |c: &DeviceCounters| (c.tx_syscalls, c.tx_errors, c.tx_datagrams);
+                let at_fork = sent(&b.ctx.device_counters());
+                let still_held = at_fork == sent(&held);
+                let _ = armed_cq.req_notify(false);
+                let untouched = sent(&b.ctx.device_counters()) == at_fork;
+                let code = match (still_held, untouched) {
+                    (_, false) => 3,
+                    (false, true) => 4,
+                    (true, true) => 0,
+                };
+                // SAFETY: ends the child without running the parent's destructors.
+                unsafe { libc::_exit(code) };
+            }
+            assert!(pid > 0, "fork failed");
+            let status = wait_for_child(pid);
+            assert!(
+                libc::WIFEXITED(status) && libc::WEXITSTATUS(status) != 3,
+                "the child sent what the parent held (status {status:#x})"
+            );
+            if libc::WEXITSTATUS(status) == 0 {
+                // In the parent the held ACK still leaves: A's SEND completes.
+                assert_eq!(spin_one(&a.cq).status, WcStatus::Success);
+                return;
+            }
         }
-        assert!(
-            attempt < 4,
-            "B's thread held no ACK in five attempts: {held:?}"
-        );
         assert_eq!(spin_one(&a.cq).status, WcStatus::Success);
-        attempt += 1;
-    };
-    // SAFETY: the child only arms a CQ, reads counters and leaves with _exit.
-    let pid = unsafe { libc::fork() };
-    if pid == 0 {
-        let _ = armed_cq.req_notify(false);
-        let now = b.ctx.device_counters();
-        let untouched = now.tx_syscalls == held.tx_syscalls
-            && now.tx_errors == held.tx_errors
-            && now.tx_datagrams == held.tx_datagrams;
-        // SAFETY: ends the child without running the parent's destructors.
-        unsafe { libc::_exit(if untouched { 0 } else { 3 }) };
     }
-    assert!(pid > 0, "fork failed");
+    panic!("B's thread held no ACK until a fork in five attempts");
+}
+
+/// Waits (at most `WAIT`) for our child `pid` to end; its wait status.
+fn wait_for_child(pid: libc::pid_t) -> libc::c_int {
     let deadline = std::time::Instant::now() + WAIT;
     let mut status = 0;
     loop {
         // SAFETY: waits for our own child.
         let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
         if r == pid {
-            break;
+            return status;
         }
         if std::time::Instant::now() > deadline {
             // SAFETY: our own child.
@@ -1114,12 +1131,6 @@ fn a_forked_child_leaves_the_acks_its_parent_held_alone() {
         }
         std::thread::sleep(Duration::from_millis(5));
     }
-    assert!(
-        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-        "the child sent what the parent held (status {status:#x})"
-    );
-    // In the parent the held ACK still leaves: A's SEND completes.
-    assert_eq!(spin_one(&a.cq).status, WcStatus::Success);
 }
 
 /// One side of ib_write_lat's loop, `rounds` times: wait on memory for the peer's WRITE
