@@ -671,19 +671,7 @@ fn arming_a_cq_ends_the_hand_off_to_pollers() {
         poll_handoff: Duration::from_secs(3600),
         ..Config::default()
     };
-    let ctx = Device::with_config("test", cfg.clone()).open().unwrap();
-    let channel = ctx.create_comp_channel().unwrap();
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(16, Some(&channel)).unwrap();
-    let qp = QpBuilder::new(&pd, &cq).build().unwrap();
-    let mr = pd.reg_mr(vec![0u8; 4096], all_access()).unwrap();
-    let a = End {
-        ctx,
-        pd,
-        cq,
-        qp,
-        mr,
-    };
+    let (a, channel) = end_with_channel(cfg.clone());
     let b = end(cfg);
     connect(&a, &b, Mtu::Mtu4096);
     a.qp.post_recv(7, &[a.mr.sge(0, 64)]).unwrap();
@@ -1180,19 +1168,20 @@ fn a_write_placed_into_spun_on_memory_has_its_ack_leave_with_the_answer() {
     const ROUNDS: u8 = 100;
     // The best of three attempts (a fresh pair each), so that a host busy with other work
     // for a while does not decide. Every WRITE but the last is answered: one call per
-    // one-way message idle, 200 ACKs held, about 195 behind an answer. Half spare: on a
-    // loaded host (two busy loops beside the test binary and two builds, load 9) a thread
-    // that lost its CPU for long draws a tail-loss probe, whose ACK leaves alone: 254 to
-    // 319 calls, 197 to 210 held, 147 to 173 behind. Without the hold (`ack_hold` zero)
-    // it is two calls per message (400 or more) and no ACK held or behind.
+    // one-way message idle, 200 ACKs held, about 195 behind an answer. Without the hold
+    // (`ack_hold` zero) it is two calls per message (400 or more) and no ACK held or
+    // behind. On a loaded host a thread that lost its CPU for long draws a tail-loss
+    // probe, whose ACK leaves alone, with a call of its own: two busy loops beside the
+    // binary and two builds (load 9) gave 254-319 calls, 197-210 held, 147-173 behind;
+    // later, with a build beside it (load 3), 310-451 calls and 40-144 behind. So the
+    // calls, which then overlap the figure without the hold, are only shown; what the
+    // test asks is the hold itself (three quarters of the ACKs held) and some ACKs behind
+    // an answer (an eighth), neither of which ever happens without it.
     let messages = 2 * u64::from(ROUNDS);
     let mut attempts = Vec::new();
     for _ in 0..3 {
         let (calls, held, behind) = write_lat_exchange(ROUNDS);
-        if calls <= messages + messages / 2
-            && held >= messages - messages / 4
-            && behind >= messages / 2
-        {
+        if held >= messages - messages / 4 && behind >= messages / 8 {
             return;
         }
         attempts.push((calls, held, behind));
@@ -1429,9 +1418,10 @@ fn a_poll_loop_takes_the_socket_from_a_progress_thread_asleep_on_it() {
     let (a, b) = pair_with_handoff(HANDOFF);
     let one_round = |i: u8| {
         std::thread::sleep(HANDOFF + HANDOFF / 2);
-        // On a loaded host the progress thread may wait for a CPU; at most 5 ms: before,
-        // nothing woke it.
-        poll_until_progress_left(&a, Duration::from_millis(5));
+        // On a loaded host the progress thread may wait for a CPU (it failed at 5 ms while
+        // a build ran beside it: 7-8 arms a batch, the thread not yet back asleep when A
+        // posted); at most 50 ms: before, nothing woke it, and every post armed.
+        poll_until_progress_left(&a, Duration::from_millis(50));
         a.mr.write(0, &[i; 8]);
         post_unsignalled_write(&a, &b, u64::from(i), 0, 64, 8);
         poll_for(&a, Duration::from_millis(2));
@@ -1487,21 +1477,7 @@ fn with_hand_offs_off_a_poll_loop_leaves_the_progress_thread_alone() {
 /// once as flushed, and that completion must still reach an armed CQ's channel.
 #[test]
 fn a_receive_posted_in_the_error_state_fires_the_armed_channel() {
-    let ctx = Device::with_config("test", Config::default())
-        .open()
-        .unwrap();
-    let channel = ctx.create_comp_channel().unwrap();
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(16, Some(&channel)).unwrap();
-    let qp = QpBuilder::new(&pd, &cq).build().unwrap();
-    let mr = pd.reg_mr(vec![0u8; 4096], all_access()).unwrap();
-    let a = End {
-        ctx,
-        pd,
-        cq,
-        qp,
-        mr,
-    };
+    let (a, channel) = end_with_channel(Config::default());
     let b = end(Config::default());
     connect(&a, &b, Mtu::Mtu4096);
     // In RTS: the WR waits, nothing completes.

@@ -23,13 +23,29 @@ pub fn all_access() -> AccessFlags {
 /// These tests are about the UDP path: the same-host path (which two devices of one
 /// process would negotiate) is off; it has its own tests (`tests/samehost.rs`).
 pub fn end(config: Config) -> End {
+    end_on(config, |ctx| ctx.create_cq(256, None).unwrap())
+}
+
+/// [`end`] whose CQ (16 entries) signals a completion channel, which comes with it.
+pub fn end_with_channel(config: Config) -> (End, CompletionChannel) {
+    let mut channel = None;
+    let end = end_on(config, |ctx| {
+        let ch = ctx.create_comp_channel().unwrap();
+        let cq = ctx.create_cq(16, Some(&ch)).unwrap();
+        channel = Some(ch);
+        cq
+    });
+    (end, channel.unwrap())
+}
+
+fn end_on(config: Config, create_cq: impl FnOnce(&Context) -> Cq) -> End {
     let config = Config {
         same_host: SameHostMode::Off,
         ..config
     };
     let ctx = Device::with_config("test", config).open().unwrap();
     let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(256, None).unwrap();
+    let cq = create_cq(&ctx);
     let qp = QpBuilder::new(&pd, &cq).build().unwrap();
     let mr = pd.reg_mr(vec![0u8; 1 << 20], all_access()).unwrap();
     End {
