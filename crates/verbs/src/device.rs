@@ -62,15 +62,7 @@ impl DeviceCore {
     /// Runs `f` on the engine under the device lock, then sends what it produced (after the
     /// lock is released) and delivers completion and asynchronous events.
     pub fn with<R>(&self, f: impl FnOnce(&mut State) -> R) -> Result<R, Inherited> {
-        let d = self.driver()?;
-        let (r, deferred) = {
-            let mut st = d.lock();
-            let r = f(&mut st);
-            let deferred = d.pump(&mut st);
-            (r, deferred)
-        };
-        d.finish(deferred);
-        Ok(r)
+        self.with_pump_if(|st| (f(st), true))
     }
 
     /// [`DeviceCore::with`] for `f` that says, besides its result, whether it may have
