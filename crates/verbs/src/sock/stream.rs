@@ -10,8 +10,8 @@ use softverbs_engine::{
     AccessFlags, Payload, QpCap, Rkey, SendFlags, SendOp, SendWr, WcStatus, WorkCompletion,
 };
 use softverbs_sock::{
-    Announcement, Config, ConnData, CtrlWrite, DataWrite, IomapEntry, LocalRegions, Msg, RsSge,
-    SendChunks, SendStage, StreamCore, TARGET_AREA_HEAD,
+    Config, ConnData, CtrlWrite, DataWrite, IomapEntry, LocalRegions, Msg, RsSge, SendChunks,
+    SendStage, StreamCore, TARGET_AREA_HEAD,
 };
 use std::io;
 use std::net::SocketAddr;
@@ -516,9 +516,7 @@ impl RdmaStream {
 
     /// Posts control messages, iomap publications and keep-alives the core has ready.
     pub(crate) fn post_pending(&self, core: &mut StreamCore) -> io::Result<()> {
-        if let Some(a) = core.poll_announcement(false) {
-            post_announcement(&self.qp, core, &a);
-        }
+        announce(&self.qp, core, false);
         self.post_control(core)
     }
 
@@ -839,9 +837,7 @@ impl RdmaStream {
 
     /// Posts the announcement of held data now, whatever is in flight.
     fn announce_now(&self, core: &mut StreamCore) {
-        if let Some(a) = core.poll_announcement(true) {
-            post_announcement(&self.qp, core, &a);
-        }
+        announce(&self.qp, core, true);
     }
 
     /// A same-host stream that moves data keeps its device's socket for its threads
@@ -1207,8 +1203,8 @@ impl Coalescer {
                 return;
             }
 
-            if let (Some(a), Some(qp)) = (core.poll_announcement(true), self.qp.upgrade()) {
-                post_announcement(&qp, &mut core, &a);
+            if let Some(qp) = self.qp.upgrade() {
+                announce(&qp, &mut core, true);
             }
             drop(core);
             // Posting may have run this hook again (and found the core taken).
@@ -1219,8 +1215,12 @@ impl Coalescer {
     }
 }
 
-/// Posts an announcement of held data (a 1-byte WRITE WITH IMM, inline).
-fn post_announcement(qp: &Qp, core: &mut StreamCore, a: &Announcement) {
+/// Posts the announcement of held data the core has due (`StreamCore::poll_announcement`:
+/// with `now`, whatever is in flight), if any: a 1-byte WRITE WITH IMM, inline.
+fn announce(qp: &Qp, core: &mut StreamCore, now: bool) {
+    let Some(a) = core.poll_announcement(now) else {
+        return;
+    };
     let byte = [a.byte];
     let wr = SendWr {
         wr_id: a.wr_id,
