@@ -14,6 +14,7 @@
 //! | `SOFTVERBS_SAME_HOST` | the same-host path for RDMA WRITE/READ with softverbs peers on this host (`crate::samehost`): `auto` (when the peer shares our PID namespace and we may read its memory), `0` never, `1` as auto but warns when a QP cannot have it | `auto` |
 //! | `SOFTVERBS_MAX_MR_BYTES` | most bytes registered at once on the device (beyond: ENOMEM) | the machine's physical memory |
 //! | `SOFTVERBS_SOCKET_BUFFER` | the UDP socket's send and receive buffer sizes in bytes | `8388608` |
+//! | `SOFTVERBS_SOCK_COALESCE` | stream sockets on the same-host path announce the writes made while one is in flight in one later WRITE WITH IMM (`crate::sock`); `0` turns it off | `1` |
 //!
 //! How the address and port become the device's GID and LID: [`crate::addressing`].
 
@@ -90,6 +91,10 @@ pub struct Config {
     /// Fault injection for tests: the first this many same-host handshake datagrams
     /// the device sends are dropped (the handshake's resend must recover).
     pub drop_first_hellos: u32,
+    /// Notification coalescing of the stream sockets (`crate::sock`) on the same-host
+    /// path: writes made while one is in flight go as plain WRITEs, announced together by
+    /// one later WRITE WITH IMM.
+    pub sock_coalesce: bool,
 }
 
 /// Whether RC QPs whose peer is a softverbs process on this host move RDMA WRITE and
@@ -139,6 +144,7 @@ impl Default for Config {
             cm_packet_life_time: 18,
             same_host: SameHostMode::Auto,
             drop_first_hellos: 0,
+            sock_coalesce: true,
         }
     }
 }
@@ -177,6 +183,16 @@ impl Config {
                         .parse()
                         .map(Duration::from_micros)
                         .map_err(|_| err(var, &v, "not a number of µs"))
+                })
+                .transpose()
+        };
+        // An on/off switch.
+        let switch = |var| -> Result<Option<bool>, ConfigError> {
+            get(var)
+                .map(|v| match v.trim() {
+                    "1" | "on" | "yes" => Ok(true),
+                    "0" | "off" | "no" => Ok(false),
+                    _ => Err(err(var, &v, "must be 0 or 1")),
                 })
                 .transpose()
         };
@@ -232,19 +248,14 @@ impl Config {
                 _ => return Err(err("SOFTVERBS_ICRC", &v, "must be enforce, count or skip")),
             };
         }
-        if let Some(v) = get("SOFTVERBS_GSO") {
-            c.gso = match v.trim() {
-                "1" | "on" | "yes" => true,
-                "0" | "off" | "no" => false,
-                _ => return Err(err("SOFTVERBS_GSO", &v, "must be 0 or 1")),
-            };
+        if let Some(on) = switch("SOFTVERBS_GSO")? {
+            c.gso = on;
         }
-        if let Some(v) = get("SOFTVERBS_SELECTIVE_REPEAT") {
-            c.selective_repeat = match v.trim() {
-                "1" | "on" | "yes" => true,
-                "0" | "off" | "no" => false,
-                _ => return Err(err("SOFTVERBS_SELECTIVE_REPEAT", &v, "must be 0 or 1")),
-            };
+        if let Some(on) = switch("SOFTVERBS_SELECTIVE_REPEAT")? {
+            c.selective_repeat = on;
+        }
+        if let Some(on) = switch("SOFTVERBS_SOCK_COALESCE")? {
+            c.sock_coalesce = on;
         }
         if let Some(v) = get("SOFTVERBS_SAME_HOST") {
             c.same_host = match v.trim() {
@@ -346,8 +357,12 @@ mod tests {
             ("SOFTVERBS_SELECTIVE_REPEAT", "0"),
             ("SOFTVERBS_CM_PACKET_LIFE_TIME", "10"),
             ("SOFTVERBS_SAME_HOST", "0"),
+            ("SOFTVERBS_SOCK_COALESCE", "off"),
+            ("SOFTVERBS_GSO", "no"),
         ])
         .unwrap();
+        assert!(!c.sock_coalesce && !c.gso);
+        assert!(Config::default().sock_coalesce && Config::default().gso);
         assert_eq!(c.same_host, SameHostMode::Off);
         assert_eq!(Config::default().same_host, SameHostMode::Auto);
         assert!(cfg(&[("SOFTVERBS_SAME_HOST", "maybe")]).is_err());
@@ -387,6 +402,9 @@ mod tests {
         assert!(cfg(&[("SOFTVERBS_ACK_HOLD", "-5")]).is_err());
         assert!(cfg(&[("SOFTVERBS_PROGRESS_SLICE", "short")]).is_err());
         assert!(cfg(&[("SOFTVERBS_SELECTIVE_REPEAT", "sometimes")]).is_err());
+        // Any value but a switch's was taken as "on" when the stream read it itself.
+        assert!(cfg(&[("SOFTVERBS_SOCK_COALESCE", "false")]).is_err());
+        assert!(cfg(&[("SOFTVERBS_GSO", "2")]).is_err());
         assert!(cfg(&[("SOFTVERBS_CM_PACKET_LIFE_TIME", "31")]).is_err());
         assert!(cfg(&[("SOFTVERBS_CM_PACKET_LIFE_TIME", "-1")]).is_err());
     }

@@ -315,6 +315,12 @@ impl Context {
         &self.inner.name
     }
 
+    /// The configuration the device runs with (the first opener's, see
+    /// [`Device::open`]).
+    pub(crate) fn config(&self) -> &Config {
+        self.inner.device.config()
+    }
+
     /// Whether this context's device was inherited from the parent process across
     /// `fork()`: then every call fails (see [`Inherited`]).
     pub fn inherited(&self) -> bool {

@@ -28,6 +28,9 @@ pub(crate) struct DeviceCore {
     driver: Arc<Driver>,
     /// The fork generation the device was opened in.
     generation: u64,
+    /// The configuration it was opened with (a context that joins a running device gets
+    /// this one, whatever its own `Device` said).
+    config: Config,
 }
 
 impl DeviceCore {
@@ -36,7 +39,13 @@ impl DeviceCore {
         Ok(DeviceCore {
             driver: Driver::open(config.clone())?,
             generation: crate::fork::generation(),
+            config: config.clone(),
         })
+    }
+
+    /// The configuration the device runs with.
+    pub fn config(&self) -> &Config {
+        &self.config
     }
 
     /// Whether the device was inherited from the parent process.

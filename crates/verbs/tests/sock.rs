@@ -304,6 +304,31 @@ fn a_bulk_transfer_announces_many_messages_per_datagram() {
     );
 }
 
+/// `Config::sock_coalesce` off (`SOFTVERBS_SOCK_COALESCE=0`): writes made back to back,
+/// each before the one before it is acknowledged, are never held back; each goes with its
+/// own WRITE WITH IMM. (With coalescing on, as `held_writes_are_announced_while_the_writer_sleeps`
+/// shows, such writes are held within a few hundred.)
+#[test]
+fn coalescing_switched_off_holds_no_write() {
+    const SIZE: usize = 1024;
+    const COUNT: usize = 300;
+    let cfg = Config {
+        sock_coalesce: false,
+        ..Config::default()
+    };
+    let (server, _server_ctx, client, _client_ctx) = connected_pair(cfg, StreamOptions::default());
+    await_same_host(&server, &client);
+    let data = pattern(SIZE, 3);
+    // Within the reader's ring (1 MiB) and credits (384), so no write blocks.
+    for i in 0..COUNT {
+        (&client).write_all(&data).unwrap();
+        assert_eq!(client.held_bytes(), 0, "write {i} was held back");
+    }
+    let mut got = vec![0u8; COUNT * SIZE];
+    (&server).read_exact(&mut got).unwrap();
+    assert!(got.chunks(SIZE).all(|c| c == data), "damaged");
+}
+
 /// Messages of 64 KiB per transfer in [`bulk_transfers`].
 const BULK_MESSAGES: usize = 300;
 

@@ -72,7 +72,7 @@ pub struct RdmaStream {
     core: Arc<Mutex<StreamCore>>,
     // Announces held data for whoever drives the device (`Coalescer`).
     coalescer: Arc<Coalescer>,
-    // Notification coalescing on same-host writes (`SOFTVERBS_SOCK_COALESCE=0`: off).
+    // Notification coalescing on same-host writes (`Config::sock_coalesce`).
     coalesce: bool,
     nonblocking: AtomicBool,
     // Completions and connection events handled so far (async waiters use it to tell
@@ -138,6 +138,8 @@ pub(crate) struct Resources {
     target: Mr<Vec<u8>>,
     sbuf: Mr<Vec<u8>>,
     core: StreamCore,
+    // The device's `Config::sock_coalesce`.
+    coalesce: bool,
 }
 
 impl Resources {
@@ -176,6 +178,7 @@ impl Resources {
             target,
             sbuf,
             core,
+            coalesce: ctx.config().sock_coalesce,
         })
     }
 
@@ -241,7 +244,7 @@ impl Resources {
             iomaps: Mutex::new(Vec::new()),
             core,
             coalescer,
-            coalesce: std::env::var_os("SOFTVERBS_SOCK_COALESCE").is_none_or(|v| v != "0"),
+            coalesce: self.coalesce,
             nonblocking: AtomicBool::new(false),
             handled: AtomicU64::new(0),
             epoch: Instant::now(),
