@@ -23,6 +23,7 @@
 
 mod bound;
 mod listener;
+mod ring;
 mod stream;
 #[cfg(feature = "tokio")]
 mod tokio;

@@ -1,5 +1,6 @@
 //! [`RdmaStream`]: one rsocket stream connection and the driver loop around its core.
 
+use super::ring::RingMemory;
 use crate::cm::rc::expect;
 use crate::cm::{CmError, CmEventKind, CmId, ConnParam, EventChannel, EventStatus, PortSpace};
 use crate::context::Context;
@@ -64,7 +65,7 @@ pub struct RdmaStream {
     qp: Arc<Qp>,
     cq: Cq,
     channel: CompletionChannel,
-    rbuf: Mr<Vec<u8>>,
+    rbuf: Mr<RingMemory>,
     target: Mr<Vec<u8>>,
     sbuf: Mr<Vec<u8>>,
     // Regions published with `iomap_raw` (riomap), before the PD they are registered in.
@@ -134,7 +135,7 @@ pub(crate) struct Resources {
     pd: Pd,
     cq: Cq,
     channel: CompletionChannel,
-    rbuf: Mr<Vec<u8>>,
+    rbuf: Mr<RingMemory>,
     target: Mr<Vec<u8>>,
     sbuf: Mr<Vec<u8>>,
     core: StreamCore,
@@ -158,7 +159,9 @@ impl Resources {
             .map_err(io::Error::other)?;
         let remote = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
         let reg = |len: usize, access| pd.reg_mr(vec![0u8; len], access).map_err(io::Error::other);
-        let rbuf = reg(cfg.rbuf_size as usize, remote)?;
+        let rbuf = pd
+            .reg_mr(RingMemory::new(cfg.rbuf_size as usize), remote)
+            .map_err(io::Error::other)?;
         let target = reg(cfg.target_area_len(), remote)?;
         let sbuf = reg(cfg.sbuf_size as usize, AccessFlags::LOCAL_WRITE)?;
         let core = StreamCore::new(
