@@ -352,12 +352,15 @@ pub(crate) struct PollStreak {
     leaves: bool,
 }
 
-/// What [`Driver::progress_for_poll`] did: whether anything arrived, and when it
-/// started (the driver's clock, ns).
+/// What [`Driver::progress_for_poll`] did: whether anything arrived, when it started
+/// and when what arrived reached the engine (the driver's clock, ns).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Progressed {
     pub got: bool,
     pub now: u64,
+    /// The time the receive read after its `recvmmsg`, under the device lock (`None`:
+    /// nothing reached the engine); [`Driver::note_found_at`] takes it.
+    pub received_at: Option<u64>,
 }
 
 impl PollStreak {
@@ -371,6 +374,17 @@ impl PollStreak {
         if self.device == device {
             self.last_empty = now;
         }
+    }
+
+    /// Whether [`PollStreak::found`] on `device` uses its time: only where it ends a loop.
+    pub fn found_needs_time(&self, device: usize) -> bool {
+        self.device == device && self.looping
+    }
+
+    /// Whether [`PollStreak::posted`] on `device` uses its time: only at the thread's first
+    /// post after a loop ended.
+    pub fn posted_needs_time(&self, device: usize) -> bool {
+        self.device == device && self.loop_ended != 0 && self.back_at == 0
     }
 
     /// Notes an empty poll of `device` at `now`; returns whether it continues a loop (came
@@ -400,7 +414,7 @@ impl PollStreak {
 
     /// The thread posts on `device` at `now`: after a loop that ended, it is back.
     pub fn posted(&mut self, device: usize, now: u64) {
-        if self.device == device && self.loop_ended != 0 && self.back_at == 0 {
+        if self.posted_needs_time(device) {
             self.back_at = now.max(1);
         }
     }
@@ -1206,12 +1220,18 @@ impl Driver {
     /// lone RDMA WRITE waits a while for the answer of a thread spinning on the memory
     /// it wrote (see `crate::ack_hold`).
     fn receive(&self, rx: &mut RecvBatch, hold_acks: bool) -> usize {
+        self.receive_timed(rx, hold_acks).0
+    }
+
+    /// [`Driver::receive`], also returning the time it handed what arrived to the engine
+    /// (the driver's clock, ns; `None`: nothing did).
+    fn receive_timed(&self, rx: &mut RecvBatch, hold_acks: bool) -> (usize, Option<u64>) {
         let got = match rx.recv(&self.socket) {
             Ok(n) => n,
             // An ICMP report of a send (IP_RECVERR): the cm reads the error queue.
             Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => {
                 self.cm_device_errors();
-                return 1;
+                return (1, None);
             }
             Err(e) => {
                 tracing::warn!(error = %e, "recvmmsg failed");
@@ -1219,7 +1239,7 @@ impl Driver {
             }
         };
         if got == 0 {
-            return 0;
+            return (0, None);
         }
         self.counters
             .rx_datagrams
@@ -1243,9 +1263,11 @@ impl Driver {
         // Requests handed over, and of those RDMA WRITEs into memory (the progress
         // thread holds the ACK of a lone one; those of ACKs that came with it are none).
         let (mut requests, mut writes) = (0usize, 0usize);
+        let received_at;
         let deferred = {
             let mut st = self.lock();
             let now = self.now();
+            received_at = Some(now.as_nanos());
             st.last_rx = now;
             let state = &mut *st;
             self.for_each_datagram(rx, got, |src, k, data| {
@@ -1278,7 +1300,7 @@ impl Driver {
         for (src, data) in hellos {
             self.handle_hello(src, &data);
         }
-        got
+        (got, received_at)
     }
 
     /// Calls `f(source, index in its GRO read, datagram)` for every datagram of the first
@@ -1348,9 +1370,12 @@ impl Driver {
         // The progress thread wakes by the end of the hand-off at the latest and sends
         // what is held then: that bounds the hold.
         let hold = spinning && self.poller_handoff_at(now).is_some();
-        let got = match self.rx.try_lock() {
-            Ok(mut rx) => self.receive(&mut rx, hold) > 0,
-            Err(_) => false,
+        let (got, received_at) = match self.rx.try_lock() {
+            Ok(mut rx) => {
+                let (reads, at) = self.receive_timed(&mut rx, hold);
+                (reads > 0, at)
+            }
+            Err(_) => (false, None),
         };
         if hold && self.acks_held.load(Ordering::Acquire) {
             crate::ack_hold::note_held(self);
@@ -1366,7 +1391,11 @@ impl Driver {
             };
             self.finish(deferred);
         }
-        Progressed { got, now }
+        Progressed {
+            got,
+            now,
+            received_at,
+        }
     }
 
     /// How many times `poll_handoff` a busy stream keeps the socket handed over
@@ -1423,10 +1452,25 @@ impl Driver {
     /// counted as leaving, sent every ACK alone. The hand-off such a call leaves lapses on
     /// its own, `poll_handoff` after its last empty poll or blocked watch.
     pub(crate) fn note_found(&self, ends_handoff: bool) {
-        let now = self.now().as_nanos();
+        self.note_found_at(ends_handoff, None);
+    }
+
+    /// [`Driver::note_found`] where the poll received what it found at `received_at`
+    /// (the driver's clock, ns: [`Progressed::received_at`]), which then dates the end of
+    /// the loop: that is at most the engine's handling of one batch earlier (a few µs at
+    /// most against the 20 µs [`PollStreak::LOOP_GAP`] the next post is judged by), and
+    /// saves a clock read on the path from a message's receive to its answer. The clock
+    /// is read only where a loop ends (the only case that uses the time).
+    pub(crate) fn note_found_at(&self, ends_handoff: bool, received_at: Option<u64>) {
         let leaving = STREAK.with(|s| {
             let mut streak = s.get();
-            let leaving = streak.found(self.identity(), now);
+            let id = self.identity();
+            let now = if streak.found_needs_time(id) {
+                received_at.unwrap_or_else(|| self.now().as_nanos())
+            } else {
+                0
+            };
+            let leaving = streak.found(id, now);
             s.set(streak);
             leaving
         });
@@ -1436,12 +1480,17 @@ impl Driver {
     }
 
     /// The calling thread posts work on this device: see [`PollStreak::posted`].
+    /// Reads the clock only for the first post after a loop ended (the only one whose
+    /// time the streak keeps): a ping-pong's answerer posts a receive WR and then its
+    /// answer, and the second read was on the path to the answer's send.
     pub(crate) fn note_post(&self) {
-        let now = self.now().as_nanos();
         STREAK.with(|s| {
             let mut streak = s.get();
-            streak.posted(self.identity(), now);
-            s.set(streak);
+            let id = self.identity();
+            if streak.posted_needs_time(id) {
+                streak.posted(id, self.now().as_nanos());
+                s.set(streak);
+            }
         });
     }
 
@@ -2181,6 +2230,64 @@ mod tests {
         assert!(s.empty_poll(DEV, 50));
         s.found(DEV, 55);
         assert!(!s.empty_poll(DEV, 60));
+    }
+
+    /// The driver reads the clock for `found` and `posted` only where they say they use
+    /// it (`Driver::note_found_at`, `Driver::note_post`): where they say not, any time
+    /// leaves the same streak.
+    #[test]
+    fn found_and_posted_use_their_time_only_where_they_say_so() {
+        let same_either_way = |s: PollStreak, step: fn(&mut PollStreak, u64) -> bool| {
+            let (mut a, mut b) = (s, s);
+            let (ra, rb) = (step(&mut a, 1), step(&mut b, 99_000_000));
+            ra == rb && a == b
+        };
+        let found: fn(&mut PollStreak, u64) -> bool = |s, t| s.found(DEV, t);
+        let posted: fn(&mut PollStreak, u64) -> bool = |s, t| {
+            s.posted(DEV, t);
+            false
+        };
+        let mut s = PollStreak::default();
+        let mut t = 1_000;
+        let mut seen = [false; 4];
+        // A ping-pong, a thread that leaves, single polls, another device.
+        for round in 0..40u64 {
+            let polls = round % 3;
+            for _ in 0..polls {
+                t += 1_000;
+                s.empty_poll(if round % 7 == 6 { DEV + 8 } else { DEV }, t);
+            }
+            let mut check = |s: PollStreak| {
+                for (i, (needs, step)) in [
+                    (s.found_needs_time(DEV), found),
+                    (s.posted_needs_time(DEV), posted),
+                ]
+                .into_iter()
+                .enumerate()
+                {
+                    seen[i * 2 + usize::from(needs)] = true;
+                    if !needs {
+                        assert!(same_either_way(s, step), "round {round}: {s:?}");
+                    }
+                }
+            };
+            check(s);
+            t += 1_000;
+            s.found(DEV, t);
+            check(s);
+            t += if round % 5 == 4 { 1_000_000 } else { 1_000 };
+            s.posted(DEV, t);
+            check(s);
+            s.posted(DEV, t + 500);
+        }
+        assert_eq!(seen, [true; 4], "both answers of both questions came up");
+        // Where they say they use it, they do.
+        let mut s = PollStreak::default();
+        s.empty_poll(DEV, 1_000);
+        s.empty_poll(DEV, 2_000);
+        assert!(s.found_needs_time(DEV) && !same_either_way(s, found));
+        s.found(DEV, 3_000);
+        assert!(s.posted_needs_time(DEV) && !same_either_way(s, posted));
     }
 
     #[test]
