@@ -119,6 +119,9 @@ pub(crate) struct State {
     pub owners: HashMap<Source, Arc<AsyncQueue>>,
     /// When the last datagram reached the engine (see [`Driver::linger`]).
     last_rx: Instant,
+    /// Batches moved to the outbox so far (wrapping): a pump that moved none leaves its
+    /// finish nothing to send.
+    batches_queued: u64,
     /// The connection manager beside the engine (`crate::cm::driver`).
     pub cm: crate::cm::driver::CmState,
 }
@@ -137,6 +140,8 @@ pub(crate) struct Deferred {
     hellos: Vec<crate::samehost::Outgoing>,
     /// QPs whose held WRs may be placed now (`crate::samehost`).
     held_ready: Vec<softverbs_engine::QpHandle>,
+    /// The pump moved a batch to the outbox: its finish sends the outbox.
+    queued: bool,
 }
 
 /// Whether the ACKs the engine produces may stay in the batch being built (see
@@ -537,6 +542,7 @@ impl Driver {
             engine: Engine::new(ecfg.clone()),
             tx: SendBatch::new(MAX_DATAGRAM, gso),
             held: 0,
+            batches_queued: 0,
             channels: HashMap::new(),
             owners: HashMap::new(),
             last_rx: Instant::from_nanos(0),
@@ -659,6 +665,7 @@ impl Driver {
     /// `crate::ack_hold`).
     fn pump_holding(&self, st: &mut State, now: Instant, hold: Hold) -> Deferred {
         let mut d = Deferred::default();
+        let batches_before = st.batches_queued;
         // The cm's QP moves first (they may make the engine send), then the engine's
         // output, whose COMM_EST events feed the cm again.
         self.cm_pump(st, now, &mut d);
@@ -688,6 +695,7 @@ impl Driver {
         let earlier = next < self.sleeping_until.load(Ordering::Acquire)
             && (!self.socket_unwatched.load(Ordering::SeqCst) || self.blocked_watch_active());
         d.timer_at = earlier.then_some(next);
+        d.queued = st.batches_queued != batches_before;
         d
     }
 
@@ -714,6 +722,15 @@ impl Driver {
     /// same-host handshake excepted) from now on.
     pub(crate) fn set_faults(&self, faults: Option<crate::config::FaultConfig>) {
         lock(&self.sender).faults = faults.map(FaultInjector::new);
+        self.flush_left_behind();
+    }
+
+    /// Sends the outbox after this thread held the sender role's lock for something
+    /// else: a thread that finished its pump meanwhile found the role taken and left its
+    /// batch (only the role's holder looks at the queue again). Call without the device
+    /// lock.
+    fn flush_left_behind(&self) {
+        self.flush_outbox(false);
     }
 
     /// Wakes the progress thread (its socket set or timers changed).
@@ -724,20 +741,30 @@ impl Driver {
     /// Whether fault injection drops one CM datagram (only losses apply to the CM).
     pub(crate) fn inject_cm_loss(&self) -> bool {
         let mut sender = lock(&self.sender);
-        let drop = sender
+        let dropped = sender
             .faults
             .as_mut()
             .is_some_and(|f| f.decide() == Fate::Drop);
-        if drop {
+        drop(sender);
+        self.flush_left_behind();
+        if dropped {
             self.counters.injected_drops.fetch_add(1, Ordering::Relaxed);
         }
-        drop
+        dropped
     }
 
     /// What a pump left to do: sends the batches, delivers the events, wakes the progress
     /// thread if it must. Call without the device lock.
+    ///
+    /// A pump that queued no batch (a receive whose ACKs wait for the answer, a timer
+    /// check that fired nothing) leaves nothing to send: any batch in the outbox is
+    /// another thread's, which sends it, or the sender role's holder's, which looks at
+    /// the queue before giving the role up ([`Driver::flush_outbox`]), or waits for the
+    /// socket (the progress thread's).
     pub fn finish(&self, d: Deferred) {
-        self.flush_outbox(false);
+        if d.queued {
+            self.flush_outbox(false);
+        }
         self.disarm_hold_timer();
         for (channel, cq) in &d.notifications {
             channel.push(*cq);
@@ -930,7 +957,10 @@ impl Driver {
     /// Disarms the progress thread's hold timer once the ACKs it held left (after they
     /// were sent: the system call is not on their path). Call without the device lock.
     fn disarm_hold_timer(&self) {
-        if !self.progress_hold_released.swap(false, Ordering::AcqRel) {
+        // Read first: a swap is a locked write on every finish, almost always of false.
+        if !self.progress_hold_released.load(Ordering::Acquire)
+            || !self.progress_hold_released.swap(false, Ordering::AcqRel)
+        {
             return;
         }
         let mut armed = lock(&self.hold_timer_armed);
@@ -942,6 +972,7 @@ impl Driver {
     /// Moves the batch being built to the outbox and starts a fresh one.
     fn enqueue(&self, st: &mut State) {
         st.held = 0;
+        st.batches_queued = st.batches_queued.wrapping_add(1);
         self.acks_held.store(false, Ordering::Release);
         if self.progress_hold_until.swap(0, Ordering::AcqRel) != 0 {
             self.progress_hold_released.store(true, Ordering::Release);
@@ -957,47 +988,47 @@ impl Driver {
 
     /// Sends the outbox if no other thread is doing so. With the socket blocked, only the
     /// progress thread (`from_progress`, after `POLLOUT`) tries again.
+    ///
+    /// One outbox lock per batch: the lock that returns a sent batch to the pool takes
+    /// the next, and the sender role is given up under the lock that found the queue
+    /// empty (or blocked). A thread that queues a batch after that lock finds the role
+    /// free when it tries for it (or held by a thread whose own last look comes after
+    /// its batch); this thread no longer looks at the queue a third time after giving the
+    /// role up (three locks per send were on every message's path).
     fn flush_outbox(&self, from_progress: bool) {
+        let Ok(mut sender) = self.sender.try_lock() else {
+            return;
+        };
+        let mut ob = lock(&self.outbox);
         loop {
-            let Ok(mut sender) = self.sender.try_lock() else {
-                return;
+            if ob.blocked.is_some() && !from_progress {
+                break;
+            }
+            ob.blocked = None;
+            let Some(mut batch) = ob.queue.pop_front() else {
+                break;
             };
-            loop {
-                let batch = {
-                    let mut ob = lock(&self.outbox);
-                    if ob.blocked.is_some() && !from_progress {
-                        break;
-                    }
-                    ob.blocked = None;
-                    ob.queue.pop_front()
-                };
-                let Some(mut batch) = batch else {
-                    break;
-                };
-                let result = self.send_batch(&mut sender, &mut batch);
-                let mut ob = lock(&self.outbox);
-                match result {
-                    Ok(()) => ob.pool.push(batch),
-                    Err(blocked) => {
-                        ob.queue.push_front(batch);
-                        ob.blocked = Some(blocked);
-                        drop(ob);
-                        self.counters
-                            .tx_backpressure
-                            .fetch_add(1, Ordering::Relaxed);
-                        self.wake.signal();
-                        break;
-                    }
+            drop(ob);
+            let result = self.send_batch(&mut sender, &mut batch);
+            ob = lock(&self.outbox);
+            match result {
+                Ok(()) => ob.pool.push(batch),
+                Err(blocked) => {
+                    ob.queue.push_front(batch);
+                    ob.blocked = Some(blocked);
+                    drop(sender);
+                    drop(ob);
+                    self.counters
+                        .tx_backpressure
+                        .fetch_add(1, Ordering::Relaxed);
+                    self.wake.signal();
+                    return;
                 }
             }
-            drop(sender);
-            // A batch queued while this thread held the role, by a thread that found the
-            // role taken, is this thread's to send.
-            let ob = lock(&self.outbox);
-            if ob.queue.is_empty() || ob.blocked.is_some() {
-                return;
-            }
         }
+        // Under the outbox lock (see above).
+        drop(sender);
+        drop(ob);
     }
 
     /// Sends one batch; `Err` when the socket pushed back and datagrams are left in it.
@@ -1019,11 +1050,18 @@ impl Driver {
         }
         let (sent, errors, calls) = flushed.counts();
         let c = &self.counters;
+        // A locked add each: only those that change (errors rarely, single sends in
+        // a ping-pong, `sendmmsg` batches in a stream).
         c.tx_datagrams.fetch_add(sent as u64, Ordering::Relaxed);
-        c.tx_errors.fetch_add(errors as u64, Ordering::Relaxed);
         c.tx_syscalls.fetch_add(calls as u64, Ordering::Relaxed);
-        c.tx_single_sends
-            .fetch_add(flushed.single_calls() as u64, Ordering::Relaxed);
+        for (counter, n) in [
+            (&c.tx_errors, errors),
+            (&c.tx_single_sends, flushed.single_calls()),
+        ] {
+            if n > 0 {
+                counter.fetch_add(n as u64, Ordering::Relaxed);
+            }
+        }
         if let Some(e) = flushed.first_error() {
             if !self.warned_tx_error.swap(true, Ordering::Relaxed) {
                 let hint = if e.raw_os_error() == Some(libc::EMSGSIZE) {
