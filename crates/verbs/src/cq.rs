@@ -117,7 +117,7 @@ impl Cq {
                     let n = self.poll_ready(out);
                     if n > 0 {
                         found_completions();
-                        d.note_found(ends_handoff);
+                        d.note_found_at(ends_handoff, progressed.received_at);
                     } else {
                         // An empty poll all the same, which ends now: receiving a backlog
                         // (what waited in the socket while the thread was away) may take

@@ -119,6 +119,9 @@ pub(crate) struct State {
     pub owners: HashMap<Source, Arc<AsyncQueue>>,
     /// When the last datagram reached the engine (see [`Driver::linger`]).
     last_rx: Instant,
+    /// Batches moved to the outbox so far (wrapping): a pump that moved none leaves its
+    /// finish nothing to send.
+    batches_queued: u64,
     /// The connection manager beside the engine (`crate::cm::driver`).
     pub cm: crate::cm::driver::CmState,
 }
@@ -137,6 +140,8 @@ pub(crate) struct Deferred {
     hellos: Vec<crate::samehost::Outgoing>,
     /// QPs whose held WRs may be placed now (`crate::samehost`).
     held_ready: Vec<softverbs_engine::QpHandle>,
+    /// The pump moved a batch to the outbox: its finish sends the outbox.
+    queued: bool,
 }
 
 /// Whether the ACKs the engine produces may stay in the batch being built (see
@@ -352,12 +357,15 @@ pub(crate) struct PollStreak {
     leaves: bool,
 }
 
-/// What [`Driver::progress_for_poll`] did: whether anything arrived, and when it
-/// started (the driver's clock, ns).
+/// What [`Driver::progress_for_poll`] did: whether anything arrived, when it started
+/// and when what arrived reached the engine (the driver's clock, ns).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Progressed {
     pub got: bool,
     pub now: u64,
+    /// The time the receive read after its `recvmmsg`, under the device lock (`None`:
+    /// nothing reached the engine); [`Driver::note_found_at`] takes it.
+    pub received_at: Option<u64>,
 }
 
 impl PollStreak {
@@ -371,6 +379,17 @@ impl PollStreak {
         if self.device == device {
             self.last_empty = now;
         }
+    }
+
+    /// Whether [`PollStreak::found`] on `device` uses its time: only where it ends a loop.
+    pub fn found_needs_time(&self, device: usize) -> bool {
+        self.device == device && self.looping
+    }
+
+    /// Whether [`PollStreak::posted`] on `device` uses its time: only at the thread's first
+    /// post after a loop ended.
+    pub fn posted_needs_time(&self, device: usize) -> bool {
+        self.device == device && self.loop_ended != 0 && self.back_at == 0
     }
 
     /// Notes an empty poll of `device` at `now`; returns whether it continues a loop (came
@@ -400,7 +419,7 @@ impl PollStreak {
 
     /// The thread posts on `device` at `now`: after a loop that ended, it is back.
     pub fn posted(&mut self, device: usize, now: u64) {
-        if self.device == device && self.loop_ended != 0 && self.back_at == 0 {
+        if self.posted_needs_time(device) {
             self.back_at = now.max(1);
         }
     }
@@ -523,6 +542,7 @@ impl Driver {
             engine: Engine::new(ecfg.clone()),
             tx: SendBatch::new(MAX_DATAGRAM, gso),
             held: 0,
+            batches_queued: 0,
             channels: HashMap::new(),
             owners: HashMap::new(),
             last_rx: Instant::from_nanos(0),
@@ -645,6 +665,7 @@ impl Driver {
     /// `crate::ack_hold`).
     fn pump_holding(&self, st: &mut State, now: Instant, hold: Hold) -> Deferred {
         let mut d = Deferred::default();
+        let batches_before = st.batches_queued;
         // The cm's QP moves first (they may make the engine send), then the engine's
         // output, whose COMM_EST events feed the cm again.
         self.cm_pump(st, now, &mut d);
@@ -674,6 +695,7 @@ impl Driver {
         let earlier = next < self.sleeping_until.load(Ordering::Acquire)
             && (!self.socket_unwatched.load(Ordering::SeqCst) || self.blocked_watch_active());
         d.timer_at = earlier.then_some(next);
+        d.queued = st.batches_queued != batches_before;
         d
     }
 
@@ -700,6 +722,15 @@ impl Driver {
     /// same-host handshake excepted) from now on.
     pub(crate) fn set_faults(&self, faults: Option<crate::config::FaultConfig>) {
         lock(&self.sender).faults = faults.map(FaultInjector::new);
+        self.flush_left_behind();
+    }
+
+    /// Sends the outbox after this thread held the sender role's lock for something
+    /// else: a thread that finished its pump meanwhile found the role taken and left its
+    /// batch (only the role's holder looks at the queue again). Call without the device
+    /// lock.
+    fn flush_left_behind(&self) {
+        self.flush_outbox(false);
     }
 
     /// Wakes the progress thread (its socket set or timers changed).
@@ -710,20 +741,30 @@ impl Driver {
     /// Whether fault injection drops one CM datagram (only losses apply to the CM).
     pub(crate) fn inject_cm_loss(&self) -> bool {
         let mut sender = lock(&self.sender);
-        let drop = sender
+        let dropped = sender
             .faults
             .as_mut()
             .is_some_and(|f| f.decide() == Fate::Drop);
-        if drop {
+        drop(sender);
+        self.flush_left_behind();
+        if dropped {
             self.counters.injected_drops.fetch_add(1, Ordering::Relaxed);
         }
-        drop
+        dropped
     }
 
     /// What a pump left to do: sends the batches, delivers the events, wakes the progress
     /// thread if it must. Call without the device lock.
+    ///
+    /// A pump that queued no batch (a receive whose ACKs wait for the answer, a timer
+    /// check that fired nothing) leaves nothing to send: any batch in the outbox is
+    /// another thread's, which sends it, or the sender role's holder's, which looks at
+    /// the queue before giving the role up ([`Driver::flush_outbox`]), or waits for the
+    /// socket (the progress thread's).
     pub fn finish(&self, d: Deferred) {
-        self.flush_outbox(false);
+        if d.queued {
+            self.flush_outbox(false);
+        }
         self.disarm_hold_timer();
         for (channel, cq) in &d.notifications {
             channel.push(*cq);
@@ -916,7 +957,10 @@ impl Driver {
     /// Disarms the progress thread's hold timer once the ACKs it held left (after they
     /// were sent: the system call is not on their path). Call without the device lock.
     fn disarm_hold_timer(&self) {
-        if !self.progress_hold_released.swap(false, Ordering::AcqRel) {
+        // Read first: a swap is a locked write on every finish, almost always of false.
+        if !self.progress_hold_released.load(Ordering::Acquire)
+            || !self.progress_hold_released.swap(false, Ordering::AcqRel)
+        {
             return;
         }
         let mut armed = lock(&self.hold_timer_armed);
@@ -928,6 +972,7 @@ impl Driver {
     /// Moves the batch being built to the outbox and starts a fresh one.
     fn enqueue(&self, st: &mut State) {
         st.held = 0;
+        st.batches_queued = st.batches_queued.wrapping_add(1);
         self.acks_held.store(false, Ordering::Release);
         if self.progress_hold_until.swap(0, Ordering::AcqRel) != 0 {
             self.progress_hold_released.store(true, Ordering::Release);
@@ -943,47 +988,47 @@ impl Driver {
 
     /// Sends the outbox if no other thread is doing so. With the socket blocked, only the
     /// progress thread (`from_progress`, after `POLLOUT`) tries again.
+    ///
+    /// One outbox lock per batch: the lock that returns a sent batch to the pool takes
+    /// the next, and the sender role is given up under the lock that found the queue
+    /// empty (or blocked). A thread that queues a batch after that lock finds the role
+    /// free when it tries for it (or held by a thread whose own last look comes after
+    /// its batch); this thread no longer looks at the queue a third time after giving the
+    /// role up (three locks per send were on every message's path).
     fn flush_outbox(&self, from_progress: bool) {
+        let Ok(mut sender) = self.sender.try_lock() else {
+            return;
+        };
+        let mut ob = lock(&self.outbox);
         loop {
-            let Ok(mut sender) = self.sender.try_lock() else {
-                return;
+            if ob.blocked.is_some() && !from_progress {
+                break;
+            }
+            ob.blocked = None;
+            let Some(mut batch) = ob.queue.pop_front() else {
+                break;
             };
-            loop {
-                let batch = {
-                    let mut ob = lock(&self.outbox);
-                    if ob.blocked.is_some() && !from_progress {
-                        break;
-                    }
-                    ob.blocked = None;
-                    ob.queue.pop_front()
-                };
-                let Some(mut batch) = batch else {
-                    break;
-                };
-                let result = self.send_batch(&mut sender, &mut batch);
-                let mut ob = lock(&self.outbox);
-                match result {
-                    Ok(()) => ob.pool.push(batch),
-                    Err(blocked) => {
-                        ob.queue.push_front(batch);
-                        ob.blocked = Some(blocked);
-                        drop(ob);
-                        self.counters
-                            .tx_backpressure
-                            .fetch_add(1, Ordering::Relaxed);
-                        self.wake.signal();
-                        break;
-                    }
+            drop(ob);
+            let result = self.send_batch(&mut sender, &mut batch);
+            ob = lock(&self.outbox);
+            match result {
+                Ok(()) => ob.pool.push(batch),
+                Err(blocked) => {
+                    ob.queue.push_front(batch);
+                    ob.blocked = Some(blocked);
+                    drop(sender);
+                    drop(ob);
+                    self.counters
+                        .tx_backpressure
+                        .fetch_add(1, Ordering::Relaxed);
+                    self.wake.signal();
+                    return;
                 }
             }
-            drop(sender);
-            // A batch queued while this thread held the role, by a thread that found the
-            // role taken, is this thread's to send.
-            let ob = lock(&self.outbox);
-            if ob.queue.is_empty() || ob.blocked.is_some() {
-                return;
-            }
         }
+        // Under the outbox lock (see above).
+        drop(sender);
+        drop(ob);
     }
 
     /// Sends one batch; `Err` when the socket pushed back and datagrams are left in it.
@@ -1005,11 +1050,18 @@ impl Driver {
         }
         let (sent, errors, calls) = flushed.counts();
         let c = &self.counters;
+        // A locked add each: only those that change (errors rarely, single sends in
+        // a ping-pong, `sendmmsg` batches in a stream).
         c.tx_datagrams.fetch_add(sent as u64, Ordering::Relaxed);
-        c.tx_errors.fetch_add(errors as u64, Ordering::Relaxed);
         c.tx_syscalls.fetch_add(calls as u64, Ordering::Relaxed);
-        c.tx_single_sends
-            .fetch_add(flushed.single_calls() as u64, Ordering::Relaxed);
+        for (counter, n) in [
+            (&c.tx_errors, errors),
+            (&c.tx_single_sends, flushed.single_calls()),
+        ] {
+            if n > 0 {
+                counter.fetch_add(n as u64, Ordering::Relaxed);
+            }
+        }
         if let Some(e) = flushed.first_error() {
             if !self.warned_tx_error.swap(true, Ordering::Relaxed) {
                 let hint = if e.raw_os_error() == Some(libc::EMSGSIZE) {
@@ -1206,12 +1258,18 @@ impl Driver {
     /// lone RDMA WRITE waits a while for the answer of a thread spinning on the memory
     /// it wrote (see `crate::ack_hold`).
     fn receive(&self, rx: &mut RecvBatch, hold_acks: bool) -> usize {
+        self.receive_timed(rx, hold_acks).0
+    }
+
+    /// [`Driver::receive`], also returning the time it handed what arrived to the engine
+    /// (the driver's clock, ns; `None`: nothing did).
+    fn receive_timed(&self, rx: &mut RecvBatch, hold_acks: bool) -> (usize, Option<u64>) {
         let got = match rx.recv(&self.socket) {
             Ok(n) => n,
             // An ICMP report of a send (IP_RECVERR): the cm reads the error queue.
             Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => {
                 self.cm_device_errors();
-                return 1;
+                return (1, None);
             }
             Err(e) => {
                 tracing::warn!(error = %e, "recvmmsg failed");
@@ -1219,7 +1277,7 @@ impl Driver {
             }
         };
         if got == 0 {
-            return 0;
+            return (0, None);
         }
         self.counters
             .rx_datagrams
@@ -1243,9 +1301,11 @@ impl Driver {
         // Requests handed over, and of those RDMA WRITEs into memory (the progress
         // thread holds the ACK of a lone one; those of ACKs that came with it are none).
         let (mut requests, mut writes) = (0usize, 0usize);
+        let received_at;
         let deferred = {
             let mut st = self.lock();
             let now = self.now();
+            received_at = Some(now.as_nanos());
             st.last_rx = now;
             let state = &mut *st;
             self.for_each_datagram(rx, got, |src, k, data| {
@@ -1278,7 +1338,7 @@ impl Driver {
         for (src, data) in hellos {
             self.handle_hello(src, &data);
         }
-        got
+        (got, received_at)
     }
 
     /// Calls `f(source, index in its GRO read, datagram)` for every datagram of the first
@@ -1348,9 +1408,12 @@ impl Driver {
         // The progress thread wakes by the end of the hand-off at the latest and sends
         // what is held then: that bounds the hold.
         let hold = spinning && self.poller_handoff_at(now).is_some();
-        let got = match self.rx.try_lock() {
-            Ok(mut rx) => self.receive(&mut rx, hold) > 0,
-            Err(_) => false,
+        let (got, received_at) = match self.rx.try_lock() {
+            Ok(mut rx) => {
+                let (reads, at) = self.receive_timed(&mut rx, hold);
+                (reads > 0, at)
+            }
+            Err(_) => (false, None),
         };
         if hold && self.acks_held.load(Ordering::Acquire) {
             crate::ack_hold::note_held(self);
@@ -1366,7 +1429,11 @@ impl Driver {
             };
             self.finish(deferred);
         }
-        Progressed { got, now }
+        Progressed {
+            got,
+            now,
+            received_at,
+        }
     }
 
     /// How many times `poll_handoff` a busy stream keeps the socket handed over
@@ -1423,10 +1490,25 @@ impl Driver {
     /// counted as leaving, sent every ACK alone. The hand-off such a call leaves lapses on
     /// its own, `poll_handoff` after its last empty poll or blocked watch.
     pub(crate) fn note_found(&self, ends_handoff: bool) {
-        let now = self.now().as_nanos();
+        self.note_found_at(ends_handoff, None);
+    }
+
+    /// [`Driver::note_found`] where the poll received what it found at `received_at`
+    /// (the driver's clock, ns: [`Progressed::received_at`]), which then dates the end of
+    /// the loop: that is at most the engine's handling of one batch earlier (a few µs at
+    /// most against the 20 µs [`PollStreak::LOOP_GAP`] the next post is judged by), and
+    /// saves a clock read on the path from a message's receive to its answer. The clock
+    /// is read only where a loop ends (the only case that uses the time).
+    pub(crate) fn note_found_at(&self, ends_handoff: bool, received_at: Option<u64>) {
         let leaving = STREAK.with(|s| {
             let mut streak = s.get();
-            let leaving = streak.found(self.identity(), now);
+            let id = self.identity();
+            let now = if streak.found_needs_time(id) {
+                received_at.unwrap_or_else(|| self.now().as_nanos())
+            } else {
+                0
+            };
+            let leaving = streak.found(id, now);
             s.set(streak);
             leaving
         });
@@ -1436,12 +1518,17 @@ impl Driver {
     }
 
     /// The calling thread posts work on this device: see [`PollStreak::posted`].
+    /// Reads the clock only for the first post after a loop ended (the only one whose
+    /// time the streak keeps): a ping-pong's answerer posts a receive WR and then its
+    /// answer, and the second read was on the path to the answer's send.
     pub(crate) fn note_post(&self) {
-        let now = self.now().as_nanos();
         STREAK.with(|s| {
             let mut streak = s.get();
-            streak.posted(self.identity(), now);
-            s.set(streak);
+            let id = self.identity();
+            if streak.posted_needs_time(id) {
+                streak.posted(id, self.now().as_nanos());
+                s.set(streak);
+            }
         });
     }
 
@@ -2181,6 +2268,64 @@ mod tests {
         assert!(s.empty_poll(DEV, 50));
         s.found(DEV, 55);
         assert!(!s.empty_poll(DEV, 60));
+    }
+
+    /// The driver reads the clock for `found` and `posted` only where they say they use
+    /// it (`Driver::note_found_at`, `Driver::note_post`): where they say not, any time
+    /// leaves the same streak.
+    #[test]
+    fn found_and_posted_use_their_time_only_where_they_say_so() {
+        let same_either_way = |s: PollStreak, step: fn(&mut PollStreak, u64) -> bool| {
+            let (mut a, mut b) = (s, s);
+            let (ra, rb) = (step(&mut a, 1), step(&mut b, 99_000_000));
+            ra == rb && a == b
+        };
+        let found: fn(&mut PollStreak, u64) -> bool = |s, t| s.found(DEV, t);
+        let posted: fn(&mut PollStreak, u64) -> bool = |s, t| {
+            s.posted(DEV, t);
+            false
+        };
+        let mut s = PollStreak::default();
+        let mut t = 1_000;
+        let mut seen = [false; 4];
+        // A ping-pong, a thread that leaves, single polls, another device.
+        for round in 0..40u64 {
+            let polls = round % 3;
+            for _ in 0..polls {
+                t += 1_000;
+                s.empty_poll(if round % 7 == 6 { DEV + 8 } else { DEV }, t);
+            }
+            let mut check = |s: PollStreak| {
+                for (i, (needs, step)) in [
+                    (s.found_needs_time(DEV), found),
+                    (s.posted_needs_time(DEV), posted),
+                ]
+                .into_iter()
+                .enumerate()
+                {
+                    seen[i * 2 + usize::from(needs)] = true;
+                    if !needs {
+                        assert!(same_either_way(s, step), "round {round}: {s:?}");
+                    }
+                }
+            };
+            check(s);
+            t += 1_000;
+            s.found(DEV, t);
+            check(s);
+            t += if round % 5 == 4 { 1_000_000 } else { 1_000 };
+            s.posted(DEV, t);
+            check(s);
+            s.posted(DEV, t + 500);
+        }
+        assert_eq!(seen, [true; 4], "both answers of both questions came up");
+        // Where they say they use it, they do.
+        let mut s = PollStreak::default();
+        s.empty_poll(DEV, 1_000);
+        s.empty_poll(DEV, 2_000);
+        assert!(s.found_needs_time(DEV) && !same_either_way(s, found));
+        s.found(DEV, 3_000);
+        assert!(s.posted_needs_time(DEV) && !same_either_way(s, posted));
     }
 
     #[test]
