@@ -60,6 +60,15 @@ pub struct Config {
     /// memory back for the answer of a thread spinning on that memory (zero: it sends it
     /// at once). See `crate::ack_hold`.
     pub ack_hold: Duration,
+    /// A thread polling a CQ in a loop whose device socket brought nothing and whose
+    /// polls found no completion for this long sleeps in each further empty poll (on the
+    /// socket where the progress thread left it to pollers; until a datagram comes, at
+    /// most 40 µs), instead of spinning through `recvmmsg` and `sched_yield` (zero, the
+    /// default: it never sleeps). Opt-in: 60 µs (longer than a ping-pong's round trip
+    /// here, 8 B SEND about 20 µs, WRITE 55 µs) made a 64 KiB WRITE sender, which waits
+    /// some 100 µs for each ACK, faster and cheaper, but ib_write_lat looked slower on
+    /// a loaded host (docs/udp-bandwidth.md, session 9). See `Cq::poll`.
+    pub poll_wait_after: Duration,
     /// The scheduler slice the progress thread asks for (Linux 6.12+ EEVDF,
     /// `sched_attr::sched_runtime`, which the kernel clamps to 0.1-100 ms; zero: the
     /// kernel's default). A short slice lets the thread run sooner when a datagram wakes
@@ -133,6 +142,7 @@ impl Default for Config {
             busy_poll: Duration::ZERO,
             poll_handoff: Duration::from_micros(50),
             ack_hold: Duration::from_micros(50),
+            poll_wait_after: Duration::ZERO,
             progress_slice: Duration::ZERO,
             faults: None,
             pcap: None,
@@ -228,6 +238,9 @@ impl Config {
         }
         if let Some(d) = micros("SOFTVERBS_ACK_HOLD")? {
             c.ack_hold = d;
+        }
+        if let Some(d) = micros("SOFTVERBS_POLL_WAIT_AFTER")? {
+            c.poll_wait_after = d;
         }
         if let Some(d) = micros("SOFTVERBS_PROGRESS_SLICE")? {
             c.progress_slice = d;
@@ -348,6 +361,7 @@ mod tests {
             ("SOFTVERBS_BUSY_POLL", "50"),
             ("SOFTVERBS_POLL_HANDOFF", "0"),
             ("SOFTVERBS_ACK_HOLD", "0"),
+            ("SOFTVERBS_POLL_WAIT_AFTER", "60"),
             ("SOFTVERBS_PROGRESS_SLICE", "300"),
             ("SOFTVERBS_FAULTS", "loss=0.05, dup=0.01,seed=9"),
             ("SOFTVERBS_PCAP", "/tmp/x.pcap"),
@@ -376,6 +390,8 @@ mod tests {
         assert_eq!(c.busy_poll, Duration::from_micros(50));
         assert_eq!(c.poll_handoff, Duration::ZERO);
         assert_eq!(c.ack_hold, Duration::ZERO);
+        assert_eq!(c.poll_wait_after, Duration::from_micros(60));
+        assert_eq!(Config::default().poll_wait_after, Duration::ZERO);
         assert_eq!(c.progress_slice, Duration::from_micros(300));
         let f = c.faults.unwrap();
         assert_eq!((f.loss, f.duplicate, f.seed), (0.05, 0.01, 9));

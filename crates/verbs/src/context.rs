@@ -225,6 +225,8 @@ pub struct DeviceCounters {
     pub progress_sleeps: u64,
     /// Times an empty CQ poll yielded the CPU.
     pub poll_yields: u64,
+    /// Times an empty CQ poll, quiet for long, slept on the socket instead of spinning.
+    pub poll_waits: u64,
     /// Times a spinning poller moved the progress thread's hand-off timer later.
     pub handoff_pushes: u64,
     /// Times a poll loop woke the progress thread asleep on the socket to leave it to
@@ -480,6 +482,7 @@ impl Context {
             progress_wakes: get(&c.progress_wakes),
             progress_sleeps: get(&c.progress_sleeps),
             poll_yields: get(&c.poll_yields),
+            poll_waits: get(&c.poll_waits),
             handoff_pushes: get(&c.handoff_pushes),
             socket_taken_from_progress: get(&c.socket_taken_from_progress),
             acks_held: get(&c.acks_held),

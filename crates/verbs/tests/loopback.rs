@@ -720,8 +720,14 @@ fn a_poll_loop_yields_the_cpu_at_every_fourth_empty_poll() {
     // A thread spinning on an empty CQ yields the CPU (sched_yield), but not at every
     // empty poll: the yield is a system call a datagram arriving meanwhile waits for.
     // Counted by the device, so whatever else runs beside the test does not change it.
+    // (A loop this long would sleep on the socket once quiet for `poll_wait_after`, were
+    // it on: see the next test.)
     const POLLS: u64 = 400;
-    let (_a, b) = pair_with_handoff(Duration::from_secs(3600));
+    let (_a, b) = pair(Config {
+        poll_handoff: Duration::from_secs(3600),
+        poll_wait_after: Duration::ZERO,
+        ..Config::default()
+    });
     let before = b.ctx.device_counters().poll_yields;
     for _ in 0..POLLS {
         assert_eq!(b.cq.poll(&mut []), 0);
@@ -732,6 +738,84 @@ fn a_poll_loop_yields_the_cpu_at_every_fourth_empty_poll() {
         (POLLS / 4 - 1..=POLLS / 4 + 1).contains(&yields),
         "{yields} yields in {POLLS} empty polls"
     );
+}
+
+#[test]
+fn a_poll_loop_quiet_for_long_sleeps_on_the_socket_instead_of_spinning() {
+    // A bandwidth sender whose window is out waits for its next ACK some 100 µs, and spun
+    // through a `recvmmsg` or a `sched_yield` every microsecond or two meanwhile. Once its
+    // socket has been quiet for `poll_wait_after` (opt-in; 60 µs here) an empty poll
+    // sleeps on the socket instead (`poll_waits`) and does not yield. The first 60 µs of
+    // the loop still spin and yield; with the mechanism off, 0 waits and POLLS / 4 yields.
+    let _counted = counted();
+    const POLLS: u64 = 1000;
+    let (a, b) = pair(Config {
+        poll_handoff: Duration::from_secs(3600),
+        poll_wait_after: Duration::from_micros(60),
+        ..Config::default()
+    });
+    let mut seen = Vec::new();
+    // Best of five loops: a loop whose first 60 µs held many polls yields more, and the
+    // loop sleeps only once the progress thread, told to leave the socket, slept off it
+    // (it needs a CPU for that).
+    for _ in 0..5 {
+        let before = b.ctx.device_counters();
+        for _ in 0..POLLS {
+            assert_eq!(b.cq.poll(&mut []), 0);
+        }
+        let after = b.ctx.device_counters();
+        let (waits, yields) = (
+            after.poll_waits - before.poll_waits,
+            after.poll_yields - before.poll_yields,
+        );
+        seen.push((waits, yields));
+        if waits >= POLLS / 2 && yields <= POLLS / 8 {
+            break;
+        }
+    }
+    assert!(
+        seen.iter()
+            .any(|&(waits, yields)| waits >= POLLS / 2 && yields <= POLLS / 8),
+        "(waits, yields) in {POLLS} empty polls: {seen:?}"
+    );
+    // A datagram that comes while the loop sleeps is the loop's: the SEND's completion
+    // comes to the polling thread, which received it itself (the progress thread, which
+    // left the socket to the loop, was not woken for it).
+    b.qp.post_recv(1, &[b.mr.sge(0, 64)]).unwrap();
+    let before = b.ctx.device_counters();
+    let sender = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(5));
+        a.mr.write(0, b"woke the sleeping loop");
+        a.qp.post_send(&SendWr::new(1, SendOp::Send, &[a.mr.sge(0, 22)]))
+            .unwrap();
+        assert_eq!(a.cq.wait_for(1, WAIT)[0].status, WcStatus::Success);
+        a
+    });
+    let mut wc = [WorkCompletion::default(); 1];
+    let deadline = std::time::Instant::now() + WAIT;
+    while b.cq.poll(&mut wc) == 0 {
+        assert!(std::time::Instant::now() < deadline, "the SEND never came");
+    }
+    assert_eq!((wc[0].status, wc[0].byte_len), (WcStatus::Success, 22));
+    let mut got = [0u8; 22];
+    b.mr.read(0, &mut got);
+    assert_eq!(&got, b"woke the sleeping loop");
+    let after = b.ctx.device_counters();
+    assert!(after.poll_waits > before.poll_waits, "the loop never slept");
+    assert_eq!(
+        after.rx_by_progress_thread, before.rx_by_progress_thread,
+        "the progress thread received the SEND"
+    );
+    // B polls on: its empty polls send the ACK it held for an answer (the hand-off,
+    // which would release it, lasts an hour here).
+    while !sender.is_finished() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "A's SEND never completed"
+        );
+        b.cq.poll(&mut []);
+    }
+    drop(sender.join().unwrap());
 }
 
 #[test]
