@@ -41,7 +41,7 @@ pub(crate) const WAIT_MAX: Duration = Duration::from_micros(40);
 /// Where a thread's quiet stretch on one device stands.
 #[derive(Clone, Copy)]
 struct Quiet {
-    /// The device (its driver's address).
+    /// The device (`Driver::identity`).
     device: usize,
     /// Since when (the driver's clock, ns).
     since: u64,
@@ -61,7 +61,7 @@ thread_local! {
 /// receives, finds a completion only every 64 messages (perftest's moderation) and fell
 /// from 1.50 to 0.80 GB/s when its poller slept between them.
 fn quiet_for(driver: &crate::driver::Driver, now: u64) -> u64 {
-    let device = driver as *const crate::driver::Driver as usize;
+    let device = driver.identity();
     let rx_datagrams = driver.counters.rx_datagrams.load(Ordering::Relaxed);
     QUIET_SINCE.with(|q| match q.get() {
         Some(quiet) if quiet.device == device && quiet.rx_datagrams == rx_datagrams => {

@@ -1545,8 +1545,9 @@ impl Driver {
     }
 
     /// Sleeps until a datagram waits on the device socket (watched only where the
-    /// progress thread left it to pollers), `max` passes or the engine's next timer (which pollers fire, see [`Driver::try_progress`]) is due,
-    /// whichever comes first; `now` is the driver's clock (ns). For a poller whose
+    /// progress thread left it to pollers), `max` passes or the engine's next timer
+    /// (which pollers fire, see [`Driver::try_progress`]) is due, whichever comes first;
+    /// `now` is the driver's clock (ns). For a poller whose
     /// socket has been quiet for long: a bandwidth sender between ACKs spun through
     /// some 9 empty polls per 64 KiB message, each a `recvmmsg` or a `sched_yield`.
     pub(crate) fn wait_for_datagram(&self, max: Duration, now: u64) {
@@ -1596,7 +1597,7 @@ impl Driver {
     }
 
     /// Tells this device apart from others in a thread's [`PollStreak`].
-    fn identity(&self) -> usize {
+    pub(crate) fn identity(&self) -> usize {
         self as *const Driver as usize
     }
 
