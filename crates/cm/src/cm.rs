@@ -280,6 +280,7 @@ impl Cm {
         let local = SocketAddr::new(addr.ip(), port);
         let rec = self.id_mut(id)?;
         rec.local = Some(local);
+        rec.ephemeral_port = addr.port() == 0;
         rec.state = IdState::AddrBound;
         if addr.port() == 0 {
             return Ok(Reservation::NotNeeded);
@@ -289,7 +290,7 @@ impl Cm {
 
     /// The driver's answer to a [`Reservation::Needed`]: whether the rendezvous
     /// socket could be bound. `false` undoes the bind or listen and returns
-    /// [`CmError::AddrInUse`].
+    /// [`CmError::AddrInUse`] (see [`Self::reservation_taken`] for a port in use).
     pub fn complete_reservation(&mut self, id: CmIdHandle, granted: bool) -> Result<(), CmError> {
         let rec = self.id_mut(id)?;
         let Some(p) = rec.pending_reservation.take() else {
@@ -306,6 +307,41 @@ impl Cm {
             rec.local = None;
         }
         Err(CmError::AddrInUse)
+    }
+
+    /// The driver's answer to a [`Reservation::Needed`] whose bind failed with
+    /// EADDRINUSE. For a port the cm chose (the id was bound to port 0, or implicitly)
+    /// it takes another free one and asks for that: the cm's ephemeral range is the
+    /// kernel's, so a socket another process (or this one) bound at port 0 may hold the
+    /// port it picked, and Linux's bind at port 0 never fails for a taken port while
+    /// free ones remain (ip(7), `ip_local_port_range`). After
+    /// [`Self::EPHEMERAL_TRIES`] such ports, or for a port the application named, it is
+    /// [`Self::complete_reservation`]`(id, false)`.
+    pub fn reservation_taken(&mut self, id: CmIdHandle) -> Result<Reservation, CmError> {
+        let rec = self.id_mut(id)?;
+        let retry = rec.ephemeral_port
+            && rec
+                .pending_reservation
+                .is_some_and(|p| p.refused_ephemeral + 1 < Self::EPHEMERAL_TRIES);
+        if !retry {
+            return self
+                .complete_reservation(id, false)
+                .map(|()| Reservation::NotNeeded);
+        }
+        let Some(p) = rec.pending_reservation else {
+            return Err(CmError::InvalidArgument("no reservation is pending"));
+        };
+        let ip = p.addr.ip();
+        let port = self.ephemeral_port(id, ip)?;
+        let addr = SocketAddr::new(ip, port);
+        let rec = self.id_mut(id)?;
+        rec.local = Some(addr);
+        rec.pending_reservation = Some(PendingReservation {
+            addr,
+            refused_ephemeral: p.refused_ephemeral + 1,
+            ..p
+        });
+        Ok(self.reserve_again(id, addr))
     }
 
     /// Asks for a reservation of `addr` for `id` unless this process holds it
@@ -329,7 +365,26 @@ impl Cm {
                 addr,
                 state_before,
                 was_unbound,
+                refused_ephemeral: 0,
             });
+        }
+        Reservation::Needed(addr)
+    }
+
+    /// Ports of the cm's choosing a reservation tries before it fails: with a few
+    /// thousand of the range's 28 232 ports taken, 16 refusals in a row are unlikely.
+    pub const EPHEMERAL_TRIES: u32 = 16;
+
+    /// [`Self::reserve`] of another ephemeral port for an id whose pending reservation
+    /// names it already: shares the process's reservation of it, or asks for it.
+    fn reserve_again(&mut self, id: CmIdHandle, addr: SocketAddr) -> Reservation {
+        if let Some(count) = self.reservations.get_mut(&addr) {
+            *count += 1;
+            if let Some(rec) = self.ids.get_mut(id) {
+                rec.pending_reservation = None;
+                rec.reservation = Some(addr);
+            }
+            return Reservation::NotNeeded;
         }
         Reservation::Needed(addr)
     }
@@ -412,7 +467,9 @@ impl Cm {
             IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
         });
         let port = self.ephemeral_port(id, ip)?;
-        self.id_mut(id)?.local = Some(SocketAddr::new(ip, port));
+        let rec = self.id_mut(id)?;
+        rec.local = Some(SocketAddr::new(ip, port));
+        rec.ephemeral_port = true;
         Ok(())
     }
 

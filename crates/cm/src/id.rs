@@ -21,6 +21,8 @@ pub(crate) struct PendingReservation {
     pub state_before: IdState,
     /// Whether the id had no address before (a failed bind unbinds it).
     pub was_unbound: bool,
+    /// Ports of the cm's choosing refused so far ([`crate::Cm::complete_reservation`]).
+    pub refused_ephemeral: u32,
 }
 
 /// A multicast group the id joined or is joining.
@@ -42,6 +44,9 @@ pub(crate) struct IdRecord {
     pub state: IdState,
     /// Local address and port (the IP may be a wildcard).
     pub local: Option<SocketAddr>,
+    /// The cm chose the local port (bound to port 0, or implicitly): a refused
+    /// reservation of it takes another one instead of failing.
+    pub ephemeral_port: bool,
     /// The rendezvous reservation this id holds (a key of the cm's reservations).
     pub reservation: Option<SocketAddr>,
     pub pending_reservation: Option<PendingReservation>,
@@ -77,6 +82,7 @@ impl IdRecord {
             qp_type,
             state: IdState::Idle,
             local: None,
+            ephemeral_port: false,
             reservation: None,
             pending_reservation: None,
             peer: None,

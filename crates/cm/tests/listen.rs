@@ -314,3 +314,59 @@ fn a_hundred_concurrent_connects_with_crossing_dreqs() {
         "most DREQs crossed: {crossing} client DREPs"
     );
 }
+
+/// A listen at a port of the cm's choosing whose rendezvous bind finds the port taken
+/// (another socket of the kernel's ephemeral range holds it) asks for another port; a
+/// port the application named fails with AddrInUse, as does the 16th taken port.
+#[test]
+fn a_taken_port_of_the_cms_choosing_is_replaced() {
+    let device: SocketAddr = "127.0.0.1:4791".parse().unwrap();
+    let mut cm = Cm::new(CmConfig::new(device, CmConfig::guid_for(device), 7));
+    let id = cm.create_id(PortSpace::Tcp, QpType::Rc).unwrap();
+    assert_eq!(
+        cm.bind_addr(id, "127.0.0.1:0".parse().unwrap()).unwrap(),
+        Reservation::NotNeeded
+    );
+    let Reservation::Needed(first) = cm.listen(id, 0).unwrap() else {
+        panic!("a listen reserves its port")
+    };
+    let Reservation::Needed(second) = cm.reservation_taken(id).unwrap() else {
+        panic!("a taken ephemeral port is replaced")
+    };
+    assert_eq!(second.ip(), first.ip());
+    assert_ne!(second.port(), first.port());
+    assert!((32768..61000).contains(&second.port()));
+    cm.complete_reservation(id, true).unwrap();
+    assert_eq!(cm.local_addr(id).unwrap(), Some(second));
+    assert_eq!(cm.state(id).unwrap(), IdState::Listen);
+
+    // Taken again and again: the listen fails after `EPHEMERAL_TRIES` ports.
+    let again = cm.create_id(PortSpace::Tcp, QpType::Rc).unwrap();
+    let mut r = cm.listen(again, 0).unwrap();
+    let mut tried = 0;
+    let err = loop {
+        assert!(matches!(r, Reservation::Needed(_)));
+        tried += 1;
+        match cm.reservation_taken(again) {
+            Ok(next) => r = next,
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(tried, Cm::EPHEMERAL_TRIES);
+    assert!(matches!(err, CmError::AddrInUse), "{err:?}");
+    assert_eq!(cm.local_addr(again).unwrap(), None);
+
+    // A named port is the application's: taken, the listen fails at once.
+    let named = cm.create_id(PortSpace::Tcp, QpType::Rc).unwrap();
+    let Reservation::Needed(_) = cm
+        .bind_addr(named, "127.0.0.1:7471".parse().unwrap())
+        .unwrap()
+    else {
+        panic!("a named port is reserved at bind")
+    };
+    assert!(matches!(
+        cm.reservation_taken(named),
+        Err(CmError::AddrInUse)
+    ));
+    assert_eq!(cm.local_addr(named).unwrap(), None);
+}

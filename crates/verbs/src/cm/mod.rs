@@ -212,22 +212,27 @@ impl ConnectionManager {
         r
     }
 
-    /// Carries out a reservation (a rendezvous socket) the cm asked for.
-    fn reserve(&self, id: CmIdHandle, r: softverbs_cm::Reservation) -> Result<(), CmError> {
-        let softverbs_cm::Reservation::Needed(addr) = r else {
-            return Ok(());
-        };
-        let v6only = self.query(|cm| cm.options(id))?.afonly;
-        let bound = self.core().driver()?.cm_bind_rendezvous(addr, v6only);
-        let granted = bound.is_ok();
-        let answer = self.call(|cm, _| cm.complete_reservation(id, granted));
-        match bound {
-            Ok(()) => answer,
-            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
-                Err(CmError::Cm(softverbs_cm::CmError::AddrInUse))
-            }
-            Err(source) => Err(CmError::Bind { addr, source }),
+    /// Carries out a reservation (a rendezvous socket) the cm asked for, and the next
+    /// one it asks for when the port it chose is taken ([`softverbs_cm::Cm::complete_reservation`]).
+    fn reserve(&self, id: CmIdHandle, mut r: softverbs_cm::Reservation) -> Result<(), CmError> {
+        while let softverbs_cm::Reservation::Needed(addr) = r {
+            let v6only = self.query(|cm| cm.options(id))?.afonly;
+            let bound = self.core().driver()?.cm_bind_rendezvous(addr, v6only);
+            r = match bound {
+                Ok(()) => {
+                    self.call(|cm, _| cm.complete_reservation(id, true))?;
+                    softverbs_cm::Reservation::NotNeeded
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+                    self.call(|cm, _| cm.reservation_taken(id))?
+                }
+                Err(source) => {
+                    let _ = self.call(|cm, _| cm.complete_reservation(id, false));
+                    return Err(CmError::Bind { addr, source });
+                }
+            };
         }
+        Ok(())
     }
 
     /// Binds the id to an address and port (`rdma_bind_addr`; port 0: an ephemeral one).
