@@ -21,7 +21,7 @@ pub(crate) struct PendingReservation {
     pub state_before: IdState,
     /// Whether the id had no address before (a failed bind unbinds it).
     pub was_unbound: bool,
-    /// Ports of the cm's choosing refused so far ([`crate::Cm::complete_reservation`]).
+    /// Ports of the cm's choosing refused so far ([`crate::Cm::reservation_taken`]).
     pub refused_ephemeral: u32,
 }
 

@@ -213,7 +213,8 @@ impl ConnectionManager {
     }
 
     /// Carries out a reservation (a rendezvous socket) the cm asked for, and the next
-    /// one it asks for when the port it chose is taken ([`softverbs_cm::Cm::complete_reservation`]).
+    /// one it asks for when the port it chose is taken
+    /// ([`softverbs_cm::Cm::reservation_taken`]).
     fn reserve(&self, id: CmIdHandle, mut r: softverbs_cm::Reservation) -> Result<(), CmError> {
         while let softverbs_cm::Reservation::Needed(addr) = r {
             let v6only = self.query(|cm| cm.options(id))?.afonly;
