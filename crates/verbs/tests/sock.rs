@@ -788,14 +788,16 @@ fn refused_and_in_use() {
 /// hold: the cm picks its ports at random from the kernel's range (32768-60999), where
 /// the kernel also puts every socket bound at port 0 (the devices' of parallel tests,
 /// other processes'), and a pick another socket held failed the listen with AddrInUse
-/// (CI saw it once in 6 runs of this binary beside two busy loops; with 2000 ports held
+/// (a run of this binary beside two busy loops saw it once in 6; with 2000 ports held
 /// here, 22 of 300 listens failed). Now the cm takes another port then.
 #[test]
 fn a_listener_at_port_zero_passes_over_ports_others_hold() {
     let ctx = device(Config::default());
+    // As many as the open-file limit allows, up to 2000.
     let held: Vec<_> = (0..2000)
-        .map(|_| std::net::UdpSocket::bind("127.0.0.1:0").unwrap())
+        .map_while(|_| std::net::UdpSocket::bind("127.0.0.1:0").ok())
         .collect();
+    println!("{} ports held", held.len());
     let mut failures = Vec::new();
     for _ in 0..300 {
         if let Err(e) = RdmaListener::bind_with(
