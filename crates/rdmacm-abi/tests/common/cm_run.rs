@@ -27,8 +27,11 @@ const SERVER_GRACE: Duration = Duration::from_secs(20);
 /// times the attempt's number.
 const SERVER_HEAD_START: Duration = Duration::from_millis(300);
 
-/// Attempts of one case (see the module comment).
-const ATTEMPTS: u32 = 5;
+/// Attempts of one case (see the module comment). perftest `-R`'s own window (its client
+/// connects to the data listener right after the handshake that precedes the server's
+/// listen) is lost by about a third of the attempts on an idle machine here (27 retries in
+/// 8 runs of `perftest_cm`'s 7 cases) and more under load; CI once lost five in a row.
+const ATTEMPTS: u32 = 10;
 
 /// What a client prints when it reached the server before it listened.
 const NOT_LISTENING_YET: [&str; 10] = [
