@@ -727,16 +727,17 @@ impl Driver {
     /// Replaces the fault injection on the datagrams this device sends (the
     /// same-host handshake excepted) from now on.
     pub(crate) fn set_faults(&self, faults: Option<crate::config::FaultConfig>) {
-        lock(&self.sender).faults = faults.map(FaultInjector::new);
-        self.flush_left_behind();
+        self.with_sender(|sender| sender.faults = faults.map(FaultInjector::new));
     }
 
-    /// Sends the outbox after this thread held the sender role's lock for something
-    /// else: a thread that finished its pump meanwhile found the role taken and left its
-    /// batch (only the role's holder looks at the queue again). Call without the device
-    /// lock.
-    fn flush_left_behind(&self) {
+    /// Runs `f` on the sender under the sender role's lock for something other than
+    /// sending, then sends the outbox: a thread that finished its pump meanwhile found
+    /// the role taken and left its batch (only [`Driver::flush_outbox`] looks at the
+    /// queue again). Call without the device lock.
+    fn with_sender<R>(&self, f: impl FnOnce(&mut Sender) -> R) -> R {
+        let r = f(&mut lock(&self.sender));
         self.flush_outbox(false);
+        r
     }
 
     /// Wakes the progress thread (its socket set or timers changed).
@@ -746,13 +747,12 @@ impl Driver {
 
     /// Whether fault injection drops one CM datagram (only losses apply to the CM).
     pub(crate) fn inject_cm_loss(&self) -> bool {
-        let mut sender = lock(&self.sender);
-        let dropped = sender
-            .faults
-            .as_mut()
-            .is_some_and(|f| f.decide() == Fate::Drop);
-        drop(sender);
-        self.flush_left_behind();
+        let dropped = self.with_sender(|sender| {
+            sender
+                .faults
+                .as_mut()
+                .is_some_and(|f| f.decide() == Fate::Drop)
+        });
         if dropped {
             self.counters.injected_drops.fetch_add(1, Ordering::Relaxed);
         }
