@@ -285,7 +285,7 @@ impl Cm {
         if addr.port() == 0 {
             return Ok(Reservation::NotNeeded);
         }
-        Ok(self.reserve(id, local, IdState::Idle, true))
+        Ok(self.reserve(id, PendingReservation::new(local, IdState::Idle, true)))
     }
 
     /// The driver's answer to a [`Reservation::Needed`]: whether the rendezvous
@@ -319,40 +319,34 @@ impl Cm {
     /// [`Self::complete_reservation`]`(id, false)`.
     pub fn reservation_taken(&mut self, id: CmIdHandle) -> Result<Reservation, CmError> {
         let rec = self.id_mut(id)?;
-        let retry = rec.ephemeral_port
-            && rec
-                .pending_reservation
-                .is_some_and(|p| p.refused_ephemeral + 1 < Self::EPHEMERAL_TRIES);
-        if !retry {
+        let (ephemeral, Some(p)) = (rec.ephemeral_port, rec.pending_reservation) else {
+            return Err(CmError::InvalidArgument("no reservation is pending"));
+        };
+        if !ephemeral || p.refused_ephemeral + 1 >= Self::EPHEMERAL_TRIES {
             return self
                 .complete_reservation(id, false)
                 .map(|()| Reservation::NotNeeded);
         }
-        let Some(p) = rec.pending_reservation else {
-            return Err(CmError::InvalidArgument("no reservation is pending"));
-        };
         let ip = p.addr.ip();
         let port = self.ephemeral_port(id, ip)?;
         let addr = SocketAddr::new(ip, port);
         let rec = self.id_mut(id)?;
         rec.local = Some(addr);
-        rec.pending_reservation = Some(PendingReservation {
-            addr,
-            refused_ephemeral: p.refused_ephemeral + 1,
-            ..p
-        });
-        Ok(self.reserve_again(id, addr))
+        rec.pending_reservation = None;
+        Ok(self.reserve(
+            id,
+            PendingReservation {
+                addr,
+                refused_ephemeral: p.refused_ephemeral + 1,
+                ..p
+            },
+        ))
     }
 
-    /// Asks for a reservation of `addr` for `id` unless this process holds it
-    /// already (then shares it).
-    fn reserve(
-        &mut self,
-        id: CmIdHandle,
-        addr: SocketAddr,
-        state_before: IdState,
-        was_unbound: bool,
-    ) -> Reservation {
+    /// Asks for the reservation `pending` names for `id` unless this process holds
+    /// its address already (then shares it).
+    fn reserve(&mut self, id: CmIdHandle, pending: PendingReservation) -> Reservation {
+        let addr = pending.addr;
         if let Some(count) = self.reservations.get_mut(&addr) {
             *count += 1;
             if let Some(rec) = self.ids.get_mut(id) {
@@ -361,12 +355,7 @@ impl Cm {
             return Reservation::NotNeeded;
         }
         if let Some(rec) = self.ids.get_mut(id) {
-            rec.pending_reservation = Some(PendingReservation {
-                addr,
-                state_before,
-                was_unbound,
-                refused_ephemeral: 0,
-            });
+            rec.pending_reservation = Some(pending);
         }
         Reservation::Needed(addr)
     }
@@ -374,20 +363,6 @@ impl Cm {
     /// Ports of the cm's choosing a reservation tries before it fails: with a few
     /// thousand of the range's 28 232 ports taken, 16 refusals in a row are unlikely.
     pub const EPHEMERAL_TRIES: u32 = 16;
-
-    /// [`Self::reserve`] of another ephemeral port for an id whose pending reservation
-    /// names it already: shares the process's reservation of it, or asks for it.
-    fn reserve_again(&mut self, id: CmIdHandle, addr: SocketAddr) -> Reservation {
-        if let Some(count) = self.reservations.get_mut(&addr) {
-            *count += 1;
-            if let Some(rec) = self.ids.get_mut(id) {
-                rec.pending_reservation = None;
-                rec.reservation = Some(addr);
-            }
-            return Reservation::NotNeeded;
-        }
-        Reservation::Needed(addr)
-    }
 
     /// Drops the id's reservation; the last holder's release asks the driver to close
     /// the socket.
@@ -512,7 +487,7 @@ impl Cm {
         if held {
             return Ok(Reservation::NotNeeded);
         }
-        Ok(self.reserve(id, local, state, was_unbound))
+        Ok(self.reserve(id, PendingReservation::new(local, state, was_unbound)))
     }
 
     // ----- QPs -----

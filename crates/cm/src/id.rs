@@ -25,6 +25,18 @@ pub(crate) struct PendingReservation {
     pub refused_ephemeral: u32,
 }
 
+impl PendingReservation {
+    /// A first reservation of `addr` (no port refused yet).
+    pub fn new(addr: SocketAddr, state_before: IdState, was_unbound: bool) -> Self {
+        PendingReservation {
+            addr,
+            state_before,
+            was_unbound,
+            refused_ephemeral: 0,
+        }
+    }
+}
+
 /// A multicast group the id joined or is joining.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Join {
