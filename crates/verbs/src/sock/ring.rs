@@ -22,7 +22,6 @@ use std::ptr::NonNull;
 pub(crate) const HUGE_PAGE: usize = 2 << 20;
 /// Rings from this size up go on huge pages (the rounding wastes at most half).
 pub(crate) const HUGE_MIN: usize = 1 << 20;
-#[cfg(test)]
 const PAGE: usize = 4096;
 
 /// Zeroed memory for a receive ring of `len` bytes (see the module).
@@ -59,7 +58,7 @@ impl RingMemory {
                 };
             }
         }
-        let layout = Layout::from_size_align(len.max(1), 4096).expect("ring size fits a layout");
+        let layout = Layout::from_size_align(len.max(1), PAGE).expect("ring size fits a layout");
         // SAFETY: the layout has nonzero size.
         let p = unsafe { std::alloc::alloc_zeroed(layout) };
         let ptr = NonNull::new(p).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
