@@ -345,6 +345,13 @@ pub struct StreamCore {
     announce_reserved: bool,
     held: u32,
     held_tail: Option<(u64, u32, u8)>,
+    // Early grants (`set_early_grants`): the peer's first receive half (a grant is one of
+    // its two halves), how many grants were taken from the target area before their SGL
+    // message arrived, and the slot a message's grant was just read from (to clear).
+    early_grants: bool,
+    peer_buf: RsSge,
+    grants_taken_early: u32,
+    slot_to_clear: Option<usize>,
 }
 
 /// Held bytes to announce: one WRITE WITH IMM (op DATA, `imm`) that writes `byte` again at
@@ -404,6 +411,10 @@ impl StreamCore {
             announce_reserved: false,
             held: 0,
             held_tail: None,
+            early_grants: false,
+            peer_buf: RsSge::default(),
+            grants_taken_early: 0,
+            slot_to_clear: None,
         }
     }
 
@@ -449,6 +460,7 @@ impl StreamCore {
             length: u32::from(peer.target_iomap_size),
         });
         self.target_sgl = [peer.data_buf, RsSge::default()];
+        self.peer_buf = peer.data_buf;
         self.target_sge = 0;
         self.next_grant_in = 1;
         self.sseq_comp = peer.credits;
@@ -682,6 +694,35 @@ impl StreamCore {
         })
     }
 
+    /// The data write `w` ([`Self::start_data`]) goes without its send ring bytes: the
+    /// same-host path copies the caller's bytes straight into the peer's ring when it is
+    /// posted, so they need no staging until its completion (which comes only with the
+    /// peer's ACK: a writer whose ring bytes came back only then waited for ACKs, a
+    /// datagram round trip through both processes, as well as for the reader's grants).
+    /// Returns the `wr_id` to post it with instead (its completion then gives back no
+    /// bytes); call right after `start_data`, before anything else is staged, and
+    /// [`Self::restage`] if the write must go by packets after all.
+    pub fn unstage(&mut self, w: &DataWrite) -> u64 {
+        let SendStage::Ring { offset, .. } = w.stage else {
+            return w.wr_id;
+        };
+        self.sbuf_bytes_avail += w.len;
+        self.sbuf_head = offset;
+        match WrKind::from_wr_id(w.wr_id) {
+            Some(WrKind::Data(_)) => WrKind::Data(0).to_wr_id(),
+            Some(WrKind::HeldData(_)) => WrKind::HeldData(0).to_wr_id(),
+            Some(WrKind::RioWrite(_)) => WrKind::RioWrite(0).to_wr_id(),
+            _ => w.wr_id,
+        }
+    }
+
+    /// Undoes [`Self::unstage`]: `w` takes its send ring bytes again (its own `wr_id`).
+    pub fn restage(&mut self, w: &DataWrite) {
+        if let SendStage::Ring { .. } = w.stage {
+            let _ = self.stage(w.len);
+        }
+    }
+
     /// Takes `len` bytes of send ring (or none when inline) and says where they are.
     fn stage(&mut self, len: u32) -> SendStage {
         self.sbuf_bytes_avail -= len;
@@ -901,7 +942,11 @@ impl StreamCore {
         };
         match Msg::from_imm(imm) {
             Msg::Sgl(limit) => {
-                if byte_len as usize >= RS_SGE_LEN {
+                if byte_len as usize >= RS_SGE_LEN && self.grants_taken_early > 0 {
+                    // Its grant was taken from the target area already (and its slot
+                    // cleared; it may hold the next grant by now).
+                    self.grants_taken_early -= 1;
+                } else if byte_len as usize >= RS_SGE_LEN {
                     let at = self.next_grant_in * RS_SGE_LEN;
                     let Some(grant) = target_area.get(at..at + RS_SGE_LEN).and_then(|b| {
                         RsSge::read(b, SgeOrder::of_peer(cfg!(target_endian = "big")))
@@ -909,6 +954,9 @@ impl StreamCore {
                         return Err(self.fail(ProtocolError::TargetArea));
                     };
                     self.target_sgl[self.next_grant_in] = grant;
+                    if self.early_grants {
+                        self.slot_to_clear = Some(at);
+                    }
                     self.next_grant_in = (self.next_grant_in + 1) % SGL_SLOTS;
                 }
                 self.sseq_comp = limit as u16;
@@ -954,6 +1002,63 @@ impl StreamCore {
             }
         }
         Ok(())
+    }
+
+    /// Early grants: the reader writes a buffer grant into this side's target area
+    /// (an RDMA WRITE WITH IMM of the SGE, `rs_send_credits`) before its message can
+    /// complete here; on the same-host path the bytes are in place a datagram's
+    /// delivery and a wake-up earlier. With this on, a writer waiting for room may take
+    /// the grant from the area as soon as it is there ([`Self::awaited_grant_slot`],
+    /// [`Self::take_grant_from_area`]); its SGL message, when it arrives, then only
+    /// updates the credits. Every slot a grant was taken from is cleared by the driver
+    /// ([`Self::take_slot_to_clear`]), so a slot holds either nothing or a grant not
+    /// taken yet: the reader writes the slot again only for the grant after next, which
+    /// it can give only once the writer used the one taken. Nothing changes on the wire.
+    pub fn set_early_grants(&mut self, on: bool) {
+        self.early_grants = on;
+    }
+
+    /// [`Self::set_early_grants`] is on.
+    pub fn early_grants_on(&self) -> bool {
+        self.early_grants
+    }
+
+    /// Where in the target area the next grant will be written (its slot's offset), when
+    /// early grants are on and the connection is up.
+    pub fn awaited_grant_slot(&self) -> Option<usize> {
+        (self.early_grants && self.connected).then_some(self.next_grant_in * RS_SGE_LEN)
+    }
+
+    /// Takes the grant in `slot` (the [`RS_SGE_LEN`] bytes of the target area at
+    /// [`Self::awaited_grant_slot`]) when it is one: a whole receive half of the peer's,
+    /// with the peer's key (what `rs_send_credits` grants; a torn or empty slot never
+    /// matches). `true` when taken: the driver clears the slot.
+    pub fn take_grant_from_area(&mut self, slot: &[u8]) -> bool {
+        if !self.early_grants || !self.connected {
+            return false;
+        }
+        let Some(grant) = RsSge::read(slot, SgeOrder::of_peer(cfg!(target_endian = "big"))) else {
+            return false;
+        };
+        let base = self.peer_buf.addr;
+        let half = self.peer_buf.length;
+        let whole_half = grant.key == self.peer_buf.key
+            && grant.length == half
+            && half != 0
+            && (grant.addr == base || grant.addr == base.wrapping_add(u64::from(half)));
+        if !whole_half {
+            return false;
+        }
+        self.target_sgl[self.next_grant_in] = grant;
+        self.next_grant_in = (self.next_grant_in + 1) % SGL_SLOTS;
+        self.grants_taken_early += 1;
+        true
+    }
+
+    /// The target area offset of a slot whose grant a message just delivered, to clear
+    /// (early grants only).
+    pub fn take_slot_to_clear(&mut self) -> Option<usize> {
+        self.slot_to_clear.take()
     }
 
     /// A receive completed in error: the queue was flushed (the QP left RTS). Nothing is

@@ -21,6 +21,11 @@ struct Side {
     recv_posted: u32,
     next_send_byte: u64,
     next_recv_byte: u64,
+    // Early room (`StreamCore::set_early_grants`, as the same-host path): writes copy
+    // their bytes when posted and give their send ring back; grants are taken from the
+    // target area, before their message when `take_before_message`.
+    early: bool,
+    take_before_message: bool,
 }
 
 fn regions(side: usize) -> LocalRegions {
@@ -75,6 +80,8 @@ impl Pair {
                 recv_posted: u32::from(c.rq_size),
                 next_send_byte: 0,
                 next_recv_byte: 0,
+                early: false,
+                take_before_message: false,
             }
         });
         let d0 = ConnData::parse(&sides[0].core.conn_data().to_bytes()).unwrap();
@@ -106,8 +113,13 @@ impl Pair {
             if w.imm.is_none() {
                 side.core.note_held_tail_byte(*bytes.last().unwrap());
             }
+            let mut wr_id = w.wr_id;
             let payload = match w.stage {
                 SendStage::Inline => Payload::Bytes(bytes),
+                SendStage::Ring { .. } if side.early => {
+                    wr_id = side.core.unstage(&w);
+                    Payload::Bytes(bytes)
+                }
                 SendStage::Ring {
                     offset,
                     first,
@@ -128,7 +140,7 @@ impl Pair {
                 rkey: w.rkey,
                 imm: w.imm,
                 payload,
-                wr_id: w.wr_id,
+                wr_id,
             });
             done += w.len as usize;
         }
@@ -244,11 +256,17 @@ impl Pair {
                 mem[off..off + bytes.len()].copy_from_slice(&bytes);
             }
             if let Some(imm) = m.imm {
+                if self.sides[j].take_before_message {
+                    self.take_grant(j);
+                }
                 let peer = &mut self.sides[j];
                 peer.recv_posted -= 1;
                 peer.core
                     .handle_recv(Some(imm), bytes.len() as u32, &peer.target)
                     .expect("a well-behaved peer");
+                if let Some(at) = peer.core.take_slot_to_clear() {
+                    peer.target[at..at + RS_SGE_LEN].fill(0);
+                }
                 if peer.core.is_connected() {
                     peer.recv_posted += 1;
                 }
@@ -260,6 +278,19 @@ impl Pair {
             self.pump(j);
         }
         n
+    }
+
+    /// Side `i` looks for a grant in its target area (early room), clearing its slot.
+    fn take_grant(&mut self, i: usize) {
+        let side = &mut self.sides[i];
+        if let Some(at) = side.core.awaited_grant_slot() {
+            if side
+                .core
+                .take_grant_from_area(&side.target[at..at + RS_SGE_LEN])
+            {
+                side.target[at..at + RS_SGE_LEN].fill(0);
+            }
+        }
     }
 
     /// Runs both directions and both readers until nothing moves.
@@ -305,6 +336,7 @@ enum Step {
     Recv(usize, usize),
     Deliver(usize, usize),
     Announce(usize),
+    TakeGrant(usize),
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -313,6 +345,7 @@ fn step() -> impl Strategy<Value = Step> {
         (0..2usize, 1..40_000usize).prop_map(|(s, n)| Step::Recv(s, n)),
         (0..2usize, 1..50usize).prop_map(|(s, n)| Step::Deliver(s, n)),
         (0..2usize).prop_map(Step::Announce),
+        (0..2usize).prop_map(Step::TakeGrant),
     ]
 }
 
@@ -334,10 +367,13 @@ proptest! {
     /// written outside a registered region, and once both sides drain, every send completed
     /// and nothing is left unread.
     #[test]
-    fn streams_arrive_intact(c0 in config(), c1 in config(), coalesce in any::<[bool; 2]>(), steps in prop::collection::vec(step(), 1..120)) {
+    fn streams_arrive_intact(c0 in config(), c1 in config(), coalesce in any::<[bool; 2]>(), early in any::<[(bool, bool); 2]>(), steps in prop::collection::vec(step(), 1..120)) {
         let mut p = Pair::new([c0, c1]);
-        for (side, on) in p.sides.iter_mut().zip(coalesce) {
+        for ((side, on), (early, first)) in p.sides.iter_mut().zip(coalesce).zip(early) {
             side.core.set_coalescing(on);
+            side.core.set_early_grants(early);
+            side.early = early;
+            side.take_before_message = early && first;
         }
         for s in steps {
             match s {
@@ -345,6 +381,7 @@ proptest! {
                 Step::Recv(i, n) => { p.recv(i, n); }
                 Step::Deliver(i, n) => { p.deliver(i, n); }
                 Step::Announce(i) => p.announce(i, true),
+                Step::TakeGrant(i) => p.take_grant(i),
             }
         }
         p.settle();

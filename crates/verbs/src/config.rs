@@ -15,6 +15,7 @@
 //! | `SOFTVERBS_MAX_MR_BYTES` | most bytes registered at once on the device (beyond: ENOMEM) | the machine's physical memory |
 //! | `SOFTVERBS_SOCKET_BUFFER` | the UDP socket's send and receive buffer sizes in bytes | `8388608` |
 //! | `SOFTVERBS_SOCK_COALESCE` | stream sockets on the same-host path announce the writes made while one is in flight in one later WRITE WITH IMM (`crate::sock`); `0` turns it off | `1` |
+//! | `SOFTVERBS_SOCK_EARLY_ROOM` | a stream socket's writer on the same-host path gets room back as soon as memory says so: its send ring bytes at once (nothing is staged there), the reader's buffer grant once its WRITE placed it in the target area, before the datagrams of the ACK and the grant's message arrive (`crate::sock`); `0` waits for those | `1` |
 //!
 //! How the address and port become the device's GID and LID: [`crate::addressing`].
 
@@ -104,6 +105,11 @@ pub struct Config {
     /// path: writes made while one is in flight go as plain WRITEs, announced together by
     /// one later WRITE WITH IMM.
     pub sock_coalesce: bool,
+    /// Stream sockets (`crate::sock`) on the same-host path: a write's send ring bytes
+    /// come back when it is posted (not when the peer's ACK completes it), and a buffer
+    /// grant is taken from the target area once it is there, before its message's
+    /// datagram arrives.
+    pub sock_early_room: bool,
 }
 
 /// Whether RC QPs whose peer is a softverbs process on this host move RDMA WRITE and
@@ -155,6 +161,7 @@ impl Default for Config {
             same_host: SameHostMode::Auto,
             drop_first_hellos: 0,
             sock_coalesce: true,
+            sock_early_room: true,
         }
     }
 }
@@ -270,6 +277,9 @@ impl Config {
         if let Some(on) = switch("SOFTVERBS_SOCK_COALESCE")? {
             c.sock_coalesce = on;
         }
+        if let Some(on) = switch("SOFTVERBS_SOCK_EARLY_ROOM")? {
+            c.sock_early_room = on;
+        }
         if let Some(v) = get("SOFTVERBS_SAME_HOST") {
             c.same_host = match v.trim() {
                 "auto" | "" => SameHostMode::Auto,
@@ -372,11 +382,13 @@ mod tests {
             ("SOFTVERBS_CM_PACKET_LIFE_TIME", "10"),
             ("SOFTVERBS_SAME_HOST", "0"),
             ("SOFTVERBS_SOCK_COALESCE", "off"),
+            ("SOFTVERBS_SOCK_EARLY_ROOM", "0"),
             ("SOFTVERBS_GSO", "no"),
         ])
         .unwrap();
-        assert!(!c.sock_coalesce && !c.gso);
+        assert!(!c.sock_coalesce && !c.gso && !c.sock_early_room);
         assert!(Config::default().sock_coalesce && Config::default().gso);
+        assert!(Config::default().sock_early_room);
         assert_eq!(c.same_host, SameHostMode::Off);
         assert_eq!(Config::default().same_host, SameHostMode::Auto);
         assert!(cfg(&[("SOFTVERBS_SAME_HOST", "maybe")]).is_err());

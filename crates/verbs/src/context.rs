@@ -242,6 +242,11 @@ pub struct DeviceCounters {
     pub acks_held_for_memory: u64,
     /// Times such a hold ended without an answer.
     pub ack_holds_expired: u64,
+    /// Stream socket buffer grants a writer took from its target area before their
+    /// message arrived (`Config::sock_early_room`).
+    pub sock_grants_from_memory: u64,
+    /// Stream socket buffer grants taken when their message arrived (early grants on).
+    pub sock_grants_from_message: u64,
 }
 
 /// What a context is: the device it shares, and what it owns.
@@ -489,6 +494,8 @@ impl Context {
             acks_after_requests: get(&c.acks_after_requests),
             acks_held_for_memory: get(&c.acks_held_for_memory),
             ack_holds_expired: get(&c.ack_holds_expired),
+            sock_grants_from_memory: get(&c.sock_grants_from_memory),
+            sock_grants_from_message: get(&c.sock_grants_from_message),
         }
     }
 

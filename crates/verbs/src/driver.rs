@@ -100,6 +100,11 @@ pub struct DriverCounters {
     pub acks_held_for_memory: AtomicU64,
     /// Times such a hold ended by its time limit, without an answer.
     pub ack_holds_expired: AtomicU64,
+    /// Stream socket buffer grants taken from the target area before their message
+    /// arrived (`StreamCore::set_early_grants`).
+    pub sock_grants_from_memory: AtomicU64,
+    /// Stream socket buffer grants taken when their message arrived (early grants on).
+    pub sock_grants_from_message: AtomicU64,
 }
 
 /// A completion channel's queue of CQ events.
@@ -1941,6 +1946,11 @@ impl Driver {
         lines.push(("acks_after_requests", get(&dc.acks_after_requests)));
         lines.push(("acks_held_for_memory", get(&dc.acks_held_for_memory)));
         lines.push(("ack_holds_expired", get(&dc.ack_holds_expired)));
+        lines.push(("sock_grants_from_memory", get(&dc.sock_grants_from_memory)));
+        lines.push((
+            "sock_grants_from_message",
+            get(&dc.sock_grants_from_message),
+        ));
         lines.push(("injected_drops", get(&dc.injected_drops)));
         lines.push(("rx_truncated", get(&dc.rx_truncated)));
         let same_host = self.same_host.stat_lines();

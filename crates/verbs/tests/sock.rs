@@ -978,3 +978,108 @@ fn held_writes_arrive_while_the_same_thread_only_reads() {
     }
     assert_eq!(&buf[..peeked], b"onetwothree");
 }
+
+/// Writes `count` messages of `size` bytes (each its own pattern, and a size that is no
+/// divisor of the ring, so writes straddle its halves and its end) from `client` while a
+/// thread reads them at `server` and checks every byte; returns the server back.
+fn checked_transfer(
+    server: RdmaStream,
+    client: &RdmaStream,
+    count: usize,
+    size: usize,
+) -> RdmaStream {
+    let reader = std::thread::spawn(move || {
+        let mut got = vec![0u8; size];
+        for i in 0..count {
+            (&server).read_exact(&mut got).unwrap();
+            assert!(got == pattern(size, i as u8), "message {i} damaged");
+        }
+        server
+    });
+    for i in 0..count {
+        (&*client).write_all(&pattern(size, i as u8)).unwrap();
+    }
+    reader.join().unwrap()
+}
+
+/// The writer's grants taken from its target area, and those taken with their message.
+fn grant_counts(ctx: &Context) -> [u64; 2] {
+    let c = ctx.device_counters();
+    [c.sock_grants_from_memory, c.sock_grants_from_message]
+}
+
+/// `Config::sock_early_room` (on by default), same-host path: the writer takes the
+/// reader's buffer grants from its target area, where the reader's WRITE placed them, and
+/// the bytes written into the room they give arrive intact and in order (each message
+/// checked; a grant taken twice, or a stale one, would overwrite bytes not read yet).
+/// The best of several transfers decides, as a writer descheduled until the grant's
+/// datagram is there takes it with the message. With the switch off
+/// (`early_room_switched_off_takes_every_grant_with_its_message`) no grant is taken
+/// from memory.
+#[test]
+fn a_same_host_writer_takes_grants_from_memory() {
+    let _counted = common::counted();
+    let (mut server, _server_ctx, client, client_ctx) = same_host_pair(StreamOptions::default());
+    let mut seen = Vec::new();
+    for _ in 0..10 {
+        let before = grant_counts(&client_ctx);
+        // 24 MiB through a 1 MiB ring: about 48 grants.
+        server = checked_transfer(server, &client, 384, 65_537);
+        let after = grant_counts(&client_ctx);
+        let grew = [after[0] - before[0], after[1] - before[1]];
+        println!("grants from memory, with their message: {grew:?}");
+        if grew[0] > 0 {
+            return;
+        }
+        seen.push(grew);
+    }
+    panic!("no grant taken from memory in 10 transfers: {seen:?}");
+}
+
+/// `SOFTVERBS_SOCK_EARLY_ROOM=0`: every grant is taken when its message arrives, and the
+/// bytes arrive intact.
+#[test]
+fn early_room_switched_off_takes_every_grant_with_its_message() {
+    let cfg = Config {
+        sock_early_room: false,
+        ..Config::default()
+    };
+    let (server, _server_ctx, client, client_ctx) = connected_pair(cfg, StreamOptions::default());
+    await_same_host(&server, &client);
+    let _server = checked_transfer(server, &client, 384, 65_537);
+    // (Off, the message's grants are not counted either.)
+    assert_eq!(grant_counts(&client_ctx), [0, 0]);
+}
+
+/// The UDP path (the same-host path switched off) is as it was: grants come with their
+/// messages only, and the bytes arrive intact.
+#[test]
+fn a_udp_stream_takes_grants_with_their_messages_only() {
+    let cfg = Config {
+        same_host: softverbs::SameHostMode::Off,
+        ..Config::default()
+    };
+    let (server, _server_ctx, client, client_ctx) = connected_pair(cfg, StreamOptions::default());
+    let _server = checked_transfer(server, &client, 64, 65_537);
+    assert!(!client.uses_same_host());
+    let [from_memory, from_message] = grant_counts(&client_ctx);
+    assert_eq!(from_memory, 0);
+    assert!(from_message > 0, "no grant counted");
+}
+
+/// With early room on, a reader asleep in a blocking read (well past its spin) is still
+/// woken by the datagram of the WRITE WITH IMM that announces the data, on the
+/// same-host path.
+#[test]
+fn a_sleeping_reader_is_woken_by_the_announcement() {
+    let (server, _server_ctx, client, _client_ctx) = same_host_pair(StreamOptions::default());
+    let reader = std::thread::spawn(move || {
+        let mut got = vec![0u8; 3 * 65_536];
+        (&server).read_exact(&mut got).unwrap();
+        got
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let data = pattern(3 * 65_536, 9);
+    (&client).write_all(&data).unwrap();
+    assert!(reader.join().unwrap() == data, "damaged");
+}

@@ -353,3 +353,102 @@ fn a_write_after_the_one_in_flight_completed_announces_the_held_bytes_itself() {
     c.handle_send_completion(next.wr_id, true).unwrap();
     assert!(c.all_sends_done(), "the reservation's entry came back");
 }
+
+/// The grant the peer of `connected(small())` gives next into slot `slot`, as bytes.
+fn grant_bytes(addr: u64) -> [u8; RS_SGE_LEN] {
+    RsSge {
+        addr,
+        key: 0x11,
+        length: 4096,
+    }
+    .to_bytes(SgeOrder::Little)
+}
+
+#[test]
+fn an_early_grant_is_taken_once_and_its_message_then_gives_credits_only() {
+    let mut a = connected(small());
+    a.set_early_grants(true);
+    // The peer's first half is used up.
+    assert_eq!(a.start_data(4096).unwrap().len, 4096);
+    a.handle_send_completion(WrKind::Data(4096).to_wr_id(), true)
+        .unwrap();
+    assert!(!a.can_send());
+    // The peer's grant of its second half lands in slot 1 before its message.
+    assert_eq!(a.awaited_grant_slot(), Some(RS_SGE_LEN));
+    assert!(!a.take_grant_from_area(&[0; RS_SGE_LEN]), "an empty slot");
+    assert!(a.take_grant_from_area(&grant_bytes(0x1000_0000 + 4096)));
+    assert!(a.can_send());
+    let w = a.start_data(100).unwrap();
+    assert_eq!(w.remote_addr, 0x1000_0000 + 4096);
+    // The message arrives later: its slot (cleared, or by now the next grant) is not
+    // read again; its credits count.
+    let mut area = vec![0u8; small().target_area_len()];
+    area[RS_SGE_LEN..2 * RS_SGE_LEN].copy_from_slice(&grant_bytes(0x1000_0000 + 4096));
+    a.handle_recv(Some(Msg::Sgl(40).to_imm()), 16, &area)
+        .unwrap();
+    assert_eq!(a.take_slot_to_clear(), None);
+    assert_eq!(a.sseq_comp, 40);
+    // Only 3996 bytes left in that grant: nothing was granted twice.
+    assert_eq!(a.start_data(8192).unwrap().len, 3996);
+    assert!(!a.can_send());
+    // The next grant (slot 0) comes by its message: read, and its slot to clear.
+    area[..RS_SGE_LEN].copy_from_slice(&grant_bytes(0x1000_0000));
+    a.handle_recv(Some(Msg::Sgl(41).to_imm()), 16, &area)
+        .unwrap();
+    assert_eq!(a.take_slot_to_clear(), Some(0));
+    assert_eq!(a.awaited_grant_slot(), Some(RS_SGE_LEN));
+}
+
+#[test]
+fn only_a_whole_half_of_the_peer_ring_is_taken_as_a_grant() {
+    let mut a = connected(small());
+    a.set_early_grants(true);
+    let good = grant_bytes(0x1000_0000 + 4096);
+    // A torn slot (part of it still the cleared zeroes), another key, length or address.
+    let mut torn = good;
+    torn[0..4].fill(0);
+    let mut other_key = good;
+    other_key[8] = 0x12;
+    let mut short = good;
+    short[12] = 0xFF;
+    let odd = grant_bytes(0x1000_0000 + 100);
+    for slot in [torn, other_key, short, odd] {
+        assert!(!a.take_grant_from_area(&slot), "{slot:?}");
+    }
+    assert!(a.take_grant_from_area(&good));
+    // Off: never.
+    let mut b = connected(small());
+    assert_eq!(b.awaited_grant_slot(), None);
+    assert!(!b.take_grant_from_area(&good));
+}
+
+#[test]
+fn an_unstaged_write_gives_its_send_ring_back_at_once() {
+    let mut a = connected(Config {
+        sbuf_size: 4096,
+        ..small()
+    });
+    let w = a.start_data(4000).unwrap();
+    assert!(a.start_data(4000).is_none(), "send ring used up");
+    let id = a.unstage(&w);
+    assert_ne!(id, w.wr_id);
+    // Its completion gives back nothing more.
+    a.handle_send_completion(id, true).unwrap();
+    assert_eq!(a.sbuf_bytes_avail, 4096);
+    assert_eq!(
+        a.start_data(96).unwrap().stage,
+        SendStage::Ring {
+            offset: 0,
+            first: 96,
+            second: 0
+        }
+    );
+    // A write that must be staged after all takes its bytes again.
+    let mut b = connected(small());
+    let w = b.start_data(3000).unwrap();
+    let _ = b.unstage(&w);
+    b.restage(&w);
+    assert_eq!(b.sbuf_bytes_avail, 4096 - 3000);
+    b.handle_send_completion(w.wr_id, true).unwrap();
+    assert_eq!(b.sbuf_bytes_avail, 4096);
+}

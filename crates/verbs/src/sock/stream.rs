@@ -12,7 +12,7 @@ use softverbs_engine::{
 };
 use softverbs_sock::{
     Config, ConnData, CtrlWrite, DataWrite, IomapEntry, LocalRegions, Msg, RsSge, SendChunks,
-    SendStage, StreamCore, TARGET_AREA_HEAD,
+    SendStage, StreamCore, RS_SGE_LEN, TARGET_AREA_HEAD,
 };
 use std::io;
 use std::net::SocketAddr;
@@ -141,6 +141,8 @@ pub(crate) struct Resources {
     core: StreamCore,
     // The device's `Config::sock_coalesce`.
     coalesce: bool,
+    // The device's `Config::sock_early_room`.
+    early_room: bool,
 }
 
 impl Resources {
@@ -182,6 +184,7 @@ impl Resources {
             sbuf,
             core,
             coalesce: ctx.config().sock_coalesce,
+            early_room: ctx.config().sock_early_room,
         })
     }
 
@@ -227,6 +230,7 @@ impl Resources {
         linger: Duration,
     ) -> RdmaStream {
         self.core.handle_connected(peer);
+        self.core.set_early_grants(self.early_room);
         let core = Arc::new(Mutex::new(self.core));
         let coalescer = Arc::new(Coalescer {
             core: Arc::downgrade(&core),
@@ -428,6 +432,31 @@ impl RdmaStream {
                 self.cq.poll_receiving(wcs, spinning, false)
             }
         });
+        self.take_grant_from_memory(core);
+    }
+
+    /// Early grants (`StreamCore::set_early_grants`): on the same-host path, takes the
+    /// buffer grant the reader's WRITE already placed in the target area, where its
+    /// message's datagram is still to be received (and the writer woken for it).
+    fn take_grant_from_memory(&self, core: &mut StreamCore) {
+        let Some(at) = core.awaited_grant_slot() else {
+            return;
+        };
+        if !self.qp.uses_same_host() {
+            return;
+        }
+        let mut slot = [0u8; RS_SGE_LEN];
+        self.target.read(at, &mut slot);
+        // The grant is read before the ring room it gives is written to.
+        std::sync::atomic::fence(Ordering::Acquire);
+        if core.take_grant_from_area(&slot) {
+            self.target.write(at, &[0; RS_SGE_LEN]);
+            if let Some(d) = self.cq.driver() {
+                d.counters
+                    .sock_grants_from_memory
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+        }
     }
 
     /// Handles the completions `poll` gives, 32 at a time until it gives fewer, then
@@ -476,6 +505,7 @@ impl RdmaStream {
             }
         }
         self.drain_cq(core, |wcs| self.cq.poll_ready(wcs));
+        self.take_grant_from_memory(core);
     }
 
     /// Handles one completion; `true` when it used a receive to repost.
@@ -500,6 +530,15 @@ impl RdmaStream {
             tracing::debug!(qp = %self.qp.qpn(), "rsocket peer broke the protocol: {e}");
             let _ = self.qp.to_error();
             return false;
+        }
+        if let Some(at) = core.take_slot_to_clear() {
+            // (Early grants: the slot then holds only a grant not taken yet.)
+            self.target.write(at, &[0; RS_SGE_LEN]);
+            if let Some(d) = self.cq.driver() {
+                d.counters
+                    .sock_grants_from_message
+                    .fetch_add(1, Ordering::Relaxed);
+            }
         }
         core.is_connected()
     }
@@ -594,7 +633,7 @@ impl RdmaStream {
                 Payload::Sges(if second > 0 { &sges[..] } else { &sges[..1] })
             }
         };
-        let wr = SendWr {
+        let mut wr = SendWr {
             wr_id: w.wr_id,
             op,
             payload,
@@ -604,11 +643,19 @@ impl RdmaStream {
             // The same-host path moves the bytes straight from the caller's buffer into
             // the peer's ring (one copy, as a TCP send's into the kernel); the send ring
             // is only staged when the write must go by packets.
+            if core.early_grants_on() {
+                // (`Config::sock_early_room`.)
+                wr.wr_id = core.unstage(w);
+            }
             if let Some(r) = self.qp.post_write_from(&wr, &[data]) {
                 return r.map_err(|e| {
-                    let _ = core.handle_send_completion(w.wr_id, false);
+                    let _ = core.handle_send_completion(wr.wr_id, false);
                     reset(e)
                 });
+            }
+            if wr.wr_id != w.wr_id {
+                core.restage(w);
+                wr.wr_id = w.wr_id;
             }
             let (head, tail) = data.split_at(first as usize);
             self.sbuf.write(offset as usize, head);
