@@ -15,7 +15,7 @@
 //! | `SOFTVERBS_MAX_MR_BYTES` | most bytes registered at once on the device (beyond: ENOMEM) | the machine's physical memory |
 //! | `SOFTVERBS_SOCKET_BUFFER` | the UDP socket's send and receive buffer sizes in bytes | `8388608` |
 //! | `SOFTVERBS_SOCK_COALESCE` | stream sockets on the same-host path announce the writes made while one is in flight in one later WRITE WITH IMM (`crate::sock`); `0` turns it off | `1` |
-//! | `SOFTVERBS_SOCK_EARLY_ROOM` | a stream socket's writer on the same-host path gets room back as soon as memory says so: its send ring bytes at once (nothing is staged there), the reader's buffer grant once its WRITE placed it in the target area, before the datagrams of the ACK and the grant's message arrive (`crate::sock`); `0` waits for those | `1` |
+//! | `SOFTVERBS_SOCK_EARLY_ROOM` | a stream socket's writer on the same-host path gets room back as soon as memory says so: its send ring bytes at once (nothing is staged there), the reader's buffer grant once its WRITE placed it in the target area, before the datagrams of the ACK and the grant's message arrive (`crate::sock`); `1` turns it on (measured no faster yet: `docs/sockets.md`, session 10) | `0` |
 //!
 //! How the address and port become the device's GID and LID: [`crate::addressing`].
 
@@ -161,7 +161,7 @@ impl Default for Config {
             same_host: SameHostMode::Auto,
             drop_first_hellos: 0,
             sock_coalesce: true,
-            sock_early_room: true,
+            sock_early_room: false,
         }
     }
 }
@@ -382,13 +382,13 @@ mod tests {
             ("SOFTVERBS_CM_PACKET_LIFE_TIME", "10"),
             ("SOFTVERBS_SAME_HOST", "0"),
             ("SOFTVERBS_SOCK_COALESCE", "off"),
-            ("SOFTVERBS_SOCK_EARLY_ROOM", "0"),
+            ("SOFTVERBS_SOCK_EARLY_ROOM", "1"),
             ("SOFTVERBS_GSO", "no"),
         ])
         .unwrap();
-        assert!(!c.sock_coalesce && !c.gso && !c.sock_early_room);
+        assert!(!c.sock_coalesce && !c.gso && c.sock_early_room);
         assert!(Config::default().sock_coalesce && Config::default().gso);
-        assert!(Config::default().sock_early_room);
+        assert!(!Config::default().sock_early_room);
         assert_eq!(c.same_host, SameHostMode::Off);
         assert_eq!(Config::default().same_host, SameHostMode::Auto);
         assert!(cfg(&[("SOFTVERBS_SAME_HOST", "maybe")]).is_err());

@@ -1002,13 +1002,25 @@ fn checked_transfer(
     reader.join().unwrap()
 }
 
+/// [`connected_pair`] with `Config::sock_early_room` on, once both ends took the
+/// same-host path.
+fn early_room_pair() -> (RdmaStream, Context, RdmaStream, Context) {
+    let cfg = Config {
+        sock_early_room: true,
+        ..Config::default()
+    };
+    let (server, server_ctx, client, client_ctx) = connected_pair(cfg, StreamOptions::default());
+    await_same_host(&server, &client);
+    (server, server_ctx, client, client_ctx)
+}
+
 /// The writer's grants taken from its target area, and those taken with their message.
 fn grant_counts(ctx: &Context) -> [u64; 2] {
     let c = ctx.device_counters();
     [c.sock_grants_from_memory, c.sock_grants_from_message]
 }
 
-/// `Config::sock_early_room` (on by default), same-host path: the writer takes the
+/// `Config::sock_early_room` (`SOFTVERBS_SOCK_EARLY_ROOM=1`), same-host path: the writer takes the
 /// reader's buffer grants from its target area, where the reader's WRITE placed them, and
 /// the bytes written into the room they give arrive intact and in order (each message
 /// checked; a grant taken twice, or a stale one, would overwrite bytes not read yet).
@@ -1019,7 +1031,7 @@ fn grant_counts(ctx: &Context) -> [u64; 2] {
 #[test]
 fn a_same_host_writer_takes_grants_from_memory() {
     let _counted = common::counted();
-    let (mut server, _server_ctx, client, client_ctx) = same_host_pair(StreamOptions::default());
+    let (mut server, _server_ctx, client, client_ctx) = early_room_pair();
     let mut seen = Vec::new();
     for _ in 0..10 {
         let before = grant_counts(&client_ctx);
@@ -1036,7 +1048,7 @@ fn a_same_host_writer_takes_grants_from_memory() {
     panic!("no grant taken from memory in 10 transfers: {seen:?}");
 }
 
-/// `SOFTVERBS_SOCK_EARLY_ROOM=0`: every grant is taken when its message arrives, and the
+/// Early room off (the default): every grant is taken when its message arrives, and the
 /// bytes arrive intact.
 #[test]
 fn early_room_switched_off_takes_every_grant_with_its_message() {
@@ -1047,16 +1059,17 @@ fn early_room_switched_off_takes_every_grant_with_its_message() {
     let (server, _server_ctx, client, client_ctx) = connected_pair(cfg, StreamOptions::default());
     await_same_host(&server, &client);
     let _server = checked_transfer(server, &client, 384, 65_537);
-    // (Off, the message's grants are not counted either.)
+    // (Off, the grants taken with their message are not counted either.)
     assert_eq!(grant_counts(&client_ctx), [0, 0]);
 }
 
-/// The UDP path (the same-host path switched off) is as it was: grants come with their
-/// messages only, and the bytes arrive intact.
+/// The UDP path (the same-host path switched off) is as it was, early room on or not:
+/// grants come with their messages only, and the bytes arrive intact.
 #[test]
 fn a_udp_stream_takes_grants_with_their_messages_only() {
     let cfg = Config {
         same_host: softverbs::SameHostMode::Off,
+        sock_early_room: true,
         ..Config::default()
     };
     let (server, _server_ctx, client, client_ctx) = connected_pair(cfg, StreamOptions::default());
@@ -1072,7 +1085,7 @@ fn a_udp_stream_takes_grants_with_their_messages_only() {
 /// same-host path.
 #[test]
 fn a_sleeping_reader_is_woken_by_the_announcement() {
-    let (server, _server_ctx, client, _client_ctx) = same_host_pair(StreamOptions::default());
+    let (server, _server_ctx, client, _client_ctx) = early_room_pair();
     let reader = std::thread::spawn(move || {
         let mut got = vec![0u8; 3 * 65_536];
         (&server).read_exact(&mut got).unwrap();
