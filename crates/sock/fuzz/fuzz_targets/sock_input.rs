@@ -6,7 +6,9 @@
 //! deliver them, with the target area overwritten by fuzzed bytes first (as the peer may
 //! write anything there), or application reads, sends, announcements of held writes and
 //! completions. A script whose length is not a multiple of 9 turns notification
-//! coalescing on (`StreamCore::set_coalescing`). Nothing may panic, every receive chunk
+//! coalescing on (`StreamCore::set_coalescing`); an odd number of records, early room
+//! (`StreamCore::set_early_grants`: grants taken from the fuzzed target area before their
+//! message, writes unstaged). Nothing may panic, every receive chunk
 //! must lie inside the receive ring, every write the core asks for must stay inside the
 //! peer's advertised grants, and an announcement must announce exactly the held bytes.
 #![no_main]
@@ -36,6 +38,8 @@ fuzz_target!(|data: &[u8]| {
     core.handle_connected(&peer);
     let coalescing = script.len() % 9 != 0;
     core.set_coalescing(coalescing);
+    let early = (script.len() / 9) % 2 == 1;
+    core.set_early_grants(early);
     let mut target = vec![0u8; cfg.target_area_len()];
     let mut posted: Vec<u64> = Vec::new();
     for rec in script.chunks_exact(9) {
@@ -47,7 +51,16 @@ fuzz_target!(|data: &[u8]| {
                 let at = (len as usize) % target.len();
                 let end = (at + 9).min(target.len());
                 target[at..end].copy_from_slice(&rec[..end - at]);
+                if let Some(slot) = core.awaited_grant_slot() {
+                    assert!(early);
+                    if core.take_grant_from_area(&target[slot..slot + RS_SGE_LEN]) {
+                        target[slot..slot + RS_SGE_LEN].fill(0);
+                    }
+                }
                 let _ = core.handle_recv(Some(imm), len, &target);
+                if let Some(slot) = core.take_slot_to_clear() {
+                    target[slot..slot + RS_SGE_LEN].fill(0);
+                }
             }
             2 => {
                 if let Some(c) = core.recv_chunk() {
@@ -71,7 +84,13 @@ fuzz_target!(|data: &[u8]| {
                     {
                         assert!(offset + first <= cfg.sbuf_size && second <= offset);
                     }
-                    posted.push(w.wr_id);
+                    // Early room: a write placed when posted gives its ring back.
+                    let wr_id = if early && imm & 2 == 0 {
+                        core.unstage(&w)
+                    } else {
+                        w.wr_id
+                    };
+                    posted.push(wr_id);
                 }
                 while let Some(c) = core.poll_ctrl() {
                     posted.push(c.wr_id);
