@@ -299,11 +299,11 @@ fn a_bulk_transfer_leaves_the_datagrams_to_the_streams_threads() {
         pairs.push([with, without]);
     }
     // Pooled over the pairs, the share of the datagrams that the progress threads received
-    // with the busy hand-off is at most three quarters of the share without it. Measured
-    // (a ratio of the two shares per run of 10 pairs): 0.07-0.09 idle, 0.26-0.63 beside two
-    // busy loops; with the hand-off's use switched off on both sides (a temporary edit),
-    // 0.98-1.04. Pooled, not pair by pair: one pair's shares vary (58-99 % without the
-    // hand-off under load), their sum over 2 000 datagrams much less.
+    // with the busy hand-off is at most four fifths of the share without it. Measured
+    // (a ratio of the two shares per run of 10 pairs): 0.07-0.09 idle, 0.26-0.68 beside two
+    // busy loops (load 6-10); with the hand-off's use switched off on both sides (a
+    // temporary edit), 0.89-1.15. Pooled, not pair by pair: one pair's shares vary (58-99 %
+    // without the hand-off under load), their sum over 2 000 datagrams much less.
     let pooled =
         |side: usize| -> [u64; 2] { [0, 1].map(|i| pairs.iter().map(|p| p[side][i]).sum()) };
     let ([on_by_progress, on_received], [off_by_progress, off_received]) = (pooled(0), pooled(1));
@@ -312,7 +312,7 @@ fn a_bulk_transfer_leaves_the_datagrams_to_the_streams_threads() {
          against {off_by_progress}/{off_received}"
     );
     assert!(
-        on_by_progress * off_received * 4 <= off_by_progress * on_received * 3,
+        on_by_progress * off_received * 5 <= off_by_progress * on_received * 4,
         "the progress threads received {on_by_progress} of {on_received} datagrams with the \
          busy hand-off, {off_by_progress} of {off_received} without; per pair of transfers \
          [with, without]: {pairs:?}"
@@ -563,6 +563,7 @@ fn a_blocking_ping_pong_leaves_the_progress_thread_asleep() {
         },
     );
     drop(echo.join().unwrap());
+    println!("ping-pong windows [wake-ups, sendmmsg calls]: {windows:?}");
     // Wake-ups: it was about one a round; a quarter of that is left for a keep-alive, a
     // grant's timer and threads descheduled on a loaded host (0-5 idle, 11-19 with two busy
     // loops beside the test). The reader that receives a message keeps its ACK back until
@@ -670,6 +671,7 @@ fn a_nonblocking_ping_pong_sends_each_ack_with_the_answer() {
     );
     client.set_nonblocking(false).unwrap();
     drop(echo.join().unwrap());
+    println!("non-blocking ping-pong windows [sendmmsg calls, ACKs held]: {windows:?}");
     // Two one-way messages a round, about one call each (it was four calls a round),
     // grants and their ACKs besides, and a margin for a loaded host.
     assert!(
