@@ -15,6 +15,7 @@
 //! | `SOFTVERBS_MAX_MR_BYTES` | most bytes registered at once on the device (beyond: ENOMEM) | the machine's physical memory |
 //! | `SOFTVERBS_SOCKET_BUFFER` | the UDP socket's send and receive buffer sizes in bytes | `8388608` |
 //! | `SOFTVERBS_SOCK_COALESCE` | stream sockets on the same-host path announce the writes made while one is in flight in one later WRITE WITH IMM (`crate::sock`); `0` turns it off | `1` |
+//! | `SOFTVERBS_SOCK_BUSY_HANDOFF` | a same-host stream socket that moves data keeps its device's socket handed over to its threads ten times `SOFTVERBS_POLL_HANDOFF` (`crate::sock`); `0` turns it off (for tests that compare) | `1` |
 //! | `SOFTVERBS_SOCK_EARLY_ROOM` | a stream socket's writer on the same-host path gets room back as soon as memory says so: its send ring bytes at once (nothing is staged there), the reader's buffer grant once its WRITE placed it in the target area, before the datagrams of the ACK and the grant's message arrive (`crate::sock`); `1` turns it on (measured no faster yet: `docs/sockets.md`, session 10) | `0` |
 //!
 //! How the address and port become the device's GID and LID: [`crate::addressing`].
@@ -110,6 +111,11 @@ pub struct Config {
     /// grant is taken from the target area once it is there, before its message's
     /// datagram arrives.
     pub sock_early_room: bool,
+    /// A same-host stream socket (`crate::sock`) that moves data keeps its device's
+    /// socket handed over to application threads ten times `poll_handoff`
+    /// (`Driver::keep_handoff_busy`); off, only the plain poller hand-off applies. On by
+    /// default; the switch lets a test compare both in one run.
+    pub sock_busy_handoff: bool,
 }
 
 /// Whether RC QPs whose peer is a softverbs process on this host move RDMA WRITE and
@@ -162,6 +168,7 @@ impl Default for Config {
             drop_first_hellos: 0,
             sock_coalesce: true,
             sock_early_room: false,
+            sock_busy_handoff: true,
         }
     }
 }
@@ -280,6 +287,9 @@ impl Config {
         if let Some(on) = switch("SOFTVERBS_SOCK_EARLY_ROOM")? {
             c.sock_early_room = on;
         }
+        if let Some(on) = switch("SOFTVERBS_SOCK_BUSY_HANDOFF")? {
+            c.sock_busy_handoff = on;
+        }
         if let Some(v) = get("SOFTVERBS_SAME_HOST") {
             c.same_host = match v.trim() {
                 "auto" | "" => SameHostMode::Auto,
@@ -383,11 +393,13 @@ mod tests {
             ("SOFTVERBS_SAME_HOST", "0"),
             ("SOFTVERBS_SOCK_COALESCE", "off"),
             ("SOFTVERBS_SOCK_EARLY_ROOM", "1"),
+            ("SOFTVERBS_SOCK_BUSY_HANDOFF", "0"),
             ("SOFTVERBS_GSO", "no"),
         ])
         .unwrap();
-        assert!(!c.sock_coalesce && !c.gso && c.sock_early_room);
+        assert!(!c.sock_coalesce && !c.gso && c.sock_early_room && !c.sock_busy_handoff);
         assert!(Config::default().sock_coalesce && Config::default().gso);
+        assert!(Config::default().sock_busy_handoff);
         assert!(!Config::default().sock_early_room);
         assert_eq!(c.same_host, SameHostMode::Off);
         assert_eq!(Config::default().same_host, SameHostMode::Auto);

@@ -230,6 +230,8 @@ pub(crate) struct Driver {
     busy_poll: Duration,
     /// See [`Driver::poller_handoff`].
     poll_handoff: Duration,
+    /// `Config::sock_busy_handoff`: see [`Driver::keep_handoff_busy`].
+    busy_handoff: bool,
     /// `Config::poll_wait_after`.
     poll_wait_after: Duration,
     /// How long the progress thread holds the ACK of a lone WRITE into memory (see
@@ -592,6 +594,7 @@ impl Driver {
             counters: DriverCounters::default(),
             busy_poll: config.busy_poll,
             poll_handoff: config.poll_handoff,
+            busy_handoff: config.sock_busy_handoff,
             poll_wait_after: config.poll_wait_after,
             ack_hold: config.ack_hold,
             app_polled_at: AtomicU64::new(0),
@@ -1468,7 +1471,7 @@ impl Driver {
     /// the timers wait no longer than that while the stream is in use; a stream that
     /// stops calling lets the hand-off lapse, then the progress thread watches again.
     pub(crate) fn keep_handoff_busy(self: &Arc<Self>) {
-        if self.poll_handoff.is_zero() {
+        if self.poll_handoff.is_zero() || !self.busy_handoff {
             return;
         }
         let now = self.now().as_nanos();

@@ -256,31 +256,72 @@ fn a_same_host_write_is_one_placed_write() {
 /// A bulk transfer on the same-host path, as `rstream -S 65536 -T b`: a stream that moves
 /// data keeps its device's socket, so each side's own thread receives what arrives for it
 /// (the peer's messages at the reader, the ACKs and grants at the writer) in batches, and
-/// the progress threads stay asleep. Before, each side's progress thread slept on the
-/// socket and was woken for nearly every datagram (89-99 % of them here; 80-90 % in
-/// `rstream`, one context switch each, which the peer's sending thread paid for too:
-/// `docs/sockets.md`, "A bulk transfer, counted").
+/// the progress threads stay asleep. Without it (`Config::sock_busy_handoff` off, as
+/// before) each side's progress thread slept on the socket and was woken for nearly every
+/// datagram (89-99 % of them here; 80-90 % in `rstream`, one context switch each, which
+/// the peer's sending thread paid for too: `docs/sockets.md`, "A bulk transfer, counted").
+///
+/// Judged against the mechanism off in the same run (`Config::sock_busy_handoff`), not
+/// against a fixed share: on a loaded host a stream thread descheduled for longer than the
+/// hand-off (500 µs) gives the socket back to its progress thread meanwhile. Beside two busy
+/// loops the share with the busy hand-off was 40-60 % in most transfers (every transfer of
+/// ten in 3 of 5 whole-binary runs, where the test wanted one under a tenth), against
+/// 57-100 % without it: the mechanism still halves it, but no transfer shows a tenth.
 #[test]
 fn a_bulk_transfer_leaves_the_datagrams_to_the_streams_threads() {
     let _counted = common::counted();
-    let (server, server_ctx, client, client_ctx) = same_host_pair(StreamOptions::default());
-    let counts = || {
-        let (a, b) = (server_ctx.device_counters(), client_ctx.device_counters());
+    let (mut on, on_server_ctx, on_client, on_client_ctx) =
+        same_host_pair(StreamOptions::default());
+    let off_cfg = Config {
+        sock_busy_handoff: false,
+        ..Config::default()
+    };
+    let (mut off, off_server_ctx, off_client, off_client_ctx) =
+        connected_pair(off_cfg, StreamOptions::default());
+    await_same_host(&off, &off_client);
+    // Datagrams received by the progress threads, and all received, on both devices.
+    let counts = |a: &Context, b: &Context| {
+        let (a, b) = (a.device_counters(), b.device_counters());
         [
             a.rx_by_progress_thread + b.rx_by_progress_thread,
             a.rx_datagrams + b.rx_datagrams,
         ]
     };
-    // Under a tenth. Measured over 300 messages: with the busy hand-off 0-5 % of 96-246
-    // datagrams in the transfers that kept it; without it 40-100 % in every transfer,
-    // idle or beside two busy loops.
-    let few_by_progress = |[by_progress, received]: [u64; 2]| by_progress * 10 <= received;
-    let seen = bulk_transfers(server, &client, counts, few_by_progress);
+    // Pairs of transfers, one with the busy hand-off and one without, alternating so
+    // that both meet the same load.
+    let mut pairs = Vec::new();
+    for _ in 0..BULK_PAIRS {
+        let (with, without);
+        (on, with) = bulk_transfer(on, &on_client, || counts(&on_server_ctx, &on_client_ctx));
+        (off, without) = bulk_transfer(off, &off_client, || {
+            counts(&off_server_ctx, &off_client_ctx)
+        });
+        pairs.push([with, without]);
+    }
+    // Pooled over the pairs, the share of the datagrams that the progress threads received
+    // with the busy hand-off is at most four fifths of the share without it. Measured
+    // (a ratio of the two shares per run of 10 pairs): 0.07-0.09 idle, 0.26-0.68 beside two
+    // busy loops (load 6-10); with the hand-off's use switched off on both sides (a
+    // temporary edit), 0.89-1.15. Pooled, not pair by pair: one pair's shares vary (58-99 %
+    // without the hand-off under load), their sum over 2 000 datagrams much less.
+    let pooled =
+        |side: usize| -> [u64; 2] { [0, 1].map(|i| pairs.iter().map(|p| p[side][i]).sum()) };
+    let ([on_by_progress, on_received], [off_by_progress, off_received]) = (pooled(0), pooled(1));
+    println!(
+        "progress threads' share with / without the busy hand-off: {on_by_progress}/{on_received} \
+         against {off_by_progress}/{off_received}"
+    );
     assert!(
-        seen.is_none(),
-        "datagrams received by the progress threads, of all received, per transfer: {seen:?}"
+        on_by_progress * off_received * 5 <= off_by_progress * on_received * 4,
+        "the progress threads received {on_by_progress} of {on_received} datagrams with the \
+         busy hand-off, {off_by_progress} of {off_received} without; per pair of transfers \
+         [with, without]: {pairs:?}"
     );
 }
+
+/// Pairs of transfers (with and without the busy hand-off) in
+/// `a_bulk_transfer_leaves_the_datagrams_to_the_streams_threads`.
+const BULK_PAIRS: usize = 10;
 
 /// Notification coalescing (as Linux TCP's autocork): while a same-host write's WRITE WITH
 /// IMM is unacknowledged, the next writes go as plain placed WRITEs (no datagram) and one
@@ -333,8 +374,8 @@ fn coalescing_switched_off_holds_no_write() {
 const BULK_MESSAGES: usize = 300;
 
 /// Up to ten transfers of [`BULK_MESSAGES`] messages of 64 KiB from `client` to `server`
-/// (a reader thread checks each message), until one passes: `passes` holds for how much
-/// `count`'s two counters grew over it. Returns `None` then, or what each transfer counted.
+/// ([`bulk_transfer`]), until one passes: `passes` holds for how much `count`'s two
+/// counters grew over it. Returns `None` then, or what each transfer counted.
 /// The best transfer decides because a thread descheduled for longer than the hand-off (a
 /// loaded host) gives the socket back to its progress thread meanwhile, and a writer
 /// descheduled until every ACK is back has nothing to coalesce behind.
@@ -344,32 +385,45 @@ fn bulk_transfers(
     count: impl Fn() -> [u64; 2],
     passes: impl Fn([u64; 2]) -> bool,
 ) -> Option<Vec<[u64; 2]>> {
-    const SIZE: usize = 64 * 1024;
-    let data = pattern(SIZE, 5);
     let mut seen = Vec::new();
     for _ in 0..10 {
-        let before = count();
-        let reader = std::thread::spawn(move || {
-            let (mut got, expected) = (vec![0u8; SIZE], pattern(SIZE, 5));
-            for i in 0..BULK_MESSAGES {
-                (&server).read_exact(&mut got).unwrap();
-                assert!(got == expected, "message {i} damaged");
-            }
-            server
-        });
-        for _ in 0..BULK_MESSAGES {
-            (&*client).write_all(&data).unwrap();
-        }
-        server = reader.join().unwrap();
-        let after = count();
-        let grew = [after[0] - before[0], after[1] - before[1]];
-        println!("a transfer counted {grew:?}");
+        let grew;
+        (server, grew) = bulk_transfer(server, client, &count);
         if passes(grew) {
             return None;
         }
         seen.push(grew);
     }
     Some(seen)
+}
+
+/// One transfer of [`BULK_MESSAGES`] messages of 64 KiB from `client` to `server` (a
+/// reader thread checks each message); returns the server and how much `count`'s two
+/// counters grew over it.
+fn bulk_transfer(
+    server: RdmaStream,
+    client: &RdmaStream,
+    count: impl Fn() -> [u64; 2],
+) -> (RdmaStream, [u64; 2]) {
+    const SIZE: usize = 64 * 1024;
+    let data = pattern(SIZE, 5);
+    let before = count();
+    let reader = std::thread::spawn(move || {
+        let (mut got, expected) = (vec![0u8; SIZE], pattern(SIZE, 5));
+        for i in 0..BULK_MESSAGES {
+            (&server).read_exact(&mut got).unwrap();
+            assert!(got == expected, "message {i} damaged");
+        }
+        server
+    });
+    for _ in 0..BULK_MESSAGES {
+        (&*client).write_all(&data).unwrap();
+    }
+    let server = reader.join().unwrap();
+    let after = count();
+    let grew = [after[0] - before[0], after[1] - before[1]];
+    println!("a transfer counted {grew:?}");
+    (server, grew)
 }
 
 /// Held-back bytes are announced without the writer: once the write in flight completes,
@@ -509,6 +563,7 @@ fn a_blocking_ping_pong_leaves_the_progress_thread_asleep() {
         },
     );
     drop(echo.join().unwrap());
+    println!("ping-pong windows [wake-ups, sendmmsg calls]: {windows:?}");
     // Wake-ups: it was about one a round; a quarter of that is left for a keep-alive, a
     // grant's timer and threads descheduled on a loaded host (0-5 idle, 11-19 with two busy
     // loops beside the test). The reader that receives a message keeps its ACK back until
@@ -616,6 +671,7 @@ fn a_nonblocking_ping_pong_sends_each_ack_with_the_answer() {
     );
     client.set_nonblocking(false).unwrap();
     drop(echo.join().unwrap());
+    println!("non-blocking ping-pong windows [sendmmsg calls, ACKs held]: {windows:?}");
     // Two one-way messages a round, about one call each (it was four calls a round),
     // grants and their ACKs besides, and a margin for a loaded host.
     assert!(
