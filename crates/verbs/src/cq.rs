@@ -29,6 +29,7 @@ fn empty_poll_yields() -> bool {
 
 /// The calling thread's poll found completions: its run of empty polls starts over.
 fn found_completions() {
+    crate::trace::stamp(crate::trace::Step::Polled);
     EMPTY_POLLS.with(|e| e.set(0));
     QUIET_SINCE.with(|q| q.set(None));
 }

@@ -977,6 +977,7 @@ impl Driver {
 
     /// Moves the batch being built to the outbox and starts a fresh one.
     fn enqueue(&self, st: &mut State) {
+        crate::trace::stamp(crate::trace::Step::Queued);
         st.held = 0;
         st.batches_queued = st.batches_queued.wrapping_add(1);
         self.acks_held.store(false, Ordering::Release);
@@ -1049,7 +1050,9 @@ impl Driver {
             extra = self.inject_faults(sender, batch);
             self.capture_tx(batch, &extra);
         }
+        crate::trace::stamp(crate::trace::Step::SendEntered);
         let flushed = batch.flush(&self.socket);
+        crate::trace::stamp(crate::trace::Step::SendReturned);
         for (t, data) in extra {
             note_syscall();
             let _ = self.socket.send_to(&data, t.dst);
@@ -1285,6 +1288,7 @@ impl Driver {
         if got == 0 {
             return (0, None);
         }
+        crate::trace::stamp(crate::trace::Step::Received);
         self.counters
             .rx_datagrams
             .fetch_add(got as u64, Ordering::Relaxed);
@@ -1329,6 +1333,7 @@ impl Driver {
                 }
             });
             st.engine.handle_timeout(now);
+            crate::trace::stamp(crate::trace::Step::Handled);
             let hold = if hold_acks {
                 Hold::UntilAnswer
             } else if requests == 1 && writes == 1 && !self.ack_hold.is_zero() {
@@ -1341,6 +1346,7 @@ impl Driver {
             self.pump_holding(&mut st, now, hold)
         };
         self.finish(deferred);
+        crate::trace::stamp(crate::trace::Step::ReceiveDone);
         for (src, data) in hellos {
             self.handle_hello(src, &data);
         }
@@ -1864,6 +1870,7 @@ impl Driver {
         }
         self.publisher.stop();
         crate::published::unpublish(self.local);
+        crate::trace::dump_to_env();
     }
 
     /// Before the device closes: while a destroyed RC QP may still owe its peer an ACK
