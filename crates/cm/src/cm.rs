@@ -530,6 +530,12 @@ impl Cm {
         })
     }
 
+    /// The next datagram to send and its destination, as the cm built it: for a driver
+    /// that keeps the bytes anyway (no buffer to fill, nothing copied twice).
+    pub fn take_transmit(&mut self) -> Option<(SocketAddr, Vec<u8>)> {
+        self.transmits.pop_front()
+    }
+
     /// The next rdma_cm event.
     pub fn poll_event(&mut self) -> Option<CmEvent> {
         self.events.pop_front()

@@ -1,7 +1,7 @@
 //! Completion queues and completion channels.
 
 use crate::context::{Context, ContextInner};
-use crate::driver::ChannelShared;
+use crate::driver::{ChannelShared, PollWith};
 use crate::error::ResourceError;
 use crate::events::Source;
 use softverbs_engine::{CqHandle, WorkCompletion};
@@ -29,6 +29,7 @@ fn empty_poll_yields() -> bool {
 
 /// The calling thread's poll found completions: its run of empty polls starts over.
 fn found_completions() {
+    crate::trace::stamp(crate::trace::Step::Polled);
     EMPTY_POLLS.with(|e| e.set(0));
     QUIET_SINCE.with(|q| q.set(None));
 }
@@ -163,10 +164,22 @@ impl Cq {
     ) -> usize {
         let driver = self.inner.ctx.device.driver();
         match self.poll_ready(out) {
-            0 => match driver.map(|d| (d, d.progress_for_poll(spinning))) {
+            0 => match driver.map(|d| {
+                // The completion a receive makes is taken under the receive's lock.
+                let poll = PollWith {
+                    cq: self.inner.cq,
+                    out: &mut *out,
+                };
+                (d, d.progress_for_poll(spinning, Some(poll)))
+            }) {
                 Ok((d, progressed)) if progressed.got => {
                     not_quiet();
-                    let n = self.poll_ready(out);
+                    // What the receive's finish made (same-host WRs it placed) is looked
+                    // for only when the receive took nothing.
+                    let n = match progressed.polled {
+                        0 => self.poll_ready(out),
+                        n => n,
+                    };
                     if n > 0 {
                         found_completions();
                         d.note_found_at(ends_handoff, progressed.received_at);

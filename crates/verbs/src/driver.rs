@@ -36,7 +36,8 @@ use crate::events::{EventQueue, Source};
 use crate::faults::{Fate, FaultInjector};
 use crate::sys::{self, EventFd, Flushed, RecvBatch, SendBatch};
 use softverbs_engine::{
-    AsyncEvent, CqHandle, Engine, EngineConfig, Instant, Mtu, Transmit, MAX_DATAGRAM,
+    AsyncEvent, CqHandle, Engine, EngineConfig, Instant, Mtu, Transmit, WorkCompletion,
+    MAX_DATAGRAM,
 };
 use softverbs_wire::pcap::PcapWriter;
 use std::collections::{HashMap, VecDeque};
@@ -378,6 +379,17 @@ pub(crate) struct Progressed {
     /// The time the receive read after its `recvmmsg`, under the device lock (`None`:
     /// nothing reached the engine); [`Driver::note_found_at`] takes it.
     pub received_at: Option<u64>,
+    /// Completions the receive took from the caller's CQ under its own device lock
+    /// ([`PollWith`]).
+    pub polled: usize,
+}
+
+/// A CQ that a poller's receive polls under the lock it hands the datagrams to the engine
+/// with, and where the completions go: the completion a receive makes is taken with one
+/// device lock instead of two (the receive's, then the poll's).
+pub(crate) struct PollWith<'a> {
+    pub cq: CqHandle,
+    pub out: &'a mut [WorkCompletion],
 }
 
 impl PollStreak {
@@ -985,6 +997,7 @@ impl Driver {
 
     /// Moves the batch being built to the outbox and starts a fresh one.
     fn enqueue(&self, st: &mut State) {
+        crate::trace::stamp(crate::trace::Step::Queued);
         st.held = 0;
         st.batches_queued = st.batches_queued.wrapping_add(1);
         self.acks_held.store(false, Ordering::Release);
@@ -1057,7 +1070,9 @@ impl Driver {
             extra = self.inject_faults(sender, batch);
             self.capture_tx(batch, &extra);
         }
+        crate::trace::stamp(crate::trace::Step::SendEntered);
         let flushed = batch.flush(&self.socket);
+        crate::trace::stamp(crate::trace::Step::SendReturned);
         for (t, data) in extra {
             note_syscall();
             let _ = self.socket.send_to(&data, t.dst);
@@ -1272,18 +1287,24 @@ impl Driver {
     /// lone RDMA WRITE waits a while for the answer of a thread spinning on the memory
     /// it wrote (see `crate::ack_hold`).
     fn receive(&self, rx: &mut RecvBatch, hold_acks: bool) -> usize {
-        self.receive_timed(rx, hold_acks).0
+        self.receive_timed(rx, hold_acks, None).0
     }
 
     /// [`Driver::receive`], also returning the time it handed what arrived to the engine
-    /// (the driver's clock, ns; `None`: nothing did).
-    fn receive_timed(&self, rx: &mut RecvBatch, hold_acks: bool) -> (usize, Option<u64>) {
+    /// (the driver's clock, ns; `None`: nothing did) and how many completions it took
+    /// from `poll`'s CQ, under the same lock, once the engine had handled the datagrams.
+    fn receive_timed(
+        &self,
+        rx: &mut RecvBatch,
+        hold_acks: bool,
+        poll: Option<PollWith<'_>>,
+    ) -> (usize, Option<u64>, usize) {
         let got = match rx.recv(&self.socket) {
             Ok(n) => n,
             // An ICMP report of a send (IP_RECVERR): the cm reads the error queue.
             Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => {
                 self.cm_device_errors();
-                return (1, None);
+                return (1, None, 0);
             }
             Err(e) => {
                 tracing::warn!(error = %e, "recvmmsg failed");
@@ -1291,8 +1312,9 @@ impl Driver {
             }
         };
         if got == 0 {
-            return (0, None);
+            return (0, None, 0);
         }
+        crate::trace::stamp(crate::trace::Step::Received);
         self.counters
             .rx_datagrams
             .fetch_add(got as u64, Ordering::Relaxed);
@@ -1337,6 +1359,7 @@ impl Driver {
                 }
             });
             st.engine.handle_timeout(now);
+            crate::trace::stamp(crate::trace::Step::Handled);
             let hold = if hold_acks {
                 Hold::UntilAnswer
             } else if requests == 1 && writes == 1 && !self.ack_hold.is_zero() {
@@ -1346,13 +1369,17 @@ impl Driver {
             };
             // The time read above: handling a batch takes microseconds, and each clock
             // read on a message's path costs 25-45 ns here (docs/udp-latency.md).
-            self.pump_holding(&mut st, now, hold)
+            let deferred = self.pump_holding(&mut st, now, hold);
+            let polled = poll.map_or(0, |p| st.engine.poll_cq(p.cq, p.out).unwrap_or(0));
+            (deferred, polled)
         };
+        let (deferred, polled) = deferred;
         self.finish(deferred);
+        crate::trace::stamp(crate::trace::Step::ReceiveDone);
         for (src, data) in hellos {
             self.handle_hello(src, &data);
         }
-        (got, received_at)
+        (got, received_at, polled)
     }
 
     /// Calls `f(source, index in its GRO read, datagram)` for every datagram of the first
@@ -1391,7 +1418,7 @@ impl Driver {
     ///
     /// Returns whether anything arrived.
     pub(crate) fn try_progress(self: &Arc<Self>, spinning: bool) -> bool {
-        self.progress_for_poll(spinning).got
+        self.progress_for_poll(spinning, None).got
     }
 
     /// [`Driver::try_progress`], also returning the time it read at its start (the
@@ -1401,7 +1428,14 @@ impl Driver {
     /// (`vdso` `clock_gettime` was a fifth of a ping-pong's user cycles); what a
     /// `recvmmsg` in between moves the time on is far below [`PollStreak::LOOP_GAP`] and
     /// the timers' granularity.
-    pub(crate) fn progress_for_poll(self: &Arc<Self>, spinning: bool) -> Progressed {
+    ///
+    /// With `poll`, a receive polls that CQ under its own device lock
+    /// ([`Progressed::polled`]).
+    pub(crate) fn progress_for_poll(
+        self: &Arc<Self>,
+        spinning: bool,
+        poll: Option<PollWith<'_>>,
+    ) -> Progressed {
         self.release_all_held_acks();
         let now = self.now().as_nanos();
         self.app_looked_at.store(now + 1, Ordering::Release);
@@ -1422,12 +1456,12 @@ impl Driver {
         // The progress thread wakes by the end of the hand-off at the latest and sends
         // what is held then: that bounds the hold.
         let hold = spinning && self.poller_handoff_at(now).is_some();
-        let (got, received_at) = match self.rx.try_lock() {
+        let (got, received_at, polled) = match self.rx.try_lock() {
             Ok(mut rx) => {
-                let (reads, at) = self.receive_timed(&mut rx, hold);
-                (reads > 0, at)
+                let (reads, at, polled) = self.receive_timed(&mut rx, hold, poll);
+                (reads > 0, at, polled)
             }
-            Err(_) => (false, None),
+            Err(_) => (false, None, 0),
         };
         if hold && self.acks_held.load(Ordering::Acquire) {
             crate::ack_hold::note_held(self);
@@ -1447,6 +1481,7 @@ impl Driver {
             got,
             now,
             received_at,
+            polled,
         }
     }
 
@@ -1872,6 +1907,7 @@ impl Driver {
         }
         self.publisher.stop();
         crate::published::unpublish(self.local);
+        crate::trace::dump_to_env();
     }
 
     /// Before the device closes: while a destroyed RC QP may still owe its peer an ACK

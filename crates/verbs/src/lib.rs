@@ -40,6 +40,7 @@ mod srq;
 #[cfg(feature = "tokio")]
 mod stream;
 mod sys;
+pub mod trace;
 
 pub use config::{Config, ConfigError, FaultConfig, SameHostMode};
 pub use context::{Context, Device, DeviceAttr, DeviceCounters, LinkLayer, PortAttr, PortState};

@@ -220,6 +220,7 @@ pub struct Poster<'a> {
 impl Poster<'_> {
     /// Posts one send WR (as `ibv_post_send` does for one element of its list).
     pub fn post_send(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
+        crate::trace::stamp(crate::trace::Step::PostEntered);
         self.produced = true;
         self.st.engine.post_send(self.qp, wr)
     }

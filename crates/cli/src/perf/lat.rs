@@ -1,8 +1,8 @@
 //! Latency, on the first QP.
 //!
-//! - write: like ib_write_lat, each side RDMA-WRITEs the other's buffer and polls
-//!   the last byte of its own for the iteration's tag; the client reports half
-//!   of each round trip.
+//! - write: like ib_write_lat, each side RDMA-WRITEs the other's buffer (every WRITE
+//!   signaled, its completion polled before the next step) and polls the last byte of
+//!   its own for the iteration's tag; the client reports half of each round trip.
 //! - send: SEND ping-pong; half of each round trip.
 //! - read, atomic: one operation at a time, the time to its completion.
 
@@ -16,8 +16,6 @@ use std::time::Instant;
 
 /// Receives kept posted in the SEND ping-pong.
 const LAT_RX: u64 = 64;
-/// One WRITE in this many is signaled.
-const WRITE_SIG: u64 = 16;
 
 /// The byte iteration `i` leaves at the end of the peer's buffer: never the same
 /// for consecutive iterations, never 0 (the reset value).
@@ -50,61 +48,33 @@ pub fn write_prepare(side: &Side, size: u32) {
     side.qps[0].mr.write(size as usize - 1, &[0]);
 }
 
-/// Send completions of moderated WRITEs: `posted` posted, `done` retired.
-struct Reaper {
-    posted: u64,
-    done: u64,
-    cap: u64,
-    total: u64,
-    wcs: [WorkCompletion; 16],
-}
-
-impl Reaper {
-    fn flags(&self) -> SendFlags {
-        let id = self.posted + 1;
-        if id % WRITE_SIG == 0 || id == self.total {
-            SendFlags::SIGNALED
-        } else {
-            SendFlags::EMPTY
-        }
-    }
-
-    fn poll(&mut self, side: &Side) -> Result<usize> {
-        let n = side.cq.poll(&mut self.wcs);
-        for wc in &self.wcs[..n] {
+/// Polls the CQ until the WRITE with `wr_id` completed. ib_write_lat does the same
+/// after every post (perftest's `run_iter_lat_write`: every WRITE signaled, the send
+/// CQ polled until its completion before the process spins on memory), so for most of
+/// a round trip each side has a thread polling its CQ, which receives the peer's WRITE
+/// itself instead of leaving it to the progress thread.
+fn wait_write_done(side: &Side, wr_id: u64) -> Result<()> {
+    let mut wcs = [WorkCompletion::default(); 4];
+    let mut spin = Spin::new();
+    loop {
+        let n = side.cq.poll(&mut wcs);
+        for wc in &wcs[..n] {
             check_wc(wc)?;
-            self.done = wc.wr_id;
-        }
-        Ok(n)
-    }
-
-    /// Makes room for one more WR in the send queue.
-    fn room(&mut self, side: &Side) -> Result<()> {
-        let mut spin = Spin::new();
-        while self.posted - self.done >= self.cap {
-            if self.poll(side)? > 0 {
-                spin.progress();
-            } else {
-                spin.idle_polled("waiting for WRITE completions")?;
+            if wc.wr_id == wr_id {
+                return Ok(());
             }
         }
-        Ok(())
-    }
-
-    fn drain(&mut self, side: &Side) -> Result<()> {
-        let mut spin = Spin::new();
-        while self.done < self.posted {
-            if self.poll(side)? > 0 {
-                spin.progress();
-            } else {
-                spin.idle_polled("waiting for the last WRITE completion")?;
-            }
+        if n > 0 {
+            spin.progress();
+        } else {
+            spin.idle_polled("waiting for the WRITE's completion")?;
         }
-        Ok(())
     }
 }
 
-/// One side of the WRITE ping-pong; the client returns the samples.
+/// One side of the WRITE ping-pong; the client returns the samples. Each iteration, as
+/// ib_write_lat's: wait for the peer's byte (the server), post one signaled WRITE (inline
+/// when it fits), poll the CQ for its completion, wait for the peer's byte (the client).
 pub fn write_lat(
     side: &Side,
     step: &Step,
@@ -123,20 +93,12 @@ pub fn write_lat(
         rkey: Rkey(e.remote.rkey),
     };
     let iters = step.iters as u64;
-    let mut reaper = Reaper {
-        posted: 0,
-        done: 0,
-        cap: side.max_send_wr as u64 - 1,
-        total: iters,
-        wcs: [WorkCompletion::default(); 16],
-    };
     let mut samples = Vec::with_capacity(if client { iters as usize } else { 0 });
     for i in 0..iters {
         let t = tag(i);
         if !client {
             wait_byte(e, last, t)?;
         }
-        reaper.room(side)?;
         let t0 = Instant::now();
         let payload = if inline {
             data[last] = t;
@@ -146,22 +108,18 @@ pub fn write_lat(
             Payload::Sges(&sges)
         };
         e.qp.post_send(&SendWr {
-            wr_id: reaper.posted + 1,
+            wr_id: i,
             op,
             payload,
-            flags: reaper.flags(),
+            flags: SendFlags::SIGNALED,
         })?;
-        reaper.posted += 1;
+        wait_write_done(side, i)?;
         if client {
             wait_byte(e, last, t)?;
             samples.push(usec(t0) / 2.0);
             progress.update(i + 1, iters);
         }
-        if reaper.posted - reaper.done >= WRITE_SIG * 2 {
-            reaper.poll(side)?;
-        }
     }
-    reaper.drain(side)?;
     Ok(samples)
 }
 

@@ -239,9 +239,10 @@ impl Driver {
                 break;
             }
         }
-        let mut buf = [0u8; 512];
-        while let Some(tx) = c.cm.poll_transmit(&mut buf) {
-            d.cm.tx.push((tx.dst, buf[..tx.len].to_vec()));
+        // Taken as the cm built them: a buffer to copy into was zeroed on every pump,
+        // every message's included (docs/udp-latency.md).
+        while let Some(tx) = c.cm.take_transmit() {
+            d.cm.tx.push(tx);
         }
         let mut events = None;
         while let Some(ev) = c.cm.poll_event() {

@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""Per-step table of the receive-to-answer path from softverbs trace dumps.
+
+Build with the `trace` feature (`cargo build --release --features softverbs/trace`), run
+with SOFTVERBS_TRACE=/tmp/x set (every process dumps /tmp/x.<pid> when its device closes),
+then:
+
+    bench/trace-table.py /tmp/x.*
+
+A path is, on one thread: `recvmmsg` returned (received), the engine handled the batch
+(handled), the receive's pump and finish done (receive done), the application's poll found
+the completion (polled), the engine's post_send entered (post), a batch queued in the
+outbox (queued), the batch's send call entered (send). Paths with another receive before
+the send, or missing a step, are left out. Prints median and p10 (us) per step, and,
+the stamps being on the wall clock, what lay between the peer process's send call and the
+path's receive.
+"""
+import bisect
+import sys
+
+NAMES = {1: "received", 2: "handled", 3: "receive done", 4: "polled", 5: "post",
+         6: "queued", 7: "send", 8: "send returned"}
+ORDER = [1, 2, 3, 4, 5, 6, 7]
+
+
+def paths(stamps):
+    """stamps: [(step, ns)] of one thread, in order."""
+    out = []
+    i = 0
+    n = len(stamps)
+    while i < n:
+        if stamps[i][0] != 1:
+            i += 1
+            continue
+        times = [stamps[i][1]]
+        want = 1
+        j = i + 1
+        while j < n and want < len(ORDER):
+            step, t = stamps[j]
+            if step == 1:
+                break
+            if step == ORDER[want]:
+                times.append(t)
+                want += 1
+            j += 1
+        if want == len(ORDER):
+            out.append(times)
+        i = j
+    return out
+
+
+def pct(xs, p):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(p * len(xs)))]
+
+
+def row(label, xs):
+    print(f"{label:<34} {pct(xs, 0.5):>10.3f} {pct(xs, 0.1):>8.3f} {len(xs):>7}")
+
+
+def main():
+    by_process = {}
+    for name in sys.argv[1:]:
+        threads = {}
+        with open(name) as f:
+            for line in f:
+                if line.startswith("#"):
+                    continue
+                th, step, ns = line.split()
+                threads.setdefault(th, []).append((int(step), int(ns)))
+        by_process[name] = threads
+    base = min(t for threads in by_process.values() for st in threads.values() for _, t in st)
+    all_paths = []
+    cross_entered, cross_returned, send_call = [], [], []
+    for name, threads in by_process.items():
+        # The other processes' send calls, in time order: (entered, returned).
+        sends = []
+        for other, oth in by_process.items():
+            if other == name:
+                continue
+            for st in oth.values():
+                entered = None
+                for step, t in st:
+                    if step == 7:
+                        entered = t
+                    elif step == 8 and entered is not None:
+                        sends.append((entered - base, t - base))
+                        entered = None
+        sends.sort()
+        starts = [e for e, _ in sends]
+        for st in threads.values():
+            st = [(step, t - base) for step, t in st]
+            for p in paths(st):
+                all_paths.append(p)
+                k = bisect.bisect_left(starts, p[0]) - 1
+                if k >= 0:
+                    entered, returned = sends[k]
+                    cross_entered.append((p[0] - entered) / 1000)
+                    cross_returned.append((p[0] - returned) / 1000)
+                    send_call.append((returned - entered) / 1000)
+    if not all_paths:
+        print("no complete path")
+        return
+    print(f"{'step':<34} {'median us':>10} {'p10 us':>8} {'paths':>7}")
+    for k in range(1, len(ORDER)):
+        d = [(p[k] - p[k - 1]) / 1000 for p in all_paths]
+        row(f"{NAMES[ORDER[k - 1]]} -> {NAMES[ORDER[k]]}", d)
+    row("received -> send", [(p[-1] - p[0]) / 1000 for p in all_paths])
+    if send_call:
+        row("peer's send call", send_call)
+        row("peer's send returned -> received", cross_returned)
+        row("peer's send entered -> received", cross_entered)
+
+
+main()
