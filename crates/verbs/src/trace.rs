@@ -172,16 +172,16 @@ mod tests {
 
     #[test]
     fn stamps_come_out_in_order_per_thread() {
-        let dir = std::env::temp_dir().join(format!("softverbs-trace-{}", std::process::id()));
+        let path = std::env::temp_dir().join(format!("softverbs-trace-{}", std::process::id()));
         stamp(Step::Received);
         stamp(Step::Handled);
         std::thread::spawn(|| stamp(Step::SendEntered))
             .join()
             .unwrap();
         stamp(Step::Polled);
-        on::dump(&dir).unwrap();
-        let text = std::fs::read_to_string(&dir).unwrap();
-        let _ = std::fs::remove_file(&dir);
+        on::dump(&path).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let _ = std::fs::remove_file(&path);
         let rows: Vec<(u64, u64, u64)> = text
             .lines()
             .filter(|l| !l.starts_with('#'))
