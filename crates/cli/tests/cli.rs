@@ -233,6 +233,17 @@ fn perf_lat_every_operation_both_ends_local() {
     }
 }
 
+/// More SENDs than the 512 receives posted before a SEND ping-pong: each side must post
+/// its receives again as it polls them (as ib_send_lat does), or the peer's SENDs find no
+/// receive and the run stalls.
+#[test]
+fn perf_send_lat_reposts_its_receives() {
+    let _g = heavy();
+    let out = run_ok(&["perf", "send", "--lat", "--size", "8", "--iters", "1300"]);
+    let row = table_row(&out.stdout);
+    assert_eq!(row[1], 1300.0, "{}", out.stdout);
+}
+
 #[test]
 fn perf_json_is_json() {
     let _g = heavy();

@@ -3,19 +3,17 @@
 //! - write: like ib_write_lat, each side RDMA-WRITEs the other's buffer (every WRITE
 //!   signaled, its completion polled before the next step) and polls the last byte of
 //!   its own for the iteration's tag; the client reports half of each round trip.
-//! - send: SEND ping-pong; half of each round trip.
+//! - send: like ib_send_lat, a SEND ping-pong, each SEND signaled and its completion
+//!   polled before the next step; half of each round trip.
 //! - read, atomic: one operation at a time, the time to its completion.
 
-use super::{QpEnd, Side, Step, INLINE_MAX};
+use super::{QpEnd, Side, Step, INLINE_MAX, RX_DEPTH};
 use crate::conn::{check_wc, Spin};
 use crate::progress::Progress;
 use crate::{Op, Result};
 use softverbs::{Payload, Rkey, SendFlags, SendOp, SendWr, WcOpcode, WorkCompletion};
 use std::sync::atomic::{fence, Ordering};
 use std::time::Instant;
-
-/// Receives kept posted in the SEND ping-pong.
-const LAT_RX: u64 = 64;
 
 /// The byte iteration `i` leaves at the end of the peer's buffer: never the same
 /// for consecutive iterations, never 0 (the reset value).
@@ -123,17 +121,75 @@ pub fn write_lat(
     Ok(samples)
 }
 
+/// Receives posted before a SEND ping-pong: ib_send_lat's default rx_depth (512), at most
+/// one per iteration.
+fn lat_rx(iters: u64) -> u64 {
+    (RX_DEPTH as u64).min(iters)
+}
+
 /// Posts the first receives of a SEND ping-pong.
 pub fn send_prepare(side: &Side, size: u32, iters: u32) -> Result<()> {
     let e = &side.qps[0];
     let sge = [e.mr.sge(0, size + e.recv_extra())];
-    for i in 0..LAT_RX.min(iters as u64) {
+    for i in 0..lat_rx(iters as u64) {
         e.qp.post_recv(i, &sge)?;
     }
     Ok(())
 }
 
-/// One side of the SEND ping-pong; the client returns the samples.
+/// The state of one side of the SEND ping-pong: completions seen, receives posted.
+struct SendPingPong<'a> {
+    side: &'a Side,
+    e: &'a QpEnd,
+    recv_sge: [softverbs::Sge; 1],
+    iters: u64,
+    recvs: u64,
+    recvs_posted: u64,
+    sends_done: u64,
+}
+
+impl SendPingPong<'_> {
+    /// Polls one completion, as ib_send_lat does (`ibv_poll_cq(cq, 1, ..)`). A receive's
+    /// buffer goes back to the receive queue at once while more messages are to come,
+    /// as perftest's `run_iter_lat_send` reposts it right after polling it.
+    fn poll_one(&mut self) -> Result<bool> {
+        let mut wc = [WorkCompletion::default(); 1];
+        if self.side.cq.poll(&mut wc) == 0 {
+            return Ok(false);
+        }
+        check_wc(&wc[0])?;
+        if wc[0].opcode == WcOpcode::Recv {
+            self.recvs += 1;
+            if self.recvs_posted < self.iters {
+                self.e.qp.post_recv(self.recvs_posted, &self.recv_sge)?;
+                self.recvs_posted += 1;
+            }
+        } else {
+            self.sends_done += 1;
+        }
+        Ok(true)
+    }
+
+    /// Polls until `done` holds.
+    fn poll_until(&mut self, done: impl Fn(&Self) -> bool, what: &str) -> Result<()> {
+        let mut spin = Spin::new();
+        while !done(self) {
+            if self.poll_one()? {
+                spin.progress();
+            } else {
+                spin.idle_polled(what)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One side of the SEND ping-pong; the client returns the samples. Each iteration, as
+/// ib_send_lat's (perftest's `run_iter_lat_send` with its latency defaults: send queue
+/// depth 1, so CQ moderation 1): wait for the peer's SEND (the server), post one
+/// signaled SEND (inline when it fits), poll until its completion, wait for the peer's
+/// SEND (the client). A receive is reposted as soon as it is polled. The one difference
+/// left: both kinds of completion come to one CQ, where ib_send_lat has a CQ for each.
 pub fn send_lat(
     side: &Side,
     step: &Step,
@@ -145,79 +201,38 @@ pub fn send_lat(
     let inline = step.size <= INLINE_MAX;
     let data = vec![0u8; if inline { step.size as usize } else { 0 }];
     let sges = [e.mr.sge(side.region, step.size)];
-    let recv_sge = [e.mr.sge(0, step.size + e.recv_extra())];
     let send_op = e.send_op();
-    let mut recv_posted = LAT_RX.min(iters);
-    let (mut recvs, mut sends_posted, mut sends_done) = (0u64, 0u64, 0u64);
-    let mut wcs = [WorkCompletion::default(); 16];
-    let mut samples = Vec::with_capacity(if client { iters as usize } else { 0 });
-    let cap = side.max_send_wr as u64 - 1;
-    // Takes completions of both kinds.
-    let mut poll = |recvs: &mut u64, sends_done: &mut u64| -> Result<usize> {
-        let n = side.cq.poll(&mut wcs);
-        for wc in &wcs[..n] {
-            check_wc(wc)?;
-            if wc.opcode == WcOpcode::Recv {
-                *recvs += 1;
-            } else {
-                *sends_done += 1;
-            }
-        }
-        Ok(n)
+    let mut pp = SendPingPong {
+        side,
+        e,
+        recv_sge: [e.mr.sge(0, step.size + e.recv_extra())],
+        iters,
+        recvs: 0,
+        recvs_posted: lat_rx(iters),
+        sends_done: 0,
     };
-    let post = |sends_posted: &mut u64| -> Result<()> {
+    let mut samples = Vec::with_capacity(if client { iters as usize } else { 0 });
+    for i in 0..iters {
+        if !client {
+            pp.poll_until(|p| p.recvs > i, "waiting for the peer's SEND")?;
+        }
+        let t0 = Instant::now();
         let payload = if inline {
             Payload::Inline(&data)
         } else {
             Payload::Sges(&sges)
         };
         e.qp.post_send(&SendWr {
-            wr_id: *sends_posted,
+            wr_id: i,
             op: send_op,
             payload,
             flags: SendFlags::SIGNALED,
         })?;
-        *sends_posted += 1;
-        Ok(())
-    };
-    for i in 0..iters {
-        let mut spin = Spin::new();
-        while sends_posted - sends_done >= cap {
-            if poll(&mut recvs, &mut sends_done)? > 0 {
-                spin.progress();
-            } else {
-                spin.idle_polled("waiting for SEND completions")?;
-            }
-        }
-        let t0 = Instant::now();
+        pp.poll_until(|p| p.sends_done > i, "waiting for the SEND's completion")?;
         if client {
-            post(&mut sends_posted)?;
-        }
-        while recvs <= i {
-            if poll(&mut recvs, &mut sends_done)? > 0 {
-                spin.progress();
-            } else {
-                spin.idle_polled("waiting for the peer's SEND")?;
-            }
-        }
-        if client {
+            pp.poll_until(|p| p.recvs > i, "waiting for the peer's SEND")?;
             samples.push(usec(t0) / 2.0);
             progress.update(i + 1, iters);
-        }
-        if recv_posted < iters {
-            e.qp.post_recv(recv_posted, &recv_sge)?;
-            recv_posted += 1;
-        }
-        if !client {
-            post(&mut sends_posted)?;
-        }
-    }
-    let mut spin = Spin::new();
-    while sends_done < sends_posted {
-        if poll(&mut recvs, &mut sends_done)? > 0 {
-            spin.progress();
-        } else {
-            spin.idle_polled("waiting for the last SEND completion")?;
         }
     }
     Ok(samples)
