@@ -3,13 +3,15 @@
 //! driven line by line over its stdin/stdout.
 
 use softverbs::*;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, Write};
 use std::net::SocketAddr;
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+mod common;
+use common::TestChild;
 
 const WAIT: Duration = Duration::from_secs(20);
 const LEN: usize = 65536;
@@ -151,9 +153,7 @@ fn target_process() {
 }
 
 struct Target {
-    child: Child,
-    stdin: ChildStdin,
-    lines: mpsc::Receiver<String>,
+    process: TestChild,
     addr: SocketAddr,
     qpn: u32,
     mr1: (u64, u32),
@@ -182,33 +182,16 @@ impl Target {
             "--nocapture",
             "--test-threads=1",
         ])
-        .env("SAMEHOST_TARGET", "1")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped());
+        .env("SAMEHOST_TARGET", "1");
         for (k, v) in env {
             cmd.env(k, v);
         }
-        let mut child = cmd.spawn().unwrap();
-        let stdin = child.stdin.take().unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                // libtest's "test target_process ... " may precede the first line.
-                if let Some(at) = line.find("@@ ") {
-                    if tx.send(line[at + 3..].to_string()).is_err() {
-                        break;
-                    }
-                }
-            }
-        });
-        let hello = rx.recv_timeout(WAIT).expect("target started");
+        let process = TestChild::spawn(&mut cmd, WAIT);
+        let hello = process.hear("target started");
         let f: Vec<&str> = hello.split_whitespace().collect();
         assert_eq!(f[0], "hello");
         Target {
-            child,
-            stdin,
-            lines: rx,
+            process,
             addr: f[1].parse().unwrap(),
             qpn: f[2].parse().unwrap(),
             mr1: (f[3].parse().unwrap(), f[4].parse().unwrap()),
@@ -217,32 +200,16 @@ impl Target {
     }
 
     fn say(&mut self, line: &str) {
-        writeln!(self.stdin, "{line}").unwrap();
-        self.stdin.flush().unwrap();
+        self.process.say(line);
     }
 
     fn hear(&self) -> String {
-        self.lines.recv_timeout(WAIT).expect("the target answers")
+        self.process.hear("the target answers")
     }
 
     fn ask(&mut self, line: &str) -> Vec<String> {
         self.say(line);
         self.hear().split_whitespace().map(String::from).collect()
-    }
-}
-
-impl Drop for Target {
-    fn drop(&mut self) {
-        let _ = writeln!(self.stdin, "quit");
-        let deadline = Instant::now() + WAIT;
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

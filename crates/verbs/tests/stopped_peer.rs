@@ -5,11 +5,11 @@
 //! with SIGSTOP while the stream runs.
 
 use softverbs::*;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, Write};
 use std::net::SocketAddr;
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod common;
@@ -74,65 +74,30 @@ fn peer_process() {
     let _ = lines.next();
 }
 
-struct Peer {
-    child: Child,
-    stdin: ChildStdin,
-    lines: mpsc::Receiver<String>,
-}
+/// The peer process; dropping it lets it run again, then [`TestChild`] ends it.
+struct Peer(TestChild);
 
 impl Peer {
     fn spawn() -> Peer {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["peer_process", "--exact", "--nocapture", "--test-threads=1"])
-            .env("STOPPED_PEER", "1")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stdin = child.stdin.take().unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                // libtest's "test peer_process ... " may precede a line.
-                if let Some(at) = line.find("@@ ") {
-                    if tx.send(line[at + 3..].to_string()).is_err() {
-                        break;
-                    }
-                }
-            }
-        });
-        Peer {
-            child,
-            stdin,
-            lines: rx,
-        }
+        let mut cmd = Command::new(std::env::current_exe().unwrap());
+        cmd.args(["peer_process", "--exact", "--nocapture", "--test-threads=1"])
+            .env("STOPPED_PEER", "1");
+        Peer(TestChild::spawn(&mut cmd, WAIT))
     }
 
     fn hear(&self) -> String {
-        self.lines.recv_timeout(WAIT).expect("the peer answers")
+        self.0.hear("the peer answers")
     }
 
     fn signal(&self, sig: libc::c_int) {
         // SAFETY: kill with the pid of our own child, not yet waited for.
-        unsafe { libc::kill(self.child.id() as libc::pid_t, sig) };
+        unsafe { libc::kill(self.0.child.id() as libc::pid_t, sig) };
     }
 }
 
 impl Drop for Peer {
     fn drop(&mut self) {
         self.signal(libc::SIGCONT);
-        let _ = writeln!(self.stdin, "quit");
-        let _ = self.stdin.flush();
-        let deadline = Instant::now() + WAIT;
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -146,18 +111,12 @@ fn stream_with_stops(stops: u32) -> Counters {
     let (remote_addr, rkey): (u64, u32) = (f[2].parse().unwrap(), f[3].parse().unwrap());
     let me = end(Config::default());
     rts(&me.qp, addr, qpn, (100, 200));
-    writeln!(
-        peer.stdin,
-        "{} {}",
-        me.ctx.local_addr(),
-        me.qp.qpn().value()
-    )
-    .unwrap();
-    peer.stdin.flush().unwrap();
+    peer.0
+        .say(&format!("{} {}", me.ctx.local_addr(), me.qp.qpn().value()));
     assert_eq!(peer.hear(), "connected");
 
     let done = Arc::new(AtomicBool::new(false));
-    let pid = peer.child.id() as libc::pid_t;
+    let pid = peer.0.child.id() as libc::pid_t;
     let stopper = {
         let done = done.clone();
         std::thread::spawn(move || {

@@ -152,3 +152,78 @@ pub fn counted() -> std::sync::MutexGuard<'static, ()> {
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
+
+/// A second process for a test: one test of this same test binary, run alone in a
+/// child (`samehost.rs`'s target, `stopped_peer.rs`'s peer), driven line by line: the
+/// test writes lines to its stdin and hears the lines it prints after `@@ ` (libtest's
+/// own "test NAME ... " may precede one on the same line). Dropping it says `quit` and
+/// waits for the child, killing it if it is still there after `wait`.
+pub struct TestChild {
+    pub child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    lines: std::sync::mpsc::Receiver<String>,
+    wait: std::time::Duration,
+}
+
+impl TestChild {
+    /// Spawns `cmd` (this test binary, maybe under a prefix command, with the test's
+    /// name and environment already given) with its stdin and stdout piped to the test.
+    pub fn spawn(cmd: &mut std::process::Command, wait: std::time::Duration) -> TestChild {
+        use std::io::{BufRead, BufReader};
+        use std::process::Stdio;
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(at) = line.find("@@ ") {
+                    if tx.send(line[at + 3..].to_string()).is_err() {
+                        break;
+                    }
+                }
+            }
+        });
+        TestChild {
+            child,
+            stdin,
+            lines,
+            wait,
+        }
+    }
+
+    /// Writes `line` to the child.
+    pub fn say(&mut self, line: &str) {
+        use std::io::Write;
+        writeln!(self.stdin, "{line}").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    /// The child's next `@@ ` line; `what` names it when none comes in time.
+    pub fn hear(&self, what: &str) -> String {
+        self.lines
+            .recv_timeout(self.wait)
+            .unwrap_or_else(|e| panic!("{what}: {e}"))
+    }
+}
+
+impl Drop for TestChild {
+    fn drop(&mut self) {
+        use std::io::Write;
+        let _ = writeln!(self.stdin, "quit");
+        let _ = self.stdin.flush();
+        let deadline = std::time::Instant::now() + self.wait;
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
