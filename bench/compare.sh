@@ -6,8 +6,10 @@
 #   memcpy, process_vm_writev/readv of 64 KiB       softverbs perf write / read --bw 64 KiB
 #     (bench-tools copy-limits, two processes)        (run as long as iperf3; CPU both ends)
 #   iperf3, one TCP stream (CPU both ends)          perftest on the drop-in: ib_write_bw,
-#   raw UDP with GSO: 15 x 4 KiB segments per send,   ib_read_bw -s 65536 (against perf's
-#     GRO on receive, windowed (bench-tools udp-gso)  default 5000 iterations)
+#   raw UDP with GSO: 15 x 4 KiB segments per send,   ib_read_bw -s 65536 -n 5000 (against
+#     GRO on receive, windowed (bench-tools udp-gso)  perf with --iters 5000: the same count;
+#                                                     ib_read_bw's own default is 1000),
+#                                                     5 pairs per repetition
 #   sockperf UDP ping-pong, 24-byte messages,       softverbs perf send / write --lat 8 B
 #     both sides busy-polling (--nonblocked) and    ib_send_lat, ib_write_lat -s 8 on the
 #     blocking (default)                              drop-in
@@ -85,6 +87,11 @@ fi
 # The RSS compared with the end of the memory run for flatness.
 if [ "$MEM_SECS" -ge 30 ]; then MEM_EARLY=10; else MEM_EARLY=$((MEM_SECS / 2)); fi
 SIZE=65536
+# Messages per perftest-against-perf bandwidth run, both tools (ib_write_bw's default and
+# perf's; ib_read_bw's own is 1000, a run a fifth as long), and pairs of such runs per
+# repetition.
+BW_ITERS=5000
+BW_PAIRS=5
 LAT_SIZE=8
 SOCKPERF_MSG=24 # UDP payload of an 8-byte RoCE SEND: 12 BTH + 8 data + 4 ICRC
 QPS_N=1024
@@ -336,11 +343,11 @@ perftest() {
 }
 
 perftest_bw() { # TOOL KEY
-    perftest "$1" -s "$SIZE"
+    perftest "$1" -s "$SIZE" -n "$BW_ITERS"
     local mbs
     mbs=$(perftest_col "$TMP/$1-$REP.out" 4)
     put "${2}_mbs" "$mbs"
-    log "  $1 -s $SIZE (drop-in): $mbs MB/s (2^20)"
+    log "  $1 -s $SIZE -n $BW_ITERS (drop-in): $mbs MB/s (2^20)"
 }
 
 perftest_lat() { # TOOL KEY
@@ -402,10 +409,21 @@ for REP in $(seq 1 "$REPS"); do
     sv_bw read sv_read --duration "$SECS"
     sv_bw_same_host write sv_sh_write --duration "$SECS"
     sv_bw_same_host read sv_sh_read --duration "$SECS"
-    perftest_bw ib_write_bw pt_write_bw
-    sv_bw write sv_write_it
-    perftest_bw ib_read_bw pt_read_bw
-    sv_bw read sv_read_it
+    # Short runs whose speed swings 2x from run to run (docs/udp-bandwidth.md, session
+    # 11): several pairs per repetition, in turn first, the medians compared.
+    for pair in $(seq 1 "$BW_PAIRS"); do
+        if [ $((pair % 2)) = 1 ]; then
+            perftest_bw ib_write_bw pt_write_bw
+            sv_bw write sv_write_it --iters "$BW_ITERS"
+            perftest_bw ib_read_bw pt_read_bw
+            sv_bw read sv_read_it --iters "$BW_ITERS"
+        else
+            sv_bw write sv_write_it --iters "$BW_ITERS"
+            perftest_bw ib_write_bw pt_write_bw
+            sv_bw read sv_read_it --iters "$BW_ITERS"
+            perftest_bw ib_read_bw pt_read_bw
+        fi
+    done
     sockperf_pp busy sp_busy
     sv_lat send sv_send_lat
     perftest_lat ib_send_lat pt_send_lat
@@ -591,8 +609,9 @@ mem_row("  %s RC QPs, one context, MiB" % qps_n, m["qps_per_ctx_mib"], 64, "<= 6
 row("    with the context itself, MiB", "%.1f" % m["qps_with_open_mib"], "-", "-", "(information)", "-")
 row("  WRITE 64 KiB, %s s memory run, GB/s" % mem_secs, "%.3f" % m["mem_gbs"], "-", "-", "(information)", "-")
 print()
-print("softverbs perf bandwidth runs last as long as iperf3 (%s s); the drop-in comparison uses perf's" % secs)
-print("default 5000 iterations, as ib_*_bw does. perftest's MB/sec is 2^20 bytes/s. Latency ratios")
+print("softverbs perf bandwidth runs last as long as iperf3 (%s s); the drop-in comparison runs 5000" % secs)
+print("iterations on both tools (ib_read_bw's own default is 1000), several pairs per repetition, and")
+print("compares the medians. perftest's MB/sec is 2^20 bytes/s. Latency ratios")
 print("compare medians (t_typical, sockperf's 50th percentile); averages in parentheses. sockperf sends")
 print("24-byte UDP messages, the UDP payload of an 8-byte RoCE SEND (12 BTH + 8 + 4 ICRC). CPU: user +")
 print("system seconds of both processes (and their threads) over the bytes the receiver got.")
