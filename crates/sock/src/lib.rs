@@ -29,6 +29,7 @@ pub use conn_data::{
 };
 pub use msg::{Ctrl, Msg, MAX_DATA_LEN};
 pub use sge::{IomapEntry, RsSge, SgeOrder, IOMAP_ENTRY_LEN, RS_SGE_LEN};
+pub use stream::{placed_word_check, placed_word_count};
 pub use stream::{
     AheadStats, Announcement, Config, ConfigError, CtrlWrite, DataWrite, LocalRegions,
     ProtocolError, RecvChunk, SendChunks, SendStage, Shutdown, StreamCore, WrKind, CTRL_SLOTS,

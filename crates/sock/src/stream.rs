@@ -37,9 +37,31 @@ const OLAP_START: u32 = 2048;
 /// Bytes of the target area before the iomap slots (the two grant slots).
 pub const TARGET_AREA_HEAD: usize = SGL_SLOTS * RS_SGE_LEN;
 /// Bytes of the "bytes placed" word after the iomap slots ([`StreamCore::set_placed_word`]):
-/// the writer's cumulative count twice (native order; same host), the second copy
-/// written after the first.
+/// the writer's cumulative count, then its [`placed_word_check`] written after it (native
+/// order; same host).
 pub const PLACED_WORD_LEN: usize = 16;
+
+/// The second half of the "bytes placed" word: a mix of the count (a bijection in which
+/// every output bit depends on every input bit: the SplitMix64 finalizer's constants, of a
+/// salted count so that the zeroed word is no valid pair). The kernel's copy may store an
+/// 8-byte value in any order, so a reader may find either half torn, or the count of one
+/// write beside the check of another; because the check is written after the count and
+/// read before it, a pair whose check matches its count is a count that was wholly
+/// written, with its bytes before it (a torn or mismatched pair matches only by a
+/// 2^-64 accident), where two plain copies of the count could be torn alike.
+pub fn placed_word_check(count: u64) -> u64 {
+    let mut x = count ^ 0x5356_7077_6f72_6421; // "SVpword!"
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+/// The word's count as a reader found it (the check read first, then the count, each
+/// followed by an Acquire fence), or `None` when the halves do not match (a write in
+/// progress: the next look sees it whole).
+pub fn placed_word_count(count: u64, check: u64) -> Option<u64> {
+    (placed_word_check(count) == check).then_some(count)
+}
 
 const QP_MIN: u16 = 16;
 const QP_MAX: u16 = 0xFFFE;
@@ -1157,8 +1179,8 @@ impl StreamCore {
         self.word_offered
     }
 
-    /// The reader found `word` in its "bytes placed" word (both copies equal, read with
-    /// Acquire). A value below what is known changes nothing; one beyond the room granted
+    /// The reader found `word` in its "bytes placed" word (its check matched:
+    /// [`placed_word_count`]). A value below what is known changes nothing; one beyond the room granted
     /// and not read back (torn, or a broken peer) is ignored. Whether it was taken.
     pub fn note_placed(&mut self, word: u64) -> bool {
         if !self.word_offered || word <= self.placed {

@@ -117,17 +117,17 @@ impl Pair {
         self.sides[1 - i].core.set_peer_placed_word(Some(ad));
     }
 
-    /// Side `i` reads its word (both copies) and tells its core.
+    /// Side `i` reads its word (the check, then the count) and tells its core.
     fn look_at_word(&mut self, i: usize) {
         let side = &mut self.sides[i];
         if !side.word {
             return;
         }
         let at = side.core.config().placed_word_offset();
-        let first = u64::from_ne_bytes(side.target[at..at + 8].try_into().unwrap());
-        let second = u64::from_ne_bytes(side.target[at + 8..at + 16].try_into().unwrap());
-        if first == second {
-            side.core.note_placed(first);
+        let check = u64::from_ne_bytes(side.target[at + 8..at + 16].try_into().unwrap());
+        let count = u64::from_ne_bytes(side.target[at..at + 8].try_into().unwrap());
+        if let Some(count) = placed_word_count(count, check) {
+            side.core.note_placed(count);
         }
     }
 
@@ -297,14 +297,15 @@ impl Pair {
                 mem[off..off + bytes.len()].copy_from_slice(&bytes);
             }
             if let Some((addr, key, count)) = m.word {
-                // After the bytes, both copies, into the word the peer offered.
+                // After the bytes, the count and its check, into the word the peer offered.
                 let peer = &mut self.sides[j];
                 let r = regions(j);
                 assert_eq!(key, r.target_rkey, "the word is in the target area");
                 let at = (addr - r.target_addr) as usize;
                 assert!(peer.word && at + PLACED_WORD_LEN <= peer.target.len());
                 peer.target[at..at + 8].copy_from_slice(&count.to_ne_bytes());
-                peer.target[at + 8..at + 16].copy_from_slice(&count.to_ne_bytes());
+                peer.target[at + 8..at + 16]
+                    .copy_from_slice(&placed_word_check(count).to_ne_bytes());
             }
             if let Some(imm) = m.imm {
                 if self.sides[j].take_before_message {

@@ -685,3 +685,35 @@ fn a_writer_gives_its_cumulative_count_after_each_data_write() {
     assert_eq!(w.imm, None, "held");
     assert_eq!(a.placed_word_after(&w), Some((ad.addr, ad.key, 350)));
 }
+
+#[test]
+fn a_placed_word_is_believed_only_when_its_check_matches_its_count() {
+    // Whole pairs, the zeroed word included, give their count back.
+    for count in [0, 1, 4096, 65536 * 3 + 17, u64::MAX] {
+        assert_eq!(
+            placed_word_count(count, placed_word_check(count)),
+            Some(count)
+        );
+    }
+    assert_ne!(placed_word_check(0), 0, "a zeroed word is no valid pair");
+    // A count beside the check of an earlier or later count (a reader between the two
+    // halves of a write), and every count torn between two neighbouring counts byte by
+    // byte, beside either count's check: none is believed unless it is that count.
+    let (old, new) = (0x0000_0001_ffff_f000_u64, 0x0000_0002_0000_f000_u64);
+    assert_eq!(placed_word_count(new, placed_word_check(old)), None);
+    assert_eq!(placed_word_count(old, placed_word_check(new)), None);
+    let (o, n) = (old.to_ne_bytes(), new.to_ne_bytes());
+    for mask in 0u32..256 {
+        let torn: Vec<u8> = (0..8)
+            .map(|i| if mask & (1 << i) != 0 { n[i] } else { o[i] })
+            .collect();
+        let torn = u64::from_ne_bytes(torn.try_into().unwrap());
+        for check in [placed_word_check(old), placed_word_check(new)] {
+            let believed = placed_word_count(torn, check);
+            assert!(
+                believed.is_none() || check == placed_word_check(torn),
+                "torn {torn:#x} believed"
+            );
+        }
+    }
+}

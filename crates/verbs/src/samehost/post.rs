@@ -68,15 +68,17 @@ impl std::ops::DerefMut for PlaceGuard<'_> {
 /// ([`SameHost::post_write_from`]): a stream's "bytes placed" word.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct WordAfter {
-    /// The peer's address of the word's first copy (the second follows it).
+    /// The peer's address of the word (the count; its check follows it).
     pub remote_addr: u64,
     /// Its R_Key.
     pub rkey: u32,
     /// The count.
     pub value: u64,
+    /// What follows the count, written after it (`softverbs_sock::placed_word_check`).
+    pub check: u64,
 }
 
-/// Bytes of a [`WordAfter`] in the peer's memory (two copies).
+/// Bytes of a [`WordAfter`] in the peer's memory (the count and its check).
 const WORD_AFTER_LEN: usize = 16;
 
 /// The buffers of placement, reused.
@@ -222,9 +224,9 @@ impl SameHost {
     /// peer's memory already: the usual write then carries the same bytes over them,
     /// into a range the peer granted and does not read before the write's completion).
     ///
-    /// With `word`, the same copy then writes `word.value` twice into the peer's memory
-    /// at `word.remote_addr` (two 8-byte ranges, after the bytes: a stream's "bytes
-    /// placed" word), when the peer's table allows it there; otherwise the bytes go
+    /// With `word`, the same copy then writes `word.value` and then `word.check` into the
+    /// peer's memory at `word.remote_addr` (two 8-byte ranges, after the bytes: a stream's
+    /// "bytes placed" word), when the peer's table allows it there; otherwise the bytes go
     /// alone.
     pub fn post_write_from(
         &self,
@@ -356,7 +358,7 @@ impl SameHost {
                     false
                 }
                 Ok(()) if target.write && !pieces.is_empty() => {
-                    // The word's two copies, after the bytes, where the peer's table
+                    // The word's count, then its check, after the bytes, where the peer's table
                     // lets this QP write them (else the bytes go alone).
                     let word = word.filter(|w| {
                         pieces.len() + 2 <= vm::MAX_PIECES
@@ -373,13 +375,14 @@ impl SameHost {
                                 == Some(target.len)
                         }
                         Some(w) => {
-                            let value = w.value.to_ne_bytes();
+                            let (value, check) = (w.value.to_ne_bytes(), w.check.to_ne_bytes());
                             let mut sources = [(0, 0); vm::MAX_PIECES];
                             let n = pieces.len();
                             sources[..n].copy_from_slice(pieces);
-                            // (The same 8 bytes serve both copies.)
+                            // Three remote ranges, each its own copy in the kernel, in
+                            // order: the bytes, the count, its check.
                             sources[n] = (value.as_ptr() as u64, 8);
-                            sources[n + 1] = (value.as_ptr() as u64, 8);
+                            sources[n + 1] = (check.as_ptr() as u64, 8);
                             let remotes = [
                                 (target.remote_addr, target.len),
                                 (w.remote_addr, 8),

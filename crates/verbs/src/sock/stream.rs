@@ -483,23 +483,25 @@ impl RdmaStream {
         }
     }
 
-    /// The "bytes placed" word (`StreamCore::set_placed_word`): reads its two copies,
-    /// the second (written last) first, each followed by an Acquire fence (the ring's
-    /// bytes up to the count are read after it), and tells the core when they agree (a
-    /// copy being written is torn; the next look sees it whole). Then counts what the
-    /// word and the messages told since the last look.
+    /// The "bytes placed" word (`StreamCore::set_placed_word`): reads its check (written
+    /// last) first, then its count, each followed by an Acquire fence (the ring's bytes up
+    /// to the count are read after it), and tells the core the count when the check
+    /// matches it (`softverbs_sock::placed_word_count`: a half being written is torn; the
+    /// next look sees it whole). Then counts what the word and the messages told since
+    /// the last look.
     fn note_placed_word(&self, core: &mut StreamCore) {
         if !core.placed_word_offered() {
             return;
         }
         let at = core.config().placed_word_offset();
-        let (mut first, mut second) = ([0u8; 8], [0u8; 8]);
-        self.target.read(at + 8, &mut second);
+        let (mut count, mut check) = ([0u8; 8], [0u8; 8]);
+        self.target.read(at + 8, &mut check);
         std::sync::atomic::fence(Ordering::Acquire);
-        self.target.read(at, &mut first);
+        self.target.read(at, &mut count);
         std::sync::atomic::fence(Ordering::Acquire);
-        if first == second {
-            core.note_placed(u64::from_ne_bytes(first));
+        let found = u64::from_ne_bytes(count);
+        if let Some(count) = softverbs_sock::placed_word_count(found, u64::from_ne_bytes(check)) {
+            core.note_placed(count);
         }
         self.count_ahead(core);
     }
@@ -715,6 +717,7 @@ impl RdmaStream {
                     remote_addr,
                     rkey,
                     value,
+                    check: softverbs_sock::placed_word_check(value),
                 }
             });
             if let Some(r) = self.qp.post_write_from(&wr, &[data], word) {
