@@ -37,6 +37,9 @@ pub fn counters(ctx: &Context) -> Vec<(&'static str, u64)> {
         ("ack_holds_expired", d.ack_holds_expired),
         ("sock_grants_from_memory", d.sock_grants_from_memory),
         ("sock_grants_from_message", d.sock_grants_from_message),
+        ("sock_bytes_read_ahead", d.sock_bytes_read_ahead),
+        ("sock_messages_read_ahead", d.sock_messages_read_ahead),
+        ("sock_messages_announced", d.sock_messages_announced),
         ("injected_drops", d.injected_drops),
     ]);
     v

@@ -128,6 +128,53 @@ impl ConnData {
     }
 }
 
+/// Bytes of the softverbs-only extension that may follow the 40 bytes of connection data
+/// ([`PlacedWordAd`]): a REQ's private data holds 56 bytes on rdma_cm's TCP port space,
+/// so 40 + 16 fit.
+pub const PLACED_WORD_AD_LEN: usize = 16;
+/// Tags the extension (ASCII "SVpw"): a peer that sends only the 40 bytes leaves zeros (or
+/// nothing) there, which never match.
+const PLACED_WORD_MAGIC: [u8; 4] = *b"SVpw";
+
+/// Where a softverbs peer's "bytes placed" word is (`StreamCore::set_placed_word`): 16
+/// bytes of its registered target area, after the iomap slots, into which a same-host
+/// writer writes its cumulative count of data bytes (twice) after the bytes themselves.
+/// Advertised in the 16 bytes after the connection data, which rdma-core's rsockets never
+/// read (`rs_save_conn_data` looks at the 40 only), so its wire is unchanged.
+///
+/// Layout: `"SVpw"`, key (BE32), address (BE64).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PlacedWordAd {
+    /// Address of the word (the first of its two copies).
+    pub addr: u64,
+    /// Its rkey (the target area's).
+    pub key: u32,
+}
+
+impl PlacedWordAd {
+    /// The 16 bytes that follow the connection data.
+    pub fn to_bytes(&self) -> [u8; PLACED_WORD_AD_LEN] {
+        let mut b = [0u8; PLACED_WORD_AD_LEN];
+        b[..4].copy_from_slice(&PLACED_WORD_MAGIC);
+        b[4..8].copy_from_slice(&self.key.to_be_bytes());
+        b[8..16].copy_from_slice(&self.addr.to_be_bytes());
+        b
+    }
+
+    /// The extension in a peer's private data (the whole of it, connection data first),
+    /// if the peer sent one.
+    pub fn parse(private_data: &[u8]) -> Option<PlacedWordAd> {
+        let b = private_data.get(CONN_DATA_LEN..CONN_DATA_LEN + PLACED_WORD_AD_LEN)?;
+        if b[..4] != PLACED_WORD_MAGIC {
+            return None;
+        }
+        Some(PlacedWordAd {
+            key: u32::from_be_bytes(b[4..8].try_into().ok()?),
+            addr: u64::from_be_bytes(b[8..16].try_into().ok()?),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -199,5 +246,27 @@ mod tests {
         assert_eq!(iomap_size_from_scale(0x81), 256);
         // Larger values lose their low byte, as in rsocket.c.
         assert_eq!(iomap_size_from_scale(iomap_size_to_scale(0x1234)), 0x1200);
+    }
+
+    #[test]
+    fn the_placed_word_extension_is_found_only_when_sent() {
+        let ad = PlacedWordAd {
+            addr: 0x7f00_1234_5020,
+            key: 0x0102_0304,
+        };
+        let mut data = sample().to_bytes().to_vec();
+        // rdma-core's 40 bytes alone, or padded with zeros as a REQ's private data is.
+        assert_eq!(PlacedWordAd::parse(&data), None);
+        data.resize(56, 0);
+        assert_eq!(PlacedWordAd::parse(&data), None);
+        data.truncate(40);
+        data.extend_from_slice(&ad.to_bytes());
+        assert_eq!(data.len(), 56);
+        assert_eq!(PlacedWordAd::parse(&data), Some(ad));
+        // The connection data before it reads as ever.
+        assert_eq!(ConnData::parse(&data), Ok(sample()));
+        assert_eq!(PlacedWordAd::parse(&data[..55]), None);
+        data[41] ^= 1;
+        assert_eq!(PlacedWordAd::parse(&data), None);
     }
 }

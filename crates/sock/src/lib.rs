@@ -24,13 +24,14 @@ mod sge;
 mod stream;
 
 pub use conn_data::{
-    iomap_size_from_scale, iomap_size_to_scale, ConnData, ConnDataError, CONN_DATA_LEN,
-    CONN_FLAG_IOMAP, CONN_FLAG_NET, RS_VERSION,
+    iomap_size_from_scale, iomap_size_to_scale, ConnData, ConnDataError, PlacedWordAd,
+    CONN_DATA_LEN, CONN_FLAG_IOMAP, CONN_FLAG_NET, PLACED_WORD_AD_LEN, RS_VERSION,
 };
 pub use msg::{Ctrl, Msg, MAX_DATA_LEN};
 pub use sge::{IomapEntry, RsSge, SgeOrder, IOMAP_ENTRY_LEN, RS_SGE_LEN};
+pub use stream::{placed_word_check, placed_word_count};
 pub use stream::{
-    Announcement, Config, ConfigError, CtrlWrite, DataWrite, LocalRegions, ProtocolError,
-    RecvChunk, SendChunks, SendStage, Shutdown, StreamCore, WrKind, CTRL_SLOTS, DEFAULT_RING,
-    MAX_TRANSFER, SGL_SLOTS, SNDLOWAT, TARGET_AREA_HEAD,
+    AheadStats, Announcement, Config, ConfigError, CtrlWrite, DataWrite, LocalRegions,
+    ProtocolError, RecvChunk, SendChunks, SendStage, Shutdown, StreamCore, WrKind, CTRL_SLOTS,
+    DEFAULT_RING, MAX_TRANSFER, PLACED_WORD_LEN, SGL_SLOTS, SNDLOWAT, TARGET_AREA_HEAD,
 };

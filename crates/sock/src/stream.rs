@@ -17,7 +17,7 @@
 //! before it moves an offset, so a hostile or broken peer ends the connection with a
 //! [`ProtocolError`] instead of making the driver read outside its ring.
 
-use crate::conn_data::{ConnData, CONN_FLAG_IOMAP};
+use crate::conn_data::{ConnData, PlacedWordAd, CONN_FLAG_IOMAP};
 use crate::msg::{Ctrl, Msg, MAX_DATA_LEN};
 use crate::sge::{IomapEntry, RsSge, SgeOrder, IOMAP_ENTRY_LEN, RS_SGE_LEN};
 use std::collections::VecDeque;
@@ -36,6 +36,32 @@ pub const MAX_TRANSFER: u32 = 65536;
 const OLAP_START: u32 = 2048;
 /// Bytes of the target area before the iomap slots (the two grant slots).
 pub const TARGET_AREA_HEAD: usize = SGL_SLOTS * RS_SGE_LEN;
+/// Bytes of the "bytes placed" word after the iomap slots ([`StreamCore::set_placed_word`]):
+/// the writer's cumulative count, then its [`placed_word_check`] written after it (native
+/// order; same host).
+pub const PLACED_WORD_LEN: usize = 16;
+
+/// The second half of the "bytes placed" word: a mix of the count (a bijection in which
+/// every output bit depends on every input bit: the SplitMix64 finalizer's constants, of a
+/// salted count so that the zeroed word is no valid pair). The kernel's copy may store an
+/// 8-byte value in any order, so a reader may find either half torn, or the count of one
+/// write beside the check of another; because the check is written after the count and
+/// read before it, a pair whose check matches its count is a count that was wholly
+/// written, with its bytes before it (a torn or mismatched pair matches only by a
+/// 2^-64 accident), where two plain copies of the count could be torn alike.
+pub fn placed_word_check(count: u64) -> u64 {
+    let mut x = count ^ 0x5356_7077_6f72_6421; // "SVpword!"
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+/// The word's count as a reader found it (the check read first, then the count, each
+/// followed by an Acquire fence), or `None` when the halves do not match (a write in
+/// progress: the next look sees it whole).
+pub fn placed_word_count(count: u64, check: u64) -> Option<u64> {
+    (placed_word_check(count) == check).then_some(count)
+}
 
 const QP_MIN: u16 = 16;
 const QP_MAX: u16 = 0xFFFE;
@@ -109,6 +135,13 @@ impl Config {
     /// Bytes of the target area (grant slots and iomap slots).
     pub fn target_area_len(&self) -> usize {
         TARGET_AREA_HEAD + usize::from(self.iomap_size) * IOMAP_ENTRY_LEN
+    }
+
+    /// Where the "bytes placed" word is in a target area registered with
+    /// [`PLACED_WORD_LEN`] bytes more than [`Self::target_area_len`] (8-byte aligned when
+    /// the area is: the slots are 16 and 24 bytes).
+    pub fn placed_word_offset(&self) -> usize {
+        self.target_area_len()
     }
 }
 
@@ -352,6 +385,30 @@ pub struct StreamCore {
     peer_buf: RsSge,
     grants_taken_early: u32,
     slot_to_clear: Option<usize>,
+    // The "bytes placed" word (`set_placed_word`). Writer: where the peer's word is, and
+    // the data bytes of every write started. Reader: whether this side offered one, the
+    // bytes of every DATA message received, of those read before their message arrived
+    // and not yet matched by one (only while no message is queued), the word's value as
+    // last noted, and what the driver's counters have not taken yet.
+    peer_word: Option<PlacedWordAd>,
+    data_sent: u64,
+    word_offered: bool,
+    announced: u64,
+    ahead: u64,
+    placed: u64,
+    ahead_stats: AheadStats,
+}
+
+/// What the "bytes placed" word told a reader since the last
+/// [`StreamCore::take_ahead_stats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AheadStats {
+    /// Bytes read before their DATA message arrived.
+    pub bytes: u64,
+    /// DATA messages every byte of which was read before they arrived.
+    pub whole_messages: u64,
+    /// DATA messages that arrived with bytes still to read (learned from the message).
+    pub announced_messages: u64,
 }
 
 /// Held bytes to announce: one WRITE WITH IMM (op DATA, `imm`) that writes `byte` again at
@@ -415,6 +472,13 @@ impl StreamCore {
             peer_buf: RsSge::default(),
             grants_taken_early: 0,
             slot_to_clear: None,
+            peer_word: None,
+            data_sent: 0,
+            word_offered: false,
+            announced: 0,
+            ahead: 0,
+            placed: 0,
+            ahead_stats: AheadStats::default(),
         }
     }
 
@@ -508,14 +572,14 @@ impl StreamCore {
         self.error
     }
 
-    /// Received bytes not yet consumed.
+    /// Received bytes not yet consumed (announced, or placed as the word says).
     pub fn available(&self) -> u64 {
-        self.pending_bytes
+        self.pending_bytes + self.ahead_available()
     }
 
     /// A read would not block: data is there, or the stream is at EOF (`rs_conn_have_rdata`).
     pub fn read_ready(&self) -> bool {
-        !self.rmsg.is_empty() || !self.readable
+        !self.rmsg.is_empty() || !self.readable || self.ahead_available() > 0
     }
 
     /// A data write can start now (`rs_can_send`): a send queue entry, the low-water mark
@@ -579,6 +643,7 @@ impl StreamCore {
             .min(self.sbuf_bytes_avail)
             .min(target.length)
             .min(MAX_DATA_LEN);
+        self.data_sent += u64::from(len);
         let (remote_addr, rkey) = (target.addr, target.key);
         target.addr = target.addr.wrapping_add(u64::from(len));
         target.length -= len;
@@ -983,22 +1048,35 @@ impl StreamCore {
             }
             Msg::Ctrl(_) | Msg::Write(_) => {}
             Msg::Data(len) => {
+                // Bytes read ahead of their message (the "bytes placed" word) are its
+                // first bytes: their room was given back when they were read.
+                let ahead = self.ahead.min(u64::from(len)) as u32;
+                let rest = len - ahead;
                 // The peer may only fill what was granted and not yet read back.
                 let granted = u64::from(self.cfg.rbuf_size - self.rbuf_bytes_avail);
                 let room = granted - self.pending_bytes.min(granted);
-                if u64::from(len) > room {
+                if u64::from(rest) > room {
                     return Err(self.fail(ProtocolError::DataBeyondGrant { len, room }));
                 }
-                if len == 0 {
-                    // Nothing to read: account it as read at once.
+                if rest > 0 && self.rmsg.len() >= usize::from(self.cfg.rq_size) {
+                    return Err(self.fail(ProtocolError::TooManyMessages));
+                }
+                self.announced += u64::from(len);
+                self.ahead -= u64::from(ahead);
+                if rest == 0 {
+                    // Nothing (more) to read: account it as read at once, its credit
+                    // with it.
+                    if len > 0 {
+                        self.ahead_stats.whole_messages += 1;
+                    }
                     self.rseq_no = self.rseq_no.wrapping_add(1);
                     return Ok(());
                 }
-                if self.rmsg.len() >= usize::from(self.cfg.rq_size) {
-                    return Err(self.fail(ProtocolError::TooManyMessages));
+                if self.word_offered {
+                    self.ahead_stats.announced_messages += 1;
                 }
-                self.rmsg.push_back(len);
-                self.pending_bytes += u64::from(len);
+                self.rmsg.push_back(rest);
+                self.pending_bytes += u64::from(rest);
             }
         }
         Ok(())
@@ -1067,14 +1145,86 @@ impl StreamCore {
         self.set_disconnected();
     }
 
-    /// Where the next received bytes are (contiguous, up to the end of the ring).
+    /// Where the next received bytes are (contiguous, up to the end of the ring): the
+    /// first queued message's, else bytes the "bytes placed" word says are there.
     pub fn recv_chunk(&self) -> Option<RecvChunk> {
-        let head = *self.rmsg.front()?;
+        let head = match self.rmsg.front() {
+            Some(&len) => len,
+            None => u32::try_from(self.ahead_available()).unwrap_or(u32::MAX),
+        };
+        if head == 0 {
+            return None;
+        }
         let to_end = self.cfg.rbuf_size - self.rbuf_offset;
         Some(RecvChunk {
             offset: self.rbuf_offset,
             len: head.min(to_end),
         })
+    }
+
+    /// The "bytes placed" word, reader's side: this side offered a word (its target area
+    /// holds [`PLACED_WORD_LEN`] bytes more, at [`Config::placed_word_offset`], and the
+    /// peer was told where: [`PlacedWordAd`]), so the driver may pass its value to
+    /// [`Self::note_placed`]. A same-host writer writes its cumulative count of data
+    /// bytes there in the same `process_vm_writev` as the bytes, after them; bytes up to
+    /// it may be read before their DATA message arrives ("ahead": the message, when it
+    /// comes, covers them first, and one read wholly ahead gives its credit back at
+    /// once). Messages stay the only source of truth for credits, EOF and errors.
+    pub fn set_placed_word(&mut self, on: bool) {
+        self.word_offered = on;
+    }
+
+    /// [`Self::set_placed_word`] is on.
+    pub fn placed_word_offered(&self) -> bool {
+        self.word_offered
+    }
+
+    /// The reader found `word` in its "bytes placed" word (its check matched:
+    /// [`placed_word_count`]). A value below what is known changes nothing; one beyond the room granted
+    /// and not read back (torn, or a broken peer) is ignored. Whether it was taken.
+    pub fn note_placed(&mut self, word: u64) -> bool {
+        if !self.word_offered || word <= self.placed {
+            return false;
+        }
+        let consumed = self.announced - self.pending_bytes + self.ahead;
+        let granted = u64::from(self.cfg.rbuf_size - self.rbuf_bytes_avail);
+        if word > consumed + granted {
+            return false;
+        }
+        self.placed = word;
+        true
+    }
+
+    /// Bytes the word says are placed beyond what was read, while no message is queued
+    /// (queued messages are read first; their bytes come before these).
+    fn ahead_available(&self) -> u64 {
+        if !self.rmsg.is_empty() || !self.word_offered {
+            return 0;
+        }
+        self.placed.saturating_sub(self.announced + self.ahead)
+    }
+
+    /// What the word told since the last call (for the driver's counters).
+    pub fn take_ahead_stats(&mut self) -> AheadStats {
+        std::mem::take(&mut self.ahead_stats)
+    }
+
+    /// The "bytes placed" word, writer's side: where the peer's word is (from its
+    /// connection data's extension, [`PlacedWordAd`]), or `None` (an rdma-core peer, or
+    /// one with the word off).
+    pub fn set_peer_placed_word(&mut self, ad: Option<PlacedWordAd>) {
+        self.peer_word = ad;
+    }
+
+    /// For the data write `w` just started ([`Self::start_data`]): the peer's word
+    /// (address, key) and the count to write into it after `w`'s bytes, in the same
+    /// same-host copy (never before them). `None` for other writes or without a word.
+    pub fn placed_word_after(&self, w: &DataWrite) -> Option<(u64, u32, u64)> {
+        let ad = self.peer_word?;
+        match WrKind::from_wr_id(w.wr_id)? {
+            WrKind::Data(_) | WrKind::HeldData(_) => Some((ad.addr, ad.key, self.data_sent)),
+            _ => None,
+        }
     }
 
     /// Where the received bytes are, in order, up to `max` of them: one contiguous chunk
@@ -1085,7 +1235,9 @@ impl StreamCore {
         let mut chunks = Vec::new();
         let mut left = u64::try_from(max).unwrap_or(u64::MAX);
         let mut offset = self.rbuf_offset;
-        for &msg in &self.rmsg {
+        let ahead = u32::try_from(self.ahead_available()).unwrap_or(u32::MAX);
+        let placed_only = (self.rmsg.is_empty() && ahead > 0).then_some(ahead);
+        for &msg in self.rmsg.iter().chain(placed_only.iter()) {
             let mut len = u64::from(msg).min(left) as u32;
             left -= u64::from(len);
             while len > 0 {
@@ -1110,13 +1262,18 @@ impl StreamCore {
             return;
         };
         let n = n.min(chunk.len);
-        let head = self.rmsg.front_mut().expect("a chunk means a message");
-        *head -= n;
-        if *head == 0 {
-            self.rmsg.pop_front();
-            self.rseq_no = self.rseq_no.wrapping_add(1);
+        if let Some(head) = self.rmsg.front_mut() {
+            *head -= n;
+            if *head == 0 {
+                self.rmsg.pop_front();
+                self.rseq_no = self.rseq_no.wrapping_add(1);
+            }
+            self.pending_bytes -= u64::from(n);
+        } else {
+            // Ahead of their message: it will count them when it arrives.
+            self.ahead += u64::from(n);
+            self.ahead_stats.bytes += u64::from(n);
         }
-        self.pending_bytes -= u64::from(n);
         self.rbuf_bytes_avail += n;
         self.rbuf_offset += n;
         if self.rbuf_offset == self.cfg.rbuf_size {

@@ -3,7 +3,9 @@
 //! R_Key), WRITE WITH IMM consumes a posted receive (none posted: the message waits, as an
 //! RNR retry would), completions come back in order. Send-ring bytes are gathered when the
 //! write is delivered, not when it is posted, so a send ring reused too early corrupts the
-//! stream and fails the check.
+//! stream and fails the check. With the "bytes placed" word on, a data write also writes
+//! the writer's count into the reader's word when it is delivered (after its bytes, as
+//! the same-host copy does), and a reader reads up to it before the messages arrive.
 
 use proptest::prelude::*;
 use softverbs_sock::*;
@@ -26,6 +28,8 @@ struct Side {
     // target area, before their message when `take_before_message`.
     early: bool,
     take_before_message: bool,
+    // This side offered a "bytes placed" word (`StreamCore::set_placed_word`).
+    word: bool,
 }
 
 fn regions(side: usize) -> LocalRegions {
@@ -55,6 +59,8 @@ struct InFlight {
     imm: Option<u32>,
     payload: Payload,
     wr_id: u64,
+    // The count to write into the peer's word after the bytes (address, key, count).
+    word: Option<(u64, u32, u64)>,
 }
 
 struct Pair {
@@ -82,6 +88,7 @@ impl Pair {
                 next_recv_byte: 0,
                 early: false,
                 take_before_message: false,
+                word: false,
             }
         });
         let d0 = ConnData::parse(&sides[0].core.conn_data().to_bytes()).unwrap();
@@ -91,6 +98,36 @@ impl Pair {
         Pair {
             sides,
             wire: [VecDeque::new(), VecDeque::new()],
+        }
+    }
+
+    /// Side `i` offers a "bytes placed" word (16 bytes after its target area's slots);
+    /// the other side is told where, as by the connection data's extension.
+    fn offer_word(&mut self, i: usize) {
+        let side = &mut self.sides[i];
+        let at = side.core.config().placed_word_offset();
+        side.target.resize(at + PLACED_WORD_LEN, 0);
+        side.core.set_placed_word(true);
+        side.word = true;
+        let r = regions(i);
+        let ad = PlacedWordAd {
+            addr: r.target_addr + at as u64,
+            key: r.target_rkey,
+        };
+        self.sides[1 - i].core.set_peer_placed_word(Some(ad));
+    }
+
+    /// Side `i` reads its word (the check, then the count) and tells its core.
+    fn look_at_word(&mut self, i: usize) {
+        let side = &mut self.sides[i];
+        if !side.word {
+            return;
+        }
+        let at = side.core.config().placed_word_offset();
+        let check = u64::from_ne_bytes(side.target[at + 8..at + 16].try_into().unwrap());
+        let count = u64::from_ne_bytes(side.target[at..at + 8].try_into().unwrap());
+        if let Some(count) = placed_word_count(count, check) {
+            side.core.note_placed(count);
         }
     }
 
@@ -114,6 +151,7 @@ impl Pair {
                 side.core.note_held_tail_byte(*bytes.last().unwrap());
             }
             let mut wr_id = w.wr_id;
+            let word = side.core.placed_word_after(&w);
             let payload = match w.stage {
                 SendStage::Inline => Payload::Bytes(bytes),
                 SendStage::Ring { .. } if side.early => {
@@ -141,6 +179,7 @@ impl Pair {
                 imm: w.imm,
                 payload,
                 wr_id,
+                word,
             });
             done += w.len as usize;
         }
@@ -149,6 +188,7 @@ impl Pair {
 
     /// Reads up to `max` bytes at side `i`, checking each.
     fn recv(&mut self, i: usize, max: usize) -> usize {
+        self.look_at_word(i);
         let side = &mut self.sides[i];
         let mut got = 0;
         while got < max {
@@ -202,6 +242,7 @@ impl Pair {
                 imm: Some(a.imm),
                 payload: Payload::Bytes(vec![a.byte]),
                 wr_id: a.wr_id,
+                word: None,
             });
         }
     }
@@ -254,6 +295,17 @@ impl Pair {
                     mem.len()
                 );
                 mem[off..off + bytes.len()].copy_from_slice(&bytes);
+            }
+            if let Some((addr, key, count)) = m.word {
+                // After the bytes, the count and its check, into the word the peer offered.
+                let peer = &mut self.sides[j];
+                let r = regions(j);
+                assert_eq!(key, r.target_rkey, "the word is in the target area");
+                let at = (addr - r.target_addr) as usize;
+                assert!(peer.word && at + PLACED_WORD_LEN <= peer.target.len());
+                peer.target[at..at + 8].copy_from_slice(&count.to_ne_bytes());
+                peer.target[at + 8..at + 16]
+                    .copy_from_slice(&placed_word_check(count).to_ne_bytes());
             }
             if let Some(imm) = m.imm {
                 if self.sides[j].take_before_message {
@@ -316,6 +368,7 @@ fn ctrl(c: CtrlWrite) -> InFlight {
         imm: c.imm,
         payload: Payload::Bytes(c.payload),
         wr_id: c.wr_id,
+        word: None,
     }
 }
 
@@ -367,8 +420,13 @@ proptest! {
     /// written outside a registered region, and once both sides drain, every send completed
     /// and nothing is left unread.
     #[test]
-    fn streams_arrive_intact(c0 in config(), c1 in config(), coalesce in any::<[bool; 2]>(), early in any::<[(bool, bool); 2]>(), steps in prop::collection::vec(step(), 1..120)) {
+    fn streams_arrive_intact(c0 in config(), c1 in config(), coalesce in any::<[bool; 2]>(), early in any::<[(bool, bool); 2]>(), word in any::<[bool; 2]>(), steps in prop::collection::vec(step(), 1..120)) {
         let mut p = Pair::new([c0, c1]);
+        for (i, on) in word.into_iter().enumerate() {
+            if on {
+                p.offer_word(i);
+            }
+        }
         for ((side, on), (early, first)) in p.sides.iter_mut().zip(coalesce).zip(early) {
             side.core.set_coalescing(on);
             side.core.set_early_grants(early);
@@ -467,6 +525,7 @@ fn riowrite_lands_in_the_published_region() {
         imm: w.imm,
         payload: Payload::Bytes(vec![0xab; 96]),
         wr_id: w.wr_id,
+        word: None,
     });
     p.settle();
     assert!(p.sides[1].iomap_region[4000..].iter().all(|&b| b == 0xab));

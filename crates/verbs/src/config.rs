@@ -111,6 +111,13 @@ pub struct Config {
     /// grant is taken from the target area once it is there, before its message's
     /// datagram arrives.
     pub sock_early_room: bool,
+    /// Stream sockets (`crate::sock`) between softverbs peers: each offers a "bytes
+    /// placed" word (after its target area's slots, advertised after the 40-byte
+    /// connection data), into which a same-host writer writes its cumulative count of
+    /// data bytes after the bytes, in the same copy; the reader reads bytes up to it
+    /// before their DATA message's datagram arrives. Off by default: no gain measured
+    /// yet (docs/sockets.md, session 11).
+    pub sock_placed_word: bool,
     /// A same-host stream socket (`crate::sock`) that moves data keeps its device's
     /// socket handed over to application threads ten times `poll_handoff`
     /// (`Driver::keep_handoff_busy`); off, only the plain poller hand-off applies. On by
@@ -168,6 +175,7 @@ impl Default for Config {
             drop_first_hellos: 0,
             sock_coalesce: true,
             sock_early_room: false,
+            sock_placed_word: false,
             sock_busy_handoff: true,
         }
     }
@@ -287,6 +295,9 @@ impl Config {
         if let Some(on) = switch("SOFTVERBS_SOCK_EARLY_ROOM")? {
             c.sock_early_room = on;
         }
+        if let Some(on) = switch("SOFTVERBS_SOCK_PLACED_WORD")? {
+            c.sock_placed_word = on;
+        }
         if let Some(on) = switch("SOFTVERBS_SOCK_BUSY_HANDOFF")? {
             c.sock_busy_handoff = on;
         }
@@ -393,6 +404,7 @@ mod tests {
             ("SOFTVERBS_SAME_HOST", "0"),
             ("SOFTVERBS_SOCK_COALESCE", "off"),
             ("SOFTVERBS_SOCK_EARLY_ROOM", "1"),
+            ("SOFTVERBS_SOCK_PLACED_WORD", "1"),
             ("SOFTVERBS_SOCK_BUSY_HANDOFF", "0"),
             ("SOFTVERBS_GSO", "no"),
         ])
@@ -401,6 +413,7 @@ mod tests {
         assert!(Config::default().sock_coalesce && Config::default().gso);
         assert!(Config::default().sock_busy_handoff);
         assert!(!Config::default().sock_early_room);
+        assert!(c.sock_placed_word && !Config::default().sock_placed_word);
         assert_eq!(c.same_host, SameHostMode::Off);
         assert_eq!(Config::default().same_host, SameHostMode::Auto);
         assert!(cfg(&[("SOFTVERBS_SAME_HOST", "maybe")]).is_err());

@@ -247,6 +247,13 @@ pub struct DeviceCounters {
     pub sock_grants_from_memory: u64,
     /// Stream socket buffer grants taken when their message arrived (early grants on).
     pub sock_grants_from_message: u64,
+    /// Stream bytes read before their DATA message arrived, from the "bytes placed"
+    /// word (`Config::sock_placed_word`).
+    pub sock_bytes_read_ahead: u64,
+    /// Stream DATA messages every byte of which was read before they arrived.
+    pub sock_messages_read_ahead: u64,
+    /// Stream DATA messages that arrived with bytes to read (word offered).
+    pub sock_messages_announced: u64,
 }
 
 /// What a context is: the device it shares, and what it owns.
@@ -496,6 +503,9 @@ impl Context {
             ack_holds_expired: get(&c.ack_holds_expired),
             sock_grants_from_memory: get(&c.sock_grants_from_memory),
             sock_grants_from_message: get(&c.sock_grants_from_message),
+            sock_bytes_read_ahead: get(&c.sock_bytes_read_ahead),
+            sock_messages_read_ahead: get(&c.sock_messages_read_ahead),
+            sock_messages_announced: get(&c.sock_messages_announced),
         }
     }
 

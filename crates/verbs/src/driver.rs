@@ -106,6 +106,13 @@ pub struct DriverCounters {
     pub sock_grants_from_memory: AtomicU64,
     /// Stream socket buffer grants taken when their message arrived (early grants on).
     pub sock_grants_from_message: AtomicU64,
+    /// Stream bytes read before their DATA message arrived, learned from the "bytes
+    /// placed" word (`StreamCore::set_placed_word`).
+    pub sock_bytes_read_ahead: AtomicU64,
+    /// Stream DATA messages every byte of which was read before they arrived.
+    pub sock_messages_read_ahead: AtomicU64,
+    /// Stream DATA messages that arrived with bytes to read (word offered).
+    pub sock_messages_announced: AtomicU64,
 }
 
 /// A completion channel's queue of CQ events.
@@ -1990,6 +1997,12 @@ impl Driver {
             "sock_grants_from_message",
             get(&dc.sock_grants_from_message),
         ));
+        lines.push(("sock_bytes_read_ahead", get(&dc.sock_bytes_read_ahead)));
+        lines.push((
+            "sock_messages_read_ahead",
+            get(&dc.sock_messages_read_ahead),
+        ));
+        lines.push(("sock_messages_announced", get(&dc.sock_messages_announced)));
         lines.push(("injected_drops", get(&dc.injected_drops)));
         lines.push(("rx_truncated", get(&dc.rx_truncated)));
         let same_host = self.same_host.stat_lines();

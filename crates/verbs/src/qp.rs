@@ -443,13 +443,16 @@ impl Qp {
     /// `source` rather than its payload (`SameHost::post_write_from`): `None` when the
     /// QP has no path or the write cannot be placed now (nothing was posted; post `wr`
     /// the usual way, its payload holding the bytes).
+    /// With `word`, the same copy writes that count after the bytes (a stream's "bytes
+    /// placed" word).
     pub(crate) fn post_write_from(
         &self,
         wr: &SendWr<'_>,
         source: &[&[u8]],
+        word: Option<crate::samehost::WordAfter>,
     ) -> Option<Result<(), PostError>> {
         let d = self.ctx.device.driver().ok()?;
-        d.same_host.post_write_from(self.qp, wr, source, &**d)
+        d.same_host.post_write_from(self.qp, wr, source, word, &**d)
     }
 
     /// Posts `wrs` by the same-host path if the QP has it (`crate::samehost`).

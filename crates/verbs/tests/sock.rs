@@ -1152,3 +1152,168 @@ fn a_sleeping_reader_is_woken_by_the_announcement() {
     (&client).write_all(&data).unwrap();
     assert!(reader.join().unwrap() == data, "damaged");
 }
+
+/// What the "bytes placed" word told the reader on `ctx`: bytes read before their DATA
+/// message arrived, messages wholly read so, messages that arrived with bytes to read.
+fn ahead_counts(ctx: &Context) -> [u64; 3] {
+    let c = ctx.device_counters();
+    [
+        c.sock_bytes_read_ahead,
+        c.sock_messages_read_ahead,
+        c.sock_messages_announced,
+    ]
+}
+
+/// A stream between a server device of `server_cfg` and a client device of
+/// `client_cfg`, with `opts` at both ends.
+fn mixed_pair(
+    server_cfg: Config,
+    client_cfg: Config,
+    opts: StreamOptions,
+) -> (RdmaStream, Context, RdmaStream, Context) {
+    let server_ctx = device(server_cfg);
+    let (listener, at) = listen(&server_ctx, opts.clone());
+    let client_ctx = device(client_cfg);
+    let t = std::thread::spawn(move || {
+        RdmaStream::connect_with(&client_ctx, at, &opts).map(|s| (s, client_ctx))
+    });
+    let (server, _) = listener.accept().unwrap();
+    let (client, client_ctx) = t.join().unwrap().unwrap();
+    (server, server_ctx, client, client_ctx)
+}
+
+/// The default configuration with `Config::sock_placed_word` on.
+fn word_on() -> Config {
+    Config {
+        sock_placed_word: true,
+        ..Config::default()
+    }
+}
+
+/// Small rings (16 KiB receive ring, 8 KiB halves) so that reads ahead cross the ring's
+/// end and its grant halves often.
+fn small_rings() -> StreamOptions {
+    StreamOptions {
+        config: StreamConfig {
+            rbuf_size: 16 * 1024,
+            sbuf_size: 16 * 1024,
+            ..StreamConfig::default()
+        },
+        ..StreamOptions::default()
+    }
+}
+
+/// `total` bytes written by `client` in odd-sized writes and read by `server` in
+/// odd-sized reads on another thread, every byte checked; returns the server back.
+fn odd_sized_transfer(server: RdmaStream, client: &RdmaStream, total: usize) -> RdmaStream {
+    let data = pattern(total, 5);
+    let want = data.clone();
+    let reader = std::thread::spawn(move || {
+        let mut got = vec![0u8; total];
+        let mut off = 0;
+        let mut reads = [1usize, 4095, 777, 65_537, 13, 8192, 30_011].iter().cycle();
+        while off < total {
+            let n = (*reads.next().unwrap()).min(total - off);
+            let r = (&server).read(&mut got[off..off + n]).unwrap();
+            assert!(r > 0, "end of stream after {off} of {total} bytes");
+            off += r;
+        }
+        assert!(got == want, "bytes damaged");
+        server
+    });
+    let mut writes = [65_537usize, 3, 8191, 1000, 16_385, 63, 40_000]
+        .iter()
+        .cycle();
+    let mut off = 0;
+    while off < total {
+        let n = (*writes.next().unwrap()).min(total - off);
+        (&*client).write_all(&data[off..off + n]).unwrap();
+        off += n;
+    }
+    reader.join().unwrap()
+}
+
+/// `Config::sock_placed_word` (`SOFTVERBS_SOCK_PLACED_WORD=1`), same-host path: the reader reads bytes
+/// the writer's "bytes placed" word says are in its ring before their DATA message's
+/// datagram arrives, and every byte arrives intact and in order though writes and reads
+/// of odd sizes wrap a small ring. The best of several transfers decides (a reader
+/// that is not running while the writer writes learns everything from the messages);
+/// `the_placed_word_switched_off_reads_nothing_ahead` is the same with the switch off.
+#[test]
+fn a_same_host_reader_reads_bytes_ahead_of_their_message() {
+    let _counted = common::counted();
+    let (mut server, server_ctx, client, _client_ctx) =
+        mixed_pair(word_on(), word_on(), small_rings());
+    await_same_host(&server, &client);
+    let mut seen = Vec::new();
+    for _ in 0..10 {
+        let before = ahead_counts(&server_ctx);
+        server = odd_sized_transfer(server, &client, 2 << 20);
+        let after = ahead_counts(&server_ctx);
+        let grew: Vec<u64> = after.iter().zip(before).map(|(a, b)| a - b).collect();
+        println!("read ahead: bytes, whole messages; messages announced: {grew:?}");
+        if grew[0] > 0 && grew[1] > 0 {
+            return;
+        }
+        seen.push(grew);
+    }
+    panic!("nothing read ahead in 10 transfers: {seen:?}");
+}
+
+/// The switch off at either end (a peer without the word, as an rdma-core peer): no
+/// byte is read ahead, every byte arrives.
+#[test]
+fn the_placed_word_switched_off_reads_nothing_ahead() {
+    let off = Config {
+        sock_placed_word: false,
+        ..Config::default()
+    };
+    for (server_cfg, client_cfg) in [
+        (off.clone(), off.clone()),
+        (word_on(), off.clone()),
+        (off.clone(), word_on()),
+    ] {
+        let (server, server_ctx, client, client_ctx) =
+            mixed_pair(server_cfg, client_cfg, small_rings());
+        await_same_host(&server, &client);
+        let server = odd_sized_transfer(server, &client, 1 << 20);
+        // And back the other way.
+        let _client = odd_sized_transfer(client, &server, 256 << 10);
+        assert_eq!(ahead_counts(&server_ctx)[..2], [0, 0]);
+        assert_eq!(ahead_counts(&client_ctx)[..2], [0, 0]);
+    }
+}
+
+/// The UDP path (`SOFTVERBS_SAME_HOST=0`) with the word on: nothing is read ahead (no
+/// writer writes the word), every byte arrives, and every message is counted announced.
+#[test]
+fn a_udp_stream_reads_nothing_ahead() {
+    let cfg = Config {
+        same_host: softverbs::SameHostMode::Off,
+        ..word_on()
+    };
+    let (server, server_ctx, client, _client_ctx) = mixed_pair(cfg.clone(), cfg, small_rings());
+    let _server = odd_sized_transfer(server, &client, 1 << 20);
+    assert!(!client.uses_same_host());
+    let [bytes, whole, announced] = ahead_counts(&server_ctx);
+    assert_eq!([bytes, whole], [0, 0]);
+    assert!(announced > 0, "no message counted");
+}
+
+/// With the word on, a reader asleep in a blocking read (well past its spin) is still
+/// woken by the datagram of the WRITE WITH IMM that announces the data.
+#[test]
+fn a_sleeping_reader_with_the_word_is_woken_by_the_announcement() {
+    let (server, _server_ctx, client, _client_ctx) =
+        mixed_pair(word_on(), word_on(), StreamOptions::default());
+    await_same_host(&server, &client);
+    let reader = std::thread::spawn(move || {
+        let mut got = vec![0u8; 3 * 65_536 + 7];
+        (&server).read_exact(&mut got).unwrap();
+        got
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let data = pattern(3 * 65_536 + 7, 11);
+    (&client).write_all(&data).unwrap();
+    assert!(reader.join().unwrap() == data, "damaged");
+}

@@ -8,7 +8,10 @@
 //! completions. A script whose length is not a multiple of 9 turns notification
 //! coalescing on (`StreamCore::set_coalescing`); an odd number of records, early room
 //! (`StreamCore::set_early_grants`: grants taken from the fuzzed target area before their
-//! message, writes unstaged). Nothing may panic, every receive chunk
+//! message, writes unstaged); a number of records whose remainder by 4 is 2 or 3, the
+//! "bytes placed" word (`StreamCore::set_placed_word`: each read first notes a fuzzed
+//! count, as the peer may write anything there; the 16 bytes after the connection data
+//! are parsed as its advertisement). Nothing may panic, every receive chunk
 //! must lie inside the receive ring, every write the core asks for must stay inside the
 //! peer's advertised grants, and an announcement must announce exactly the held bytes.
 #![no_main]
@@ -35,11 +38,15 @@ fuzz_target!(|data: &[u8]| {
     let fallback = StreamCore::new(cfg, local).conn_data();
     let (head, script) = data.split_at(data.len().min(CONN_DATA_LEN));
     let peer = ConnData::parse(head).unwrap_or(fallback);
+    let ad = PlacedWordAd::parse(data);
     core.handle_connected(&peer);
     let coalescing = script.len() % 9 != 0;
     core.set_coalescing(coalescing);
     let early = (script.len() / 9) % 2 == 1;
     core.set_early_grants(early);
+    let word = (script.len() / 9) % 4 >= 2;
+    core.set_placed_word(word);
+    core.set_peer_placed_word(ad);
     let mut target = vec![0u8; cfg.target_area_len()];
     let mut posted: Vec<u64> = Vec::new();
     for rec in script.chunks_exact(9) {
@@ -63,6 +70,9 @@ fuzz_target!(|data: &[u8]| {
                 }
             }
             2 => {
+                if word {
+                    let _ = core.note_placed(u64::from(imm) << 8 | u64::from(len % 4096));
+                }
                 if let Some(c) = core.recv_chunk() {
                     assert!(c.offset.checked_add(c.len).unwrap() <= cfg.rbuf_size);
                     core.consume(len % (c.len + 1));
@@ -71,6 +81,9 @@ fuzz_target!(|data: &[u8]| {
             3 => {
                 if let Some(w) = core.start_data(len) {
                     assert!(w.len <= len && w.len > 0);
+                    if let Some((addr, _, _)) = core.placed_word_after(&w) {
+                        assert_eq!(Some(addr), ad.map(|a| a.addr));
+                    }
                     // Only a coalescing stream holds a write back (no immediate).
                     assert!(coalescing || w.imm.is_some());
                     // An announced write never leaves held bytes behind it: the peer

@@ -452,3 +452,268 @@ fn an_unstaged_write_gives_its_send_ring_back_at_once() {
     b.handle_send_completion(w.wr_id, true).unwrap();
     assert_eq!(b.sbuf_bytes_avail, 4096);
 }
+
+/// A reader with the "bytes placed" word offered.
+fn word_reader() -> StreamCore {
+    let mut a = connected(small());
+    a.set_placed_word(true);
+    a
+}
+
+fn data(a: &mut StreamCore, len: u32) -> Result<(), ProtocolError> {
+    a.handle_recv(Some(Msg::Data(len).to_imm()), len, &[])
+}
+
+#[test]
+fn bytes_read_ahead_are_the_first_of_their_message_when_it_arrives() {
+    let mut a = word_reader();
+    assert!(!a.read_ready());
+    assert!(a.note_placed(300));
+    assert!(a.read_ready());
+    assert_eq!(a.available(), 300);
+    assert_eq!(
+        a.recv_chunk(),
+        Some(RecvChunk {
+            offset: 0,
+            len: 300
+        })
+    );
+    a.consume(200);
+    assert_eq!(
+        a.recv_chunk(),
+        Some(RecvChunk {
+            offset: 200,
+            len: 100
+        })
+    );
+    // The message of the 300: only its last 100 are left to read, once.
+    data(&mut a, 300).unwrap();
+    assert_eq!(a.available(), 100);
+    assert_eq!(
+        a.recv_chunk(),
+        Some(RecvChunk {
+            offset: 200,
+            len: 100
+        })
+    );
+    a.consume(100);
+    assert_eq!(a.recv_chunk(), None);
+    assert!(!a.read_ready());
+    assert_eq!(
+        a.take_ahead_stats(),
+        AheadStats {
+            bytes: 200,
+            whole_messages: 0,
+            announced_messages: 1
+        }
+    );
+    assert_eq!(a.take_ahead_stats(), AheadStats::default());
+}
+
+#[test]
+fn a_message_wholly_read_ahead_gives_its_credit_back_at_once() {
+    let mut a = word_reader();
+    // The first credit update (the second half) goes at once, as ever.
+    assert_eq!(
+        a.poll_ctrl().map(|c| c.imm),
+        Some(Some(Msg::Sgl(16).to_imm()))
+    );
+    // 8 messages of 100 bytes, all read before any arrives: each then counts read at
+    // once, and half the credits used means a credit update is due (8 + 16).
+    assert!(a.note_placed(800));
+    a.consume(800);
+    assert_eq!(
+        a.poll_ctrl(),
+        None,
+        "no half free, no half of the credits used"
+    );
+    for _ in 0..8 {
+        data(&mut a, 100).unwrap();
+        assert!(!a.read_ready());
+    }
+    assert_eq!(a.available(), 0);
+    assert_eq!(
+        a.poll_ctrl().map(|c| c.imm),
+        Some(Some(Msg::Sgl(24).to_imm()))
+    );
+    assert_eq!(a.take_ahead_stats().whole_messages, 8);
+    // 150 read ahead: a message of 100 wholly, then 50 of one of 250.
+    assert!(a.note_placed(950));
+    a.consume(150);
+    data(&mut a, 100).unwrap();
+    data(&mut a, 250).unwrap();
+    assert_eq!(
+        a.recv_chunk(),
+        Some(RecvChunk {
+            offset: 950,
+            len: 200
+        })
+    );
+    assert_eq!(
+        a.take_ahead_stats(),
+        AheadStats {
+            bytes: 150,
+            whole_messages: 1,
+            announced_messages: 1
+        }
+    );
+}
+
+#[test]
+fn the_word_is_believed_only_within_the_room_granted_and_when_offered() {
+    let mut a = word_reader();
+    // 4096 granted (the first half): a larger count is torn or a peer's lie.
+    assert!(!a.note_placed(4097));
+    assert_eq!(a.available(), 0);
+    assert!(a.note_placed(4096));
+    assert!(!a.note_placed(10), "a count never goes back");
+    assert_eq!(a.available(), 4096);
+    // Queued messages are read first; the word's bytes after them.
+    let mut b = word_reader();
+    data(&mut b, 100).unwrap();
+    assert!(b.note_placed(300));
+    assert_eq!(b.available(), 100);
+    assert_eq!(
+        b.recv_chunk(),
+        Some(RecvChunk {
+            offset: 0,
+            len: 100
+        })
+    );
+    b.consume(100);
+    assert_eq!(
+        b.recv_chunk(),
+        Some(RecvChunk {
+            offset: 100,
+            len: 200
+        })
+    );
+    // Without the word offered, a value is ignored.
+    let mut c = connected(small());
+    assert!(!c.note_placed(100));
+    assert!(!c.read_ready());
+    assert_eq!(c.recv_chunk(), None);
+}
+
+#[test]
+fn reading_ahead_wraps_the_ring() {
+    let mut a = word_reader();
+    a.poll_ctrl().unwrap();
+    data(&mut a, 4096).unwrap();
+    data(&mut a, 3904).unwrap();
+    while let Some(c) = a.recv_chunk() {
+        a.consume(c.len);
+    }
+    // The first half is free again: granted.
+    assert!(a.poll_ctrl().is_some());
+    assert!(a.note_placed(8000 + 300));
+    assert_eq!(
+        a.recv_chunk(),
+        Some(RecvChunk {
+            offset: 8000,
+            len: 192
+        })
+    );
+    a.consume(192);
+    assert_eq!(
+        a.recv_chunk(),
+        Some(RecvChunk {
+            offset: 0,
+            len: 108
+        })
+    );
+    let chunk = |offset, len| RecvChunk { offset, len };
+    assert_eq!(a.peek_chunks(1000), [chunk(0, 108)]);
+    a.consume(108);
+    data(&mut a, 300).unwrap();
+    assert!(!a.read_ready());
+}
+
+#[test]
+fn end_of_stream_after_bytes_read_ahead() {
+    // Everything read ahead, then the message and the SHUTDOWN: EOF, nothing more.
+    let mut a = word_reader();
+    assert!(a.note_placed(100));
+    a.consume(100);
+    data(&mut a, 100).unwrap();
+    a.handle_recv(Some(Msg::Ctrl(Ctrl::Shutdown).to_imm()), 0, &[])
+        .unwrap();
+    assert!(a.read_ready() && !a.is_readable());
+    assert_eq!(a.recv_chunk(), None);
+    assert_eq!(a.available(), 0);
+    // Part read ahead: the rest of the message is read before the end.
+    let mut b = word_reader();
+    assert!(b.note_placed(100));
+    b.consume(60);
+    data(&mut b, 100).unwrap();
+    b.handle_recv(Some(Msg::Ctrl(Ctrl::Shutdown).to_imm()), 0, &[])
+        .unwrap();
+    assert_eq!(
+        b.recv_chunk(),
+        Some(RecvChunk {
+            offset: 60,
+            len: 40
+        })
+    );
+    b.consume(40);
+    assert_eq!(b.recv_chunk(), None);
+    assert!(b.read_ready());
+    // A message longer than the room left after what was read ahead is still refused.
+    let mut c = word_reader();
+    assert!(c.note_placed(4000));
+    c.consume(4000);
+    assert!(matches!(
+        data(&mut c, 4096 + 1),
+        Err(ProtocolError::DataBeyondGrant { .. })
+    ));
+}
+
+#[test]
+fn a_writer_gives_its_cumulative_count_after_each_data_write() {
+    let mut a = connected(small());
+    let w = a.start_data(100).unwrap();
+    assert_eq!(a.placed_word_after(&w), None, "the peer offered no word");
+    let ad = PlacedWordAd {
+        addr: 0x2000_0000 + 80,
+        key: 0x22,
+    };
+    a.set_peer_placed_word(Some(ad));
+    let w = a.start_data(200).unwrap();
+    assert_eq!(a.placed_word_after(&w), Some((ad.addr, ad.key, 300)));
+    a.set_coalescing(true);
+    let w = a.start_data(50).unwrap();
+    assert_eq!(w.imm, None, "held");
+    assert_eq!(a.placed_word_after(&w), Some((ad.addr, ad.key, 350)));
+}
+
+#[test]
+fn a_placed_word_is_believed_only_when_its_check_matches_its_count() {
+    // Whole pairs, the zeroed word included, give their count back.
+    for count in [0, 1, 4096, 65536 * 3 + 17, u64::MAX] {
+        assert_eq!(
+            placed_word_count(count, placed_word_check(count)),
+            Some(count)
+        );
+    }
+    assert_ne!(placed_word_check(0), 0, "a zeroed word is no valid pair");
+    // A count beside the check of an earlier or later count (a reader between the two
+    // halves of a write), and every count torn between two neighbouring counts byte by
+    // byte, beside either count's check: none is believed unless it is that count.
+    let (old, new) = (0x0000_0001_ffff_f000_u64, 0x0000_0002_0000_f000_u64);
+    assert_eq!(placed_word_count(new, placed_word_check(old)), None);
+    assert_eq!(placed_word_count(old, placed_word_check(new)), None);
+    let (o, n) = (old.to_ne_bytes(), new.to_ne_bytes());
+    for mask in 0u32..256 {
+        let torn: Vec<u8> = (0..8)
+            .map(|i| if mask & (1 << i) != 0 { n[i] } else { o[i] })
+            .collect();
+        let torn = u64::from_ne_bytes(torn.try_into().unwrap());
+        for check in [placed_word_check(old), placed_word_check(new)] {
+            let believed = placed_word_count(torn, check);
+            assert!(
+                believed.is_none() || check == placed_word_check(torn),
+                "torn {torn:#x} believed"
+            );
+        }
+    }
+}

@@ -23,7 +23,7 @@
 
 pub use softverbs_wire::samehost as hello;
 mod post;
-pub(crate) use post::run_hook_unless_placing;
+pub(crate) use post::{run_hook_unless_placing, WordAfter};
 pub mod retry;
 pub mod table;
 pub mod vm;

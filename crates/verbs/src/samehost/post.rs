@@ -64,6 +64,23 @@ impl std::ops::DerefMut for PlaceGuard<'_> {
     }
 }
 
+/// A count written after a placed write's bytes, in the same copy
+/// ([`SameHost::post_write_from`]): a stream's "bytes placed" word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct WordAfter {
+    /// The peer's address of the word (the count; its check follows it).
+    pub remote_addr: u64,
+    /// Its R_Key.
+    pub rkey: u32,
+    /// The count.
+    pub value: u64,
+    /// What follows the count, written after it (`softverbs_sock::placed_word_check`).
+    pub check: u64,
+}
+
+/// Bytes of a [`WordAfter`] in the peer's memory (the count and its check).
+const WORD_AFTER_LEN: usize = 16;
+
 /// The buffers of placement, reused.
 #[derive(Default)]
 pub(super) struct PlaceState {
@@ -110,7 +127,7 @@ impl SameHost {
             let Some(target) = PlacedTarget::of(wr) else {
                 break;
             };
-            if !self.move_bytes(table, &link, &target, &st.pieces[span.clone()], &[]) {
+            if !self.move_bytes(table, &link, &target, &st.pieces[span.clone()], &[], None) {
                 break;
             }
             moved += 1;
@@ -206,11 +223,17 @@ impl SameHost {
     /// the usual way with its payload holding the bytes (which may have reached the
     /// peer's memory already: the usual write then carries the same bytes over them,
     /// into a range the peer granted and does not read before the write's completion).
+    ///
+    /// With `word`, the same copy then writes `word.value` and then `word.check` into the
+    /// peer's memory at `word.remote_addr` (two 8-byte ranges, after the bytes: a stream's
+    /// "bytes placed" word), when the peer's table allows it there; otherwise the bytes go
+    /// alone.
     pub fn post_write_from(
         &self,
         qp: QpHandle,
         wr: &SendWr<'_>,
         source: &[&[u8]],
+        word: Option<WordAfter>,
         engine: &dyn EngineAccess,
     ) -> Option<Result<(), softverbs_engine::PostError>> {
         let table = self.table.as_ref()?;
@@ -221,7 +244,7 @@ impl SameHost {
         let link = self.link(qp)?;
         self.counters.posts.fetch_add(1, Ordering::Relaxed);
         let mut st = self.lock_place();
-        if !self.place_one(table, &link, qp, wr, Some(source), &mut st, engine) {
+        if !self.place_one(table, &link, qp, wr, Some(source), word, &mut st, engine) {
             return None;
         }
         let c = &self.counters;
@@ -257,6 +280,7 @@ impl SameHost {
         qp: QpHandle,
         wr: &SendWr<'_>,
         source: Option<&[&[u8]]>,
+        word: Option<WordAfter>,
         st: &mut PlaceState,
         engine: &dyn EngineAccess,
     ) -> bool {
@@ -296,7 +320,7 @@ impl SameHost {
             );
         }
         // (A WR not placed is counted where it is posted.)
-        ok && self.move_bytes(table, link, &target, &st.pieces, &st.bounce)
+        ok && self.move_bytes(table, link, &target, &st.pieces, &st.bounce, word)
     }
 
     /// Checks `target` against the peer's table and QP word and moves its bytes: a
@@ -309,6 +333,7 @@ impl SameHost {
         target: &PlacedTarget,
         pieces: &[(u64, usize)],
         bounce: &[u8],
+        word: Option<WordAfter>,
     ) -> bool {
         let c = &self.counters;
         let need = if target.write {
@@ -333,8 +358,40 @@ impl SameHost {
                     false
                 }
                 Ok(()) if target.write && !pieces.is_empty() => {
-                    vm::write_gather(peer.pid(), target.remote_addr, pieces).ok()
-                        == Some(target.len)
+                    // The word's count, then its check, after the bytes, where the peer's table
+                    // lets this QP write them (else the bytes go alone).
+                    let word = word.filter(|w| {
+                        pieces.len() + 2 <= vm::MAX_PIECES
+                            && peer
+                                .lookup(w.rkey)
+                                .and_then(|e| {
+                                    e.check(link.remote_pd, w.remote_addr, WORD_AFTER_LEN, need)
+                                })
+                                .is_ok()
+                    });
+                    match word {
+                        None => {
+                            vm::write_gather(peer.pid(), target.remote_addr, pieces).ok()
+                                == Some(target.len)
+                        }
+                        Some(w) => {
+                            let (value, check) = (w.value.to_ne_bytes(), w.check.to_ne_bytes());
+                            let mut sources = [(0, 0); vm::MAX_PIECES];
+                            let n = pieces.len();
+                            sources[..n].copy_from_slice(pieces);
+                            // Three remote ranges, each its own copy in the kernel, in
+                            // order: the bytes, the count, its check.
+                            sources[n] = (value.as_ptr() as u64, 8);
+                            sources[n + 1] = (check.as_ptr() as u64, 8);
+                            let remotes = [
+                                (target.remote_addr, target.len),
+                                (w.remote_addr, 8),
+                                (w.remote_addr + 8, 8),
+                            ];
+                            vm::write_gather_to(peer.pid(), &remotes, &sources[..n + 2]).ok()
+                                == Some(target.len + WORD_AFTER_LEN)
+                        }
+                    }
                 }
                 Ok(()) if target.write => {
                     vm::write_to(peer.pid(), target.remote_addr, bounce).ok() == Some(target.len)
@@ -399,7 +456,7 @@ impl SameHost {
                     });
                     let ok = ok
                         && link.as_ref().is_some_and(|l| {
-                            self.move_bytes(table, l, &h.target, &st.pieces, &st.bounce)
+                            self.move_bytes(table, l, &h.target, &st.pieces, &st.bounce, None)
                         });
                     if !ok {
                         break;

@@ -4,7 +4,7 @@
 use std::io;
 
 /// The most local pieces one gathered or scattered copy takes.
-const MAX_PIECES: usize = 32;
+pub(crate) const MAX_PIECES: usize = 32;
 
 /// An iovec for `len` bytes at `addr` (in this process or the peer's).
 fn iovec(addr: u64, len: usize) -> libc::iovec {
@@ -70,6 +70,34 @@ pub fn write_gather(pid: u32, remote_addr: u64, sources: &[(u64, usize)]) -> io:
             sources.len() as libc::c_ulong,
             &riov,
             1,
+            0,
+        )
+    };
+    copied(n)
+}
+
+/// [`write_gather`] into several remote ranges `remotes` (address, length), filled in
+/// order from the local pieces taken in order: the kernel copies range by range (a
+/// stream's bytes first, then its "bytes placed" word, which so never lands before
+/// them). The count copied (short on a fault part way: nothing after it was written).
+pub fn write_gather_to(
+    pid: u32,
+    remotes: &[(u64, usize)],
+    sources: &[(u64, usize)],
+) -> io::Result<usize> {
+    let (liov, _) = piece_iovecs(sources)?;
+    let (riov, _) = piece_iovecs(remotes)?;
+    crate::driver::note_syscall();
+    // SAFETY: as `write_gather`: the kernel only reads the local pieces (a caller's live
+    // buffer or registered memory) and writes the remote ranges, each of which the
+    // caller checked against the peer's published, fenced region table.
+    let n = unsafe {
+        libc::process_vm_writev(
+            pid as libc::pid_t,
+            liov.as_ptr(),
+            sources.len() as libc::c_ulong,
+            riov.as_ptr(),
+            remotes.len() as libc::c_ulong,
             0,
         )
     };
@@ -177,6 +205,15 @@ mod tests {
         let sinks = [(a.as_mut_ptr() as u64, 30), (b.as_mut_ptr() as u64, 70)];
         assert_eq!(read_scatter(pid, src.as_ptr() as u64, &sinks).unwrap(), 100);
         assert_eq!((&a[..], &b[..]), (&src[..30], &src[30..]));
+        // Two remote ranges filled in order from one gathered source.
+        let mut far = vec![0u8; 20];
+        let remotes = [
+            (dst.as_mut_ptr() as u64, 90),
+            (far.as_mut_ptr() as u64 + 4, 10),
+        ];
+        let pieces = [(src.as_ptr() as u64, 100)];
+        assert_eq!(write_gather_to(pid, &remotes, &pieces).unwrap(), 100);
+        assert_eq!((&dst[..90], &far[4..14]), (&src[..90], &src[90..]));
         let word = 0x1122_3344_5566_7788u64;
         assert_eq!(probe(pid, &word as *const u64 as u64).unwrap(), word);
         // An unmapped address faults; a pid that does not exist is refused.

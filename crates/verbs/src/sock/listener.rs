@@ -125,7 +125,8 @@ impl RdmaListener {
             let addr = id
                 .peer_addr()
                 .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
-            return Ok((res.into_stream(id, qp, &peer, opts.linger), addr));
+            let peer_word = softverbs_sock::PlacedWordAd::parse(&data);
+            return Ok((res.into_stream(id, qp, &peer, peer_word, opts.linger), addr));
         }
     }
 

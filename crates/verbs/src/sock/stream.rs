@@ -11,8 +11,8 @@ use softverbs_engine::{
     AccessFlags, Payload, QpCap, Rkey, SendFlags, SendOp, SendWr, WcStatus, WorkCompletion,
 };
 use softverbs_sock::{
-    Config, ConnData, CtrlWrite, DataWrite, IomapEntry, LocalRegions, Msg, RsSge, SendChunks,
-    SendStage, StreamCore, RS_SGE_LEN, TARGET_AREA_HEAD,
+    Config, ConnData, CtrlWrite, DataWrite, IomapEntry, LocalRegions, Msg, PlacedWordAd, RsSge,
+    SendChunks, SendStage, StreamCore, PLACED_WORD_LEN, RS_SGE_LEN, TARGET_AREA_HEAD,
 };
 use std::io;
 use std::net::SocketAddr;
@@ -143,6 +143,9 @@ pub(crate) struct Resources {
     coalesce: bool,
     // The device's `Config::sock_early_room`.
     early_room: bool,
+    // The device's `Config::sock_placed_word`: the target area holds the word after its
+    // slots, and the connection data says where.
+    placed_word: bool,
 }
 
 impl Resources {
@@ -164,7 +167,9 @@ impl Resources {
         let rbuf = pd
             .reg_mr(RingMemory::new(cfg.rbuf_size as usize), remote)
             .map_err(io::Error::other)?;
-        let target = reg(cfg.target_area_len(), remote)?;
+        let placed_word = ctx.config().sock_placed_word;
+        let word_len = if placed_word { PLACED_WORD_LEN } else { 0 };
+        let target = reg(cfg.target_area_len() + word_len, remote)?;
         let sbuf = reg(cfg.sbuf_size as usize, AccessFlags::LOCAL_WRITE)?;
         let core = StreamCore::new(
             cfg,
@@ -185,15 +190,26 @@ impl Resources {
             core,
             coalesce: ctx.config().sock_coalesce,
             early_room: ctx.config().sock_early_room,
+            placed_word,
         })
     }
 
     /// rsocket's connection parameters with this side's connection data: no RDMA READ
     /// (responder resources and initiator depth 0), flow control, 7 retries and RNR
     /// retries (CM reference §5.1).
+    /// With the "bytes placed" word on, the 40 bytes are followed by where the word is
+    /// (`PlacedWordAd`; rdma-core reads only the 40).
     pub(crate) fn conn_param(&self) -> ConnParam {
+        let mut private_data = self.core.conn_data().to_bytes().to_vec();
+        if self.placed_word {
+            let ad = PlacedWordAd {
+                addr: self.target.addr() + self.core.config().placed_word_offset() as u64,
+                key: self.target.rkey(),
+            };
+            private_data.extend_from_slice(&ad.to_bytes());
+        }
         ConnParam {
-            private_data: self.core.conn_data().to_bytes().to_vec(),
+            private_data,
             responder_resources: 0,
             initiator_depth: 0,
             flow_control: true,
@@ -227,10 +243,16 @@ impl Resources {
         id: CmId,
         qp: Arc<Qp>,
         peer: &ConnData,
+        peer_word: Option<PlacedWordAd>,
         linger: Duration,
     ) -> RdmaStream {
         self.core.handle_connected(peer);
         self.core.set_early_grants(self.early_room);
+        // The word both ways only between peers that both have it on; a writer uses the
+        // peer's only on the same-host path (`post_data`).
+        self.core.set_placed_word(self.placed_word);
+        self.core
+            .set_peer_placed_word(peer_word.filter(|_| self.placed_word));
         let core = Arc::new(Mutex::new(self.core));
         let coalescer = Arc::new(Coalescer {
             core: Arc::downgrade(&core),
@@ -318,7 +340,8 @@ impl RdmaStream {
         let ev =
             expect(&channel, CmEventKind::Established, "connect", timeout).map_err(cm_to_io)?;
         let peer = ConnData::parse(ev.private_data()).map_err(bad_conn_data)?;
-        Ok(res.into_stream(id, qp, &peer, opts.linger))
+        let peer_word = PlacedWordAd::parse(ev.private_data());
+        Ok(res.into_stream(id, qp, &peer, peer_word, opts.linger))
     }
 
     fn lock(&self) -> CoreGuard<'_> {
@@ -433,6 +456,7 @@ impl RdmaStream {
             }
         });
         self.take_grant_from_memory(core);
+        self.note_placed_word(core);
     }
 
     /// Early grants (`StreamCore::set_early_grants`): on the same-host path, takes the
@@ -456,6 +480,46 @@ impl RdmaStream {
                     .sock_grants_from_memory
                     .fetch_add(1, Ordering::Relaxed);
             }
+        }
+    }
+
+    /// The "bytes placed" word (`StreamCore::set_placed_word`): reads its check (written
+    /// last) first, then its count, each followed by an Acquire fence (the ring's bytes up
+    /// to the count are read after it), and tells the core the count when the check
+    /// matches it (`softverbs_sock::placed_word_count`: a half being written is torn; the
+    /// next look sees it whole). Then counts what the word and the messages told since
+    /// the last look.
+    fn note_placed_word(&self, core: &mut StreamCore) {
+        if !core.placed_word_offered() {
+            return;
+        }
+        let at = core.config().placed_word_offset();
+        let (mut count, mut check) = ([0u8; 8], [0u8; 8]);
+        self.target.read(at + 8, &mut check);
+        std::sync::atomic::fence(Ordering::Acquire);
+        self.target.read(at, &mut count);
+        std::sync::atomic::fence(Ordering::Acquire);
+        let found = u64::from_ne_bytes(count);
+        if let Some(count) = softverbs_sock::placed_word_count(found, u64::from_ne_bytes(check)) {
+            core.note_placed(count);
+        }
+        self.count_ahead(core);
+    }
+
+    /// Adds what the word and the messages told the core to the device's counters.
+    fn count_ahead(&self, core: &mut StreamCore) {
+        let stats = core.take_ahead_stats();
+        if stats == softverbs_sock::AheadStats::default() {
+            return;
+        }
+        if let Some(d) = self.cq.driver() {
+            let c = &d.counters;
+            c.sock_bytes_read_ahead
+                .fetch_add(stats.bytes, Ordering::Relaxed);
+            c.sock_messages_read_ahead
+                .fetch_add(stats.whole_messages, Ordering::Relaxed);
+            c.sock_messages_announced
+                .fetch_add(stats.announced_messages, Ordering::Relaxed);
         }
     }
 
@@ -647,7 +711,16 @@ impl RdmaStream {
                 // (`Config::sock_early_room`.)
                 wr.wr_id = core.unstage(w);
             }
-            if let Some(r) = self.qp.post_write_from(&wr, &[data]) {
+            // The "bytes placed" word after the bytes, in the same copy.
+            let word = core.placed_word_after(w).map(|(remote_addr, rkey, value)| {
+                crate::samehost::WordAfter {
+                    remote_addr,
+                    rkey,
+                    value,
+                    check: softverbs_sock::placed_word_check(value),
+                }
+            });
+            if let Some(r) = self.qp.post_write_from(&wr, &[data], word) {
                 return r.map_err(|e| {
                     let _ = core.handle_send_completion(wr.wr_id, false);
                     reset(e)
@@ -749,6 +822,10 @@ impl RdmaStream {
         // releases it) alone, just before the write's own datagram, and paid a
         // `recvmmsg` and a `sched_yield` for nothing.
         let mut core = self.lock();
+        // (A reader may find bytes placed that no message announced yet.)
+        if !ready(&core) {
+            self.note_placed_word(&mut core);
+        }
         if ready(&core) {
             return Ok(core);
         }
@@ -831,7 +908,12 @@ impl RdmaStream {
                 .read(chunk.offset as usize, &mut buf[got..got + n]);
             core.consume(n as u32);
             got += n;
+            if got < buf.len() && core.recv_chunk().is_none() {
+                // More may have been placed meanwhile.
+                self.note_placed_word(core);
+            }
         }
+        self.count_ahead(core);
         if got > 0 {
             self.keep_socket_while_busy();
             // Reading freed room: the peer may be waiting for a grant.
