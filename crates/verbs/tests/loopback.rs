@@ -1648,3 +1648,57 @@ fn a_receive_posted_in_the_error_state_fires_the_armed_channel() {
     assert_eq!(n, 1);
     assert_eq!((wcs[0].wr_id, wcs[0].status), (2, WcStatus::WrFlushErr));
 }
+
+#[test]
+fn a_poll_loop_off_its_cpu_for_longer_than_the_hand_off_keeps_the_socket() {
+    let _counted = counted();
+    // Two spinning ends of a ping-pong that share one CPU take turns through their
+    // yields, each off the CPU for tens of µs at a time, often longer than the 50 µs
+    // hand-off (`softverbs perf send --lat` on an idle 2-core host, where the scheduler
+    // left its two processes on one CPU in some runs). The progress threads then took the
+    // socket, and received 15-80 % of the datagrams (the one-way trip 75-130 µs against
+    // 13 µs). A hand-off now lasts ten times longer (500 µs) while a loop is under way
+    // (its thread has not found its completion yet). Here B's thread polls in a loop,
+    // then is away for 150 µs (a sleep in place of a preemption) while A's SEND arrives:
+    // its next poll receives it, not B's progress thread. Rounds where the thread was
+    // away for longer than 400 µs (a sleep that overslept on a busy host) are not judged.
+    // With the plain hand-off the progress thread took the SEND in nearly every round.
+    const ROUNDS: u64 = 40;
+    const AWAY: Duration = Duration::from_micros(150);
+    const JUDGED_WITHIN: Duration = Duration::from_micros(400);
+    let (a, b) = pair(Config::default());
+    let (sa, sb) = ([a.mr.sge(0, 8)], [b.mr.sge(0, 8)]);
+    let (mut judged, mut taken) = (0, 0);
+    for i in 0..ROUNDS {
+        a.qp.post_recv(i, &[a.mr.sge(64, 64)]).unwrap();
+        b.qp.post_recv(i, &[b.mr.sge(64, 64)]).unwrap();
+        // A poll loop: two empty polls close together (after B's earlier SENDs'
+        // completions, which come with A's ACKs).
+        let mut wc = [WorkCompletion::default()];
+        while b.cq.poll(&mut wc) != 0 || b.cq.poll(&mut wc) != 0 {
+            assert_eq!(wc[0].opcode, WcOpcode::Send);
+        }
+        let left = std::time::Instant::now();
+        let before = b.ctx.device_counters().rx_by_progress_thread;
+        a.qp.post_send(&SendWr::new(i, SendOp::Send, &sa)).unwrap();
+        std::thread::sleep(AWAY);
+        let away = left.elapsed();
+        let after = b.ctx.device_counters().rx_by_progress_thread;
+        assert_eq!(spin_recv(&b.cq).0, i);
+        b.qp.post_send(&SendWr::new(i, SendOp::Send, &sb)).unwrap();
+        assert_eq!(spin_recv(&a.cq).0, i);
+        if away < JUDGED_WITHIN {
+            judged += 1;
+            taken += u64::from(after > before);
+        }
+    }
+    assert!(
+        judged >= ROUNDS / 4,
+        "only {judged} of {ROUNDS} rounds were away for less than {JUDGED_WITHIN:?}"
+    );
+    assert!(
+        taken * 10 <= judged,
+        "B's progress thread received while its poll loop was away in {taken} of {judged} \
+         rounds"
+    );
+}
