@@ -250,6 +250,9 @@ pub(crate) struct Driver {
     /// a loop is under way and the hand-off lasts longer ([`Driver::poller_handoff_at`]).
     loop_polled_at: AtomicU64,
     loop_found_at: AtomicU64,
+    /// The engine's request packets in flight as the last pump left them
+    /// (`Engine::packets_in_flight`), readable without the lock.
+    packets_in_flight: AtomicU64,
     /// The progress thread sleeps without watching the socket (a hand-off to pollers).
     socket_unwatched: AtomicBool,
     /// Whether `State::held` is not 0 (read without the lock).
@@ -618,6 +621,7 @@ impl Driver {
             app_looked_at: AtomicU64::new(0),
             loop_polled_at: AtomicU64::new(0),
             loop_found_at: AtomicU64::new(0),
+            packets_in_flight: AtomicU64::new(0),
             socket_unwatched: AtomicBool::new(false),
             acks_held: AtomicBool::new(false),
             progress_hold_until: AtomicU64::new(0),
@@ -721,6 +725,8 @@ impl Driver {
         d.hellos.extend(self.same_host.due_offers(&st.engine, now));
         let next = self.next_deadline(st).map_or(u64::MAX, |t| t.as_nanos());
         self.next_timer.store(next, Ordering::Release);
+        self.packets_in_flight
+            .store(st.engine.packets_in_flight(), Ordering::Relaxed);
         // A progress thread that left the socket to pollers sleeps no longer than the
         // hand-off, and the pollers fire due timers meanwhile: waking it for an earlier
         // timer would cost a context switch per posted message.
@@ -1455,7 +1461,8 @@ impl Driver {
         // A loop starts the hand-off; any empty poll of a spinning thread prolongs it.
         if spinning && (in_loop || self.poller_handoff_at(now).is_some()) {
             self.app_polled_at.fetch_max(now + 1, Ordering::SeqCst);
-            if looping {
+            if looping && self.packets_in_flight.load(Ordering::Relaxed) <= Self::LOOP_FEW_IN_FLIGHT
+            {
                 self.loop_polled_at.fetch_max(now + 1, Ordering::SeqCst);
             }
             self.push_handoff_timer(now);
@@ -1696,7 +1703,8 @@ impl Driver {
     /// [`Driver::poller_handoff`] at `now` (the driver's clock, ns).
     ///
     /// While a poll loop is under way (a thread whose empty polls made a loop has not
-    /// found its completion yet) the hand-off lasts [`Driver::LOOP_HANDOFF`] times
+    /// found its completion yet, with few packets in flight: [`Driver::LOOP_FEW_IN_FLIGHT`])
+    /// the hand-off lasts [`Driver::LOOP_HANDOFF`] times
     /// `poll_handoff` after that loop's last empty poll (500 µs by default): the loop
     /// polls again once it has a CPU. Two spinning ends of a ping-pong that share one
     /// CPU (on an idle 2-core host the scheduler left them there in some runs) take turns
@@ -1735,6 +1743,16 @@ impl Driver {
     /// `poll_handoff` (ns): a long `poll_handoff` (tests set 100 ms) is stretched little.
     const LOOP_HANDOFF: u64 = 10;
     const LOOP_HANDOFF_EXTRA_MAX: u64 = 450_000;
+    /// Only the empty polls of a loop whose device has at most this many request packets
+    /// in flight (one 64 KiB message at a 4096-byte MTU) make the hand-off longer. A
+    /// ping-pong has one message in flight; a bandwidth sender has a window of them, and
+    /// while it is off its CPU its progress thread takes the ACKs in and sends the WRs
+    /// queued behind them. With every loop's polls extending, the progress thread's share
+    /// of a 64 KiB WRITE sender's datagrams fell from 0.57-0.74 to 0.02-0.23, and its
+    /// bandwidth was lower in 7 of 10 interleaved pairs (`bench/bw-ab.sh`, load 5-6.7:
+    /// median 1.34 → 1.17 GB/s); with this limit 1.67 → 1.54 GB/s in 6 pairs (load
+    /// 5.7-6.3), within the runs' swing.
+    const LOOP_FEW_IN_FLIGHT: u64 = 16;
 
     /// A spinning poller's empty poll at `now` prolonged the hand-off: while the progress
     /// thread sleeps on its hand-off timer ([`Driver::sleep_on_handoff_timer`]) the poller

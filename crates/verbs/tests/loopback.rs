@@ -1702,3 +1702,66 @@ fn a_poll_loop_off_its_cpu_for_longer_than_the_hand_off_keeps_the_socket() {
          rounds"
     );
 }
+
+#[test]
+fn a_poll_loop_with_a_window_in_flight_keeps_the_plain_hand_off() {
+    let _counted = counted();
+    // A bandwidth sender polls in a loop with many request packets in flight: while it is
+    // off its CPU its progress thread takes what arrives in (ACKs, and sends what waits
+    // behind them) once the plain 50 µs hand-off ends; the longer hand-off of a loop under
+    // way is for loops with at most one 64 KiB message in flight (a ping-pong). A posts
+    // four 64 KiB WRITEs (64 packets at the default MTU) and polls in a loop; B's SEND
+    // reaches A's socket at once; A is away 150 µs: A's progress thread receives. Rounds
+    // away for longer than 400 µs (near the longer hand-off's 500 µs) are not judged;
+    // rounds go on until 10 were judged. A's progress thread received in 8-10 of 10
+    // (8 runs); with every loop's polls making the hand-off longer, in 0-1 of 10 (8 runs).
+    // At least 3 of 10.
+    const AWAY: Duration = Duration::from_micros(150);
+    const JUDGED_WITHIN: Duration = Duration::from_micros(400);
+    const JUDGED: u64 = 10;
+    const MAX_ROUNDS: u64 = 300;
+    let (a, b) = pair(Config::default());
+    let sb = [b.mr.sge(0, 8)];
+    let (mut rounds, mut judged, mut taken) = (0, 0, 0);
+    while judged < JUDGED && rounds < MAX_ROUNDS {
+        let i = rounds;
+        rounds += 1;
+        a.qp.post_recv(i, &[a.mr.sge(64, 64)]).unwrap();
+        let mut wc = [WorkCompletion::default()];
+        for k in 0..4 {
+            post_unsignalled_write(&a, &b, i * 4 + k, 0, k as usize * 65536, 65536);
+        }
+        assert_eq!(a.cq.poll(&mut wc), 0);
+        assert_eq!(a.cq.poll(&mut wc), 0);
+        let left = std::time::Instant::now();
+        let before = a.ctx.device_counters().rx_by_progress_thread;
+        b.qp.post_send(&SendWr::new(i, SendOp::Send, &sb)).unwrap();
+        std::thread::sleep(AWAY);
+        let away = left.elapsed();
+        let after = a.ctx.device_counters().rx_by_progress_thread;
+        assert_eq!(spin_recv(&a.cq).0, i);
+        // A signalled WRITE behind them: its completion says all four were acknowledged.
+        post_write(&a, &b, 1_000_000 + i, 0, 4 * 65536, 8);
+        loop {
+            let wc = spin_one(&a.cq);
+            assert_eq!(wc.status, WcStatus::Success);
+            if wc.wr_id == 1_000_000 + i {
+                break;
+            }
+        }
+        assert_eq!(spin_one(&b.cq).status, WcStatus::Success);
+        if away < JUDGED_WITHIN {
+            judged += 1;
+            taken += u64::from(after > before);
+        }
+    }
+    assert!(
+        judged >= JUDGED,
+        "only {judged} of {rounds} rounds were away for less than {JUDGED_WITHIN:?}"
+    );
+    assert!(
+        taken * 10 >= judged * 3,
+        "A's progress thread received while its poll loop was away in only {taken} of \
+         {judged} rounds"
+    );
+}
