@@ -13,10 +13,14 @@
 #   git worktree add /tmp/base main && (cd /tmp/base && cargo build --release)
 #   bench/latency-ab.sh /tmp/base/target/release
 #
-# Usage: bench/latency-ab.sh BASELINE_DIR [--reps N] [--iters N]
+# Usage: bench/latency-ab.sh BASELINE_DIR [--reps N] [--iters N] [--one-cpu CPU]
 #   BASELINE_DIR  holds the baseline's softverbs binary and libsoftverbs_ibverbs.so
 #   --reps N      repetitions (default 5)
 #   --iters N     iterations per latency run (default 5000)
+#   --one-cpu CPU runs both ends of every run (sockperf's too) on that one CPU (taskset):
+#                 the state the scheduler leaves a ping-pong in on some runs of a 2-core
+#                 host, where the two spinning ends take turns (docs/udp-latency.md,
+#                 session 11); without it the scheduler places them
 #
 # Every softverbs run is on the UDP path (SOFTVERBS_SAME_HOST=0) unless the caller sets the
 # variable: these are the UDP path's latency rows, and the two ends share a host.
@@ -28,6 +32,7 @@ export SOFTVERBS_SAME_HOST="${SOFTVERBS_SAME_HOST:-0}"
 BASE=""
 REPS=5
 ITERS=5000
+PIN=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --reps)
@@ -36,6 +41,10 @@ while [ $# -gt 0 ]; do
             ;;
         --iters)
             ITERS="${2:?--iters needs a number}"
+            shift
+            ;;
+        --one-cpu)
+            PIN=(taskset -c "${2:?--one-cpu needs a CPU number}")
             shift
             ;;
         -h | --help)
@@ -56,7 +65,7 @@ if [ -z "$BASE" ] || [ ! -x "$BASE/softverbs" ]; then
     echo "latency-ab.sh: give the directory of a baseline build (its softverbs binary); try --help" >&2
     exit 1
 fi
-for t in sockperf ib_send_lat ib_write_lat timeout python3; do
+for t in sockperf ib_send_lat ib_write_lat timeout python3 taskset; do
     command -v "$t" > /dev/null 2>&1 || {
         echo "latency-ab.sh: missing $t (sudo apt-get install -y sockperf perftest python3)" >&2
         exit 1
@@ -104,11 +113,11 @@ record() { echo "$1 $2" >> "$TMP/results"; }
 sockperf_busy() {
     local port srv p50
     port=$(free_port udp)
-    sockperf server -i 127.0.0.1 -p "$port" --nonblocked > /dev/null 2>&1 &
+    "${PIN[@]}" sockperf server -i 127.0.0.1 -p "$port" --nonblocked > /dev/null 2>&1 &
     srv=$!
     PIDS+=("$srv")
     wait_bound "$port" udp
-    p50=$(timeout 60 sockperf ping-pong -i 127.0.0.1 -p "$port" -t 3 -m 24 --nonblocked 2>&1 |
+    p50=$("${PIN[@]}" timeout 60 sockperf ping-pong -i 127.0.0.1 -p "$port" -t 3 -m 24 --nonblocked 2>&1 |
         sed 's/\x1b\[[0-9;]*m//g' | awk '/percentile 50\.000/ { print $NF }')
     kill "$srv" 2> /dev/null || true
     wait "$srv" 2> /dev/null || true
@@ -117,7 +126,7 @@ sockperf_busy() {
 
 perf_lat() { # BUILD_NAME BINARY OP
     local typ
-    typ=$(timeout 120 "$2" perf "$3" --lat --size 8 --iters "$ITERS" --json |
+    typ=$("${PIN[@]}" timeout 120 "$2" perf "$3" --lat --size 8 --iters "$ITERS" --json |
         python3 -c 'import json, sys; print(json.load(sys.stdin)["lat"][0]["t_typical_usec"])')
     record "$1_perf_$3" "$typ"
 }
@@ -125,11 +134,11 @@ perf_lat() { # BUILD_NAME BINARY OP
 perftest_lat() { # BUILD_NAME BINARY TOOL
     local port srv typ
     port=$(free_port tcp)
-    timeout 120 "$2" run -- "$3" -F -p "$port" -s 8 -n "$ITERS" > /dev/null 2>&1 &
+    "${PIN[@]}" timeout 120 "$2" run -- "$3" -F -p "$port" -s 8 -n "$ITERS" > /dev/null 2>&1 &
     srv=$!
     PIDS+=("$srv")
     wait_bound "$port" tcp
-    typ=$(timeout 120 "$2" run -- "$3" -F -p "$port" -s 8 -n "$ITERS" 127.0.0.1 2>&1 |
+    typ=$("${PIN[@]}" timeout 120 "$2" run -- "$3" -F -p "$port" -s 8 -n "$ITERS" 127.0.0.1 2>&1 |
         awk '/#bytes/ { getline; print $5; exit }')
     wait "$srv" || true
     record "$1_$3" "$typ"

@@ -252,6 +252,14 @@ pub(crate) struct Driver {
     /// When (as `app_polled_at`) an application thread last looked at the socket
     /// ([`Driver::try_progress`]); see [`Driver::keep_handoff_busy`].
     app_looked_at: AtomicU64,
+    /// When (as `app_polled_at`) a thread in a poll loop ([`PollStreak`]) last polled
+    /// empty, and when such a loop last found its completion: while the first is later,
+    /// a loop is under way and the hand-off lasts longer ([`Driver::poller_handoff_at`]).
+    loop_polled_at: AtomicU64,
+    loop_found_at: AtomicU64,
+    /// The engine's request packets in flight as the last pump left them
+    /// (`Engine::packets_in_flight`), readable without the lock.
+    packets_in_flight: AtomicU64,
     /// The progress thread sleeps without watching the socket (a hand-off to pollers).
     socket_unwatched: AtomicBool,
     /// Whether `State::held` is not 0 (read without the lock).
@@ -618,6 +626,9 @@ impl Driver {
             ack_hold: config.ack_hold,
             app_polled_at: AtomicU64::new(0),
             app_looked_at: AtomicU64::new(0),
+            loop_polled_at: AtomicU64::new(0),
+            loop_found_at: AtomicU64::new(0),
+            packets_in_flight: AtomicU64::new(0),
             socket_unwatched: AtomicBool::new(false),
             acks_held: AtomicBool::new(false),
             progress_hold_until: AtomicU64::new(0),
@@ -721,6 +732,8 @@ impl Driver {
         d.hellos.extend(self.same_host.due_offers(&st.engine, now));
         let next = self.next_deadline(st).map_or(u64::MAX, |t| t.as_nanos());
         self.next_timer.store(next, Ordering::Release);
+        self.packets_in_flight
+            .store(st.engine.packets_in_flight(), Ordering::Relaxed);
         // A progress thread that left the socket to pollers sleeps no longer than the
         // hand-off, and the pollers fire due timers meanwhile: waking it for an earlier
         // timer would cost a context switch per posted message.
@@ -1446,15 +1459,19 @@ impl Driver {
         self.release_all_held_acks();
         let now = self.now().as_nanos();
         self.app_looked_at.store(now + 1, Ordering::Release);
-        let (in_loop, leaves) = STREAK.with(|s| {
+        let (in_loop, looping, leaves) = STREAK.with(|s| {
             let mut streak = s.get();
             let v = streak.empty_poll(self.identity(), now);
             s.set(streak);
-            (v, streak.leaves)
+            (v, streak.looping, streak.leaves)
         });
         // A loop starts the hand-off; any empty poll of a spinning thread prolongs it.
         if spinning && (in_loop || self.poller_handoff_at(now).is_some()) {
             self.app_polled_at.fetch_max(now + 1, Ordering::SeqCst);
+            if looping && self.packets_in_flight.load(Ordering::Relaxed) <= Self::LOOP_FEW_IN_FLIGHT
+            {
+                self.loop_polled_at.fetch_max(now + 1, Ordering::SeqCst);
+            }
             self.push_handoff_timer(now);
             if in_loop && !leaves {
                 self.take_socket_from_progress();
@@ -1564,6 +1581,10 @@ impl Driver {
             } else {
                 0
             };
+            if streak.found_needs_time(id) {
+                // This thread's loop is over: the hand-off is no longer stretched for it.
+                self.loop_found_at.fetch_max(now + 1, Ordering::SeqCst);
+            }
             let leaving = streak.found(id, now);
             s.set(streak);
             leaving
@@ -1655,6 +1676,9 @@ impl Driver {
     /// its completion channel instead of polling, so the progress thread must watch the
     /// socket again (it is woken if it sleeps without doing so). Call without the lock.
     pub fn end_poller_handoff(&self) {
+        // A loop under way keeps it no longer either.
+        self.loop_found_at
+            .fetch_max(self.loop_polled_at.load(Ordering::SeqCst), Ordering::SeqCst);
         // SeqCst here and in the progress thread (flag up, then hand-off read): at least
         // one of the two sees the other's write.
         if self.app_polled_at.swap(0, Ordering::SeqCst) != 0
@@ -1684,6 +1708,21 @@ impl Driver {
     }
 
     /// [`Driver::poller_handoff`] at `now` (the driver's clock, ns).
+    ///
+    /// While a poll loop is under way (a thread whose empty polls made a loop has not
+    /// found its completion yet, with few packets in flight: [`Driver::LOOP_FEW_IN_FLIGHT`])
+    /// the hand-off lasts [`Driver::LOOP_HANDOFF`] times
+    /// `poll_handoff` after that loop's last empty poll (500 µs by default): the loop
+    /// polls again once it has a CPU. Two spinning ends of a ping-pong that share one
+    /// CPU (on an idle 2-core host the scheduler left them there in some runs) take turns
+    /// through their yields, each off the CPU for 40 µs on average and often longer than
+    /// `poll_handoff`: the progress threads then took the socket, were woken by datagrams
+    /// the loops would have taken, sent their ACKs at once, and by running on the other
+    /// CPU kept the scheduler from moving a poller there. Pinned to one CPU, `perf send
+    /// --lat` took 72-114 µs one way, 15-19 µs with the longer hand-off
+    /// (docs/udp-latency.md, session 11). A loop that
+    /// found its completion keeps the plain hand-off: that thread may leave (to spin on
+    /// memory, or to block) and what arrives then waits for the progress thread.
     fn poller_handoff_at(&self, now: u64) -> Option<Duration> {
         if self.poll_handoff.is_zero() {
             return None;
@@ -1692,9 +1731,35 @@ impl Driver {
         if at == 0 {
             return None;
         }
-        let until = (at - 1).saturating_add(self.poll_handoff.as_nanos() as u64);
+        let handoff = self.poll_handoff.as_nanos() as u64;
+        let mut until = (at - 1).saturating_add(handoff);
+        let looped = self.loop_polled_at.load(Ordering::SeqCst);
+        if looped > self.loop_found_at.load(Ordering::SeqCst) {
+            let longer = handoff.saturating_add(
+                handoff
+                    .saturating_mul(Self::LOOP_HANDOFF - 1)
+                    .min(Self::LOOP_HANDOFF_EXTRA_MAX),
+            );
+            until = until.max((looped - 1).saturating_add(longer));
+        }
         (until > now).then(|| Duration::from_nanos(until - now))
     }
+
+    /// How many times `poll_handoff` the hand-off lasts after the last empty poll of a
+    /// loop under way ([`Driver::poller_handoff_at`]), and at most how much longer than
+    /// `poll_handoff` (ns): a long `poll_handoff` (tests set 100 ms) is stretched little.
+    const LOOP_HANDOFF: u64 = 10;
+    const LOOP_HANDOFF_EXTRA_MAX: u64 = 450_000;
+    /// Only the empty polls of a loop whose device has at most this many request packets
+    /// in flight (one 64 KiB message at a 4096-byte MTU) make the hand-off longer. A
+    /// ping-pong has one message in flight; a bandwidth sender has a window of them, and
+    /// while it is off its CPU its progress thread takes the ACKs in and sends the WRs
+    /// queued behind them. With every loop's polls extending, the progress thread's share
+    /// of a 64 KiB WRITE sender's datagrams fell from 0.57-0.74 to 0.02-0.23, and its
+    /// bandwidth was lower in 7 of 10 interleaved pairs (`bench/bw-ab.sh`, load 5-6.7:
+    /// median 1.34 → 1.17 GB/s); with this limit 1.67 → 1.54 GB/s in 6 pairs (load
+    /// 5.7-6.3), within the runs' swing.
+    const LOOP_FEW_IN_FLIGHT: u64 = 16;
 
     /// A spinning poller's empty poll at `now` prolonged the hand-off: while the progress
     /// thread sleeps on its hand-off timer ([`Driver::sleep_on_handoff_timer`]) the poller

@@ -1648,3 +1648,120 @@ fn a_receive_posted_in_the_error_state_fires_the_armed_channel() {
     assert_eq!(n, 1);
     assert_eq!((wcs[0].wr_id, wcs[0].status), (2, WcStatus::WrFlushErr));
 }
+
+#[test]
+fn a_poll_loop_off_its_cpu_for_longer_than_the_hand_off_keeps_the_socket() {
+    let _counted = counted();
+    // Two spinning ends of a ping-pong that share one CPU take turns through their
+    // yields, each off the CPU for tens of µs at a time, often longer than the 50 µs
+    // hand-off (`softverbs perf send --lat` on an idle 2-core host, where the scheduler
+    // left its two processes on one CPU in some runs). The progress threads then took the
+    // socket, and received 15-80 % of the datagrams (the one-way trip 75-130 µs against
+    // 13 µs). A hand-off now lasts ten times longer (500 µs) while a loop is under way
+    // (its thread has not found its completion yet). Here B's thread polls in a loop,
+    // then is away for 150 µs (a sleep in place of a preemption) while A's SEND arrives:
+    // its next poll receives it, not B's progress thread. Rounds where the thread was
+    // away for longer than 400 µs (a sleep that overslept on a busy host) are not judged.
+    // With the plain hand-off the progress thread took the SEND in nearly every round.
+    const ROUNDS: u64 = 40;
+    const AWAY: Duration = Duration::from_micros(150);
+    const JUDGED_WITHIN: Duration = Duration::from_micros(400);
+    let (a, b) = pair(Config::default());
+    let (sa, sb) = ([a.mr.sge(0, 8)], [b.mr.sge(0, 8)]);
+    let (mut judged, mut taken) = (0, 0);
+    for i in 0..ROUNDS {
+        a.qp.post_recv(i, &[a.mr.sge(64, 64)]).unwrap();
+        b.qp.post_recv(i, &[b.mr.sge(64, 64)]).unwrap();
+        // A poll loop: two empty polls close together (after B's earlier SENDs'
+        // completions, which come with A's ACKs).
+        let mut wc = [WorkCompletion::default()];
+        while b.cq.poll(&mut wc) != 0 || b.cq.poll(&mut wc) != 0 {
+            assert_eq!(wc[0].opcode, WcOpcode::Send);
+        }
+        let left = std::time::Instant::now();
+        let before = b.ctx.device_counters().rx_by_progress_thread;
+        a.qp.post_send(&SendWr::new(i, SendOp::Send, &sa)).unwrap();
+        std::thread::sleep(AWAY);
+        let away = left.elapsed();
+        let after = b.ctx.device_counters().rx_by_progress_thread;
+        assert_eq!(spin_recv(&b.cq).0, i);
+        b.qp.post_send(&SendWr::new(i, SendOp::Send, &sb)).unwrap();
+        assert_eq!(spin_recv(&a.cq).0, i);
+        if away < JUDGED_WITHIN {
+            judged += 1;
+            taken += u64::from(after > before);
+        }
+    }
+    assert!(
+        judged >= ROUNDS / 4,
+        "only {judged} of {ROUNDS} rounds were away for less than {JUDGED_WITHIN:?}"
+    );
+    assert!(
+        taken * 10 <= judged,
+        "B's progress thread received while its poll loop was away in {taken} of {judged} \
+         rounds"
+    );
+}
+
+#[test]
+fn a_poll_loop_with_a_window_in_flight_keeps_the_plain_hand_off() {
+    let _counted = counted();
+    // A bandwidth sender polls in a loop with many request packets in flight: while it is
+    // off its CPU its progress thread takes what arrives in (ACKs, and sends what waits
+    // behind them) once the plain 50 µs hand-off ends; the longer hand-off of a loop under
+    // way is for loops with at most one 64 KiB message in flight (a ping-pong). A posts
+    // four 64 KiB WRITEs (64 packets at the default MTU) and polls in a loop; B's SEND
+    // reaches A's socket at once; A is away 150 µs: A's progress thread receives. Rounds
+    // away for longer than 400 µs (near the longer hand-off's 500 µs) are not judged;
+    // rounds go on until 10 were judged. A's progress thread received in 8-10 of 10
+    // (8 runs); with every loop's polls making the hand-off longer, in 0-1 of 10 (8 runs).
+    // At least 3 of 10.
+    const AWAY: Duration = Duration::from_micros(150);
+    const JUDGED_WITHIN: Duration = Duration::from_micros(400);
+    const JUDGED: u64 = 10;
+    const MAX_ROUNDS: u64 = 300;
+    let (a, b) = pair(Config::default());
+    let sb = [b.mr.sge(0, 8)];
+    let (mut rounds, mut judged, mut taken) = (0, 0, 0);
+    while judged < JUDGED && rounds < MAX_ROUNDS {
+        let i = rounds;
+        rounds += 1;
+        a.qp.post_recv(i, &[a.mr.sge(64, 64)]).unwrap();
+        let mut wc = [WorkCompletion::default()];
+        for k in 0..4 {
+            post_unsignalled_write(&a, &b, i * 4 + k, 0, k as usize * 65536, 65536);
+        }
+        assert_eq!(a.cq.poll(&mut wc), 0);
+        assert_eq!(a.cq.poll(&mut wc), 0);
+        let left = std::time::Instant::now();
+        let before = a.ctx.device_counters().rx_by_progress_thread;
+        b.qp.post_send(&SendWr::new(i, SendOp::Send, &sb)).unwrap();
+        std::thread::sleep(AWAY);
+        let away = left.elapsed();
+        let after = a.ctx.device_counters().rx_by_progress_thread;
+        assert_eq!(spin_recv(&a.cq).0, i);
+        // A signalled WRITE behind them: its completion says all four were acknowledged.
+        post_write(&a, &b, 1_000_000 + i, 0, 4 * 65536, 8);
+        loop {
+            let wc = spin_one(&a.cq);
+            assert_eq!(wc.status, WcStatus::Success);
+            if wc.wr_id == 1_000_000 + i {
+                break;
+            }
+        }
+        assert_eq!(spin_one(&b.cq).status, WcStatus::Success);
+        if away < JUDGED_WITHIN {
+            judged += 1;
+            taken += u64::from(after > before);
+        }
+    }
+    assert!(
+        judged >= JUDGED,
+        "only {judged} of {rounds} rounds were away for less than {JUDGED_WITHIN:?}"
+    );
+    assert!(
+        taken * 10 >= judged * 3,
+        "A's progress thread received while its poll loop was away in only {taken} of \
+         {judged} rounds"
+    );
+}
