@@ -56,24 +56,8 @@ pub fn write_to(pid: u32, remote_addr: u64, local: &[u8]) -> io::Result<usize> {
 /// keeps valid for the call: registered memory checked against its memory regions under
 /// the device lock just before, or a caller's buffer (inline data, a stream's write).
 pub fn write_gather(pid: u32, remote_addr: u64, sources: &[(u64, usize)]) -> io::Result<usize> {
-    let (liov, total) = piece_iovecs(sources)?;
-    let riov = iovec(remote_addr, total);
-    crate::driver::note_syscall();
-    // SAFETY: the kernel only reads the local pieces (a caller's live buffer, or our
-    // registered memory: were a piece deregistered and unmapped meanwhile by a racing
-    // thread, the kernel reports EFAULT) and writes the remote range, which the
-    // caller checked against the peer's published, fenced region table.
-    let n = unsafe {
-        libc::process_vm_writev(
-            pid as libc::pid_t,
-            liov.as_ptr(),
-            sources.len() as libc::c_ulong,
-            &riov,
-            1,
-            0,
-        )
-    };
-    copied(n)
+    let total = sources.iter().map(|&(_, len)| len).sum();
+    write_gather_to(pid, &[(remote_addr, total)], sources)
 }
 
 /// [`write_gather`] into several remote ranges `remotes` (address, length), filled in
@@ -88,9 +72,10 @@ pub fn write_gather_to(
     let (liov, _) = piece_iovecs(sources)?;
     let (riov, _) = piece_iovecs(remotes)?;
     crate::driver::note_syscall();
-    // SAFETY: as `write_gather`: the kernel only reads the local pieces (a caller's live
-    // buffer or registered memory) and writes the remote ranges, each of which the
-    // caller checked against the peer's published, fenced region table.
+    // SAFETY: the kernel only reads the local pieces (a caller's live buffer, or our
+    // registered memory: were a piece deregistered and unmapped meanwhile by a racing
+    // thread, the kernel reports EFAULT) and writes the remote ranges, each of which
+    // the caller checked against the peer's published, fenced region table.
     let n = unsafe {
         libc::process_vm_writev(
             pid as libc::pid_t,
