@@ -138,14 +138,14 @@ const PLACED_WORD_MAGIC: [u8; 4] = *b"SVpw";
 
 /// Where a softverbs peer's "bytes placed" word is (`StreamCore::set_placed_word`): 16
 /// bytes of its registered target area, after the iomap slots, into which a same-host
-/// writer writes its cumulative count of data bytes (twice) after the bytes themselves.
+/// writer writes its cumulative count of data bytes, then a check of it, after the bytes.
 /// Advertised in the 16 bytes after the connection data, which rdma-core's rsockets never
 /// read (`rs_save_conn_data` looks at the 40 only), so its wire is unchanged.
 ///
 /// Layout: `"SVpw"`, key (BE32), address (BE64).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PlacedWordAd {
-    /// Address of the word (the first of its two copies).
+    /// Address of the word (its count; the check follows).
     pub addr: u64,
     /// Its rkey (the target area's).
     pub key: u32,

@@ -1180,8 +1180,9 @@ impl StreamCore {
     }
 
     /// The reader found `word` in its "bytes placed" word (its check matched:
-    /// [`placed_word_count`]). A value below what is known changes nothing; one beyond the room granted
-    /// and not read back (torn, or a broken peer) is ignored. Whether it was taken.
+    /// [`placed_word_count`]). A value below what is known changes nothing; one beyond
+    /// the room granted and not read back (a broken peer) is ignored. Whether it was
+    /// taken.
     pub fn note_placed(&mut self, word: u64) -> bool {
         if !self.word_offered || word <= self.placed {
             return false;

@@ -420,7 +420,14 @@ proptest! {
     /// written outside a registered region, and once both sides drain, every send completed
     /// and nothing is left unread.
     #[test]
-    fn streams_arrive_intact(c0 in config(), c1 in config(), coalesce in any::<[bool; 2]>(), early in any::<[(bool, bool); 2]>(), word in any::<[bool; 2]>(), steps in prop::collection::vec(step(), 1..120)) {
+    fn streams_arrive_intact(
+        c0 in config(),
+        c1 in config(),
+        coalesce in any::<[bool; 2]>(),
+        early in any::<[(bool, bool); 2]>(),
+        word in any::<[bool; 2]>(),
+        steps in prop::collection::vec(step(), 1..120),
+    ) {
         let mut p = Pair::new([c0, c1]);
         for (i, on) in word.into_iter().enumerate() {
             if on {

@@ -358,8 +358,8 @@ impl SameHost {
                     false
                 }
                 Ok(()) if target.write && !pieces.is_empty() => {
-                    // The word's count, then its check, after the bytes, where the peer's table
-                    // lets this QP write them (else the bytes go alone).
+                    // The word's count, then its check, after the bytes, where the peer's
+                    // table lets this QP write them (else the bytes go alone).
                     let word = word.filter(|w| {
                         pieces.len() + 2 <= vm::MAX_PIECES
                             && peer
