@@ -1186,6 +1186,44 @@ fn a_forked_child_leaves_the_acks_its_parent_held_alone() {
     panic!("B's thread held no ACK until a fork in five attempts");
 }
 
+#[test]
+fn a_connection_manager_call_sends_the_ack_its_thread_held() {
+    let _counted = counted();
+    // perftest -R: the client takes the server's last handshake SEND from its CQ and
+    // goes on to connect; the server waits for that SEND's completion before it listens.
+    // The ACK B's thread holds for an answer must leave when the thread turns to the
+    // connection manager, not when the hand-off ends (longer than the test here).
+    let (a, b) = pair_with_handoff(Duration::from_secs(3600));
+    let sges = [a.mr.sge(0, 8)];
+    for attempt in 0..5 {
+        // B's progress thread must be asleep, or it may take the SEND and send its ACK.
+        poll_until_progress_left(&b, WAIT);
+        let before = b.ctx.device_counters();
+        b.qp.post_recv(attempt, &[b.mr.sge(0, 64)]).unwrap();
+        a.qp.post_send(&SendWr::new(attempt, SendOp::Send, &sges))
+            .unwrap();
+        assert_eq!(spin_recv(&b.cq).0, attempt);
+        if b.ctx.device_counters().acks_held == before.acks_held {
+            // Not held (the progress thread had the socket): it left already.
+            assert_eq!(spin_one(&a.cq).status, WcStatus::Success);
+            continue;
+        }
+        let channel = cm::EventChannel::new(&b.ctx).unwrap();
+        let _id = cm::CmId::new(&channel, cm::PortSpace::Tcp).unwrap();
+        // Nothing else sends it: this thread polls no more (a poll of A's CQ would send
+        // it too, so another thread waits there), B's progress thread sleeps out the
+        // hand-off, and A's resent SEND waits unread on B's socket.
+        let done = std::thread::scope(|s| s.spawn(|| a.cq.wait_for(1, WAIT)).join().unwrap());
+        assert_eq!(
+            done.first().map(|wc| wc.status),
+            Some(WcStatus::Success),
+            "A's SEND did not complete: B's held ACK stayed held"
+        );
+        return;
+    }
+    panic!("B's thread held no ACK in five attempts");
+}
+
 /// Waits (at most `WAIT`) for our child `pid` to end; its wait status.
 fn wait_for_child(pid: libc::pid_t) -> libc::c_int {
     let deadline = std::time::Instant::now() + WAIT;

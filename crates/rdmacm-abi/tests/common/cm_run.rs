@@ -30,7 +30,11 @@ const SERVER_HEAD_START: Duration = Duration::from_millis(300);
 /// Attempts of one case (see the module comment). perftest `-R`'s own window (its client
 /// connects to the data listener right after the handshake that precedes the server's
 /// listen) is lost by about a third of the attempts on an idle machine here (27 retries in
-/// 8 runs of `perftest_cm`'s 7 cases) and more under load; CI once lost five in a row.
+/// 8 runs of `perftest_cm`'s 7 cases) and more under load; CI once lost five in a row,
+/// and later all ten of one case: since then a thread that turns to the connection
+/// manager sends the ACK it held first, and `perftest_cm` pins its two programs to two
+/// CPUs (its `on_cpu` says why), which took its retries from 11-18 to 0 per run of the
+/// binary at load 7-10.
 const ATTEMPTS: u32 = 10;
 
 /// What a client prints when it reached the server before it listened.

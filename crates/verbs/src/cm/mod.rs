@@ -169,6 +169,11 @@ impl ConnectionManager {
         &self,
         f: impl FnOnce(&mut softverbs_cm::Cm, softverbs_cm::Instant) -> Result<R, softverbs_cm::CmError>,
     ) -> Result<R, CmError> {
+        // A thread that took a SEND from its CQ and now manages connections is not
+        // answering it: the ACK it held for its answer (`crate::ack_hold`) leaves now.
+        // perftest -R's server waits for that ACK (its handshake SEND's completion)
+        // before it listens again, while its client, past the handshake, connects.
+        crate::ack_hold::release_thread_held();
         let now = driver::cm_now(self.core().info().now());
         Ok(self.core().with(|st| f(&mut st.cm.cm, now))??)
     }
