@@ -1752,8 +1752,11 @@ fn a_poll_loop_with_a_window_in_flight_keeps_the_plain_hand_off() {
     // off its CPU its progress thread takes what arrives in (ACKs, and sends what waits
     // behind them) once the plain 50 µs hand-off ends; the longer hand-off of a loop under
     // way is for loops with at most one 64 KiB message in flight (a ping-pong). A posts
-    // four 64 KiB WRITEs (64 packets at the default MTU) and polls in a loop; B's SEND
-    // reaches A's socket at once; A is away 150 µs: A's progress thread receives. Rounds
+    // sixteen 64 KiB WRITEs (256 packets at the default MTU) and polls in a loop; B's SEND
+    // reaches A's socket at once; A is away 150 µs: A's progress thread receives. (With
+    // four WRITEs, a round whose whole window was sent and acknowledged while A's first
+    // poll yielded left A a ping-pong's loop and its longer hand-off: 2 of 10 taken in a
+    // CI run under load.) Rounds
     // away for longer than 400 µs (near the longer hand-off's 500 µs) are not judged;
     // rounds go on until 10 were judged. A's progress thread received in 8-10 of 10
     // (8 runs); with every loop's polls making the hand-off longer, in 0-1 of 10 (8 runs).
@@ -1762,6 +1765,7 @@ fn a_poll_loop_with_a_window_in_flight_keeps_the_plain_hand_off() {
     const JUDGED_WITHIN: Duration = Duration::from_micros(400);
     const JUDGED: u64 = 10;
     const MAX_ROUNDS: u64 = 300;
+    const WINDOW: u64 = 16;
     let (a, b) = pair(Config::default());
     let sb = [b.mr.sge(0, 8)];
     let (mut rounds, mut judged, mut taken) = (0, 0, 0);
@@ -1770,8 +1774,9 @@ fn a_poll_loop_with_a_window_in_flight_keeps_the_plain_hand_off() {
         rounds += 1;
         a.qp.post_recv(i, &[a.mr.sge(64, 64)]).unwrap();
         let mut wc = [WorkCompletion::default()];
-        for k in 0..4 {
-            post_unsignalled_write(&a, &b, i * 4 + k, 0, k as usize * 65536, 65536);
+        for k in 0..WINDOW {
+            let remote = (k % 4) as usize * 65536;
+            post_unsignalled_write(&a, &b, i * WINDOW + k, 0, remote, 65536);
         }
         assert_eq!(a.cq.poll(&mut wc), 0);
         assert_eq!(a.cq.poll(&mut wc), 0);
