@@ -35,7 +35,7 @@ pub const RDMA_IOMAPSIZE: c_int = 3;
 pub const RDMA_ROUTE: c_int = 4;
 
 /// rsocket.c's defaults (`rs_configure` without files in /etc/rdma/rsocket), but for the
-/// rings: 1 MiB where rsocket.c has 128 KiB (`softverbs_sock::DEFAULT_RING` says why).
+/// rings: `softverbs_sock::DEFAULT_RING` (4 MiB) where rsocket.c has 128 KiB (it says why).
 const DEFAULT_QUEUE: u32 = 384;
 const DEFAULT_INLINE: u32 = 64;
 const DEFAULT_MEM: u32 = softverbs_sock::DEFAULT_RING;
