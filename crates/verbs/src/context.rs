@@ -242,9 +242,11 @@ pub struct DeviceCounters {
     pub acks_held_for_memory: u64,
     /// Times such a hold ended without an answer.
     pub ack_holds_expired: u64,
-    /// Stream socket data writes (`write`, `rsend`, ...) that found no room to write (a
+    /// Stream socket data writes (`RdmaStream`'s `io::Write` and `send_with`, so the C
+    /// API's `rsend`/`rwrite`; not `AsyncRdmaStream`'s) that found no room to write (a
     /// grant, credit, send ring or queue entry) and waited, or returned `WouldBlock`: a
-    /// writer ahead of its reader counts one per receive half (`softverbs_sock::DEFAULT_RING`).
+    /// writer ahead of its reader counts one per receive half it is granted (half of
+    /// `softverbs_sock::DEFAULT_RING` by default).
     pub sock_writes_blocked: u64,
     /// Stream socket buffer grants a writer took from its target area before their
     /// message arrived (`Config::sock_early_room`).

@@ -102,7 +102,8 @@ pub struct DriverCounters {
     /// Times such a hold ended by its time limit, without an answer.
     pub ack_holds_expired: AtomicU64,
     /// Stream socket data writes that found no room (grant, credit, send ring or queue
-    /// entry) and waited, or returned `WouldBlock`.
+    /// entry) and waited, or returned `WouldBlock` (`RdmaStream::send_with`, its
+    /// `io::Write`; not the tokio stream's).
     pub sock_writes_blocked: AtomicU64,
     /// Stream socket buffer grants taken from the target area before their message
     /// arrived (`StreamCore::set_early_grants`).
