@@ -37,7 +37,9 @@ pub struct RstreamArgs {
     /// Iterations.
     #[arg(short = 'I')]
     iterations: Option<u32>,
-    /// Socket buffer size (rsockets use twice this for each ring; default 512 KiB).
+    /// Socket buffer size (rsockets use twice this for each ring; default: half of
+    /// rsockets' default ring, `softverbs_sock::DEFAULT_RING`, as librdmacm's rstream sets
+    /// no size without -B).
     #[arg(short = 'B')]
     buffer: Option<u32>,
     /// Inline size for the latency tests.
@@ -285,7 +287,9 @@ pub fn run(a: &RstreamArgs) -> Result<()> {
             )?)
         }
     };
-    let ring = 2 * a.buffer.unwrap_or(1 << 19);
+    let ring = a
+        .buffer
+        .map_or(StreamConfig::default().rbuf_size, |b| 2 * b);
     let opts = |inline: u32| StreamOptions {
         config: StreamConfig {
             rbuf_size: ring,

@@ -68,7 +68,7 @@ const QP_MAX: u16 = 0xFFFE;
 const RECV_FLAG: u64 = 1 << 63;
 
 /// Sizes of one connection (rsocket.c's defaults, 384-entry queues, 64 bytes inline, no
-/// iomap, but 1 MiB rings where rsocket.c has 128 KiB: see [`DEFAULT_RING`]).
+/// iomap, but 4 MiB rings where rsocket.c has 128 KiB: see [`DEFAULT_RING`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Config {
     /// Send queue entries (4 of them are kept for control messages).
@@ -89,9 +89,12 @@ pub struct Config {
 /// costs a few microseconds; here it costs a wake-up of each process, and a sender that
 /// may run at most one ring ahead of its reader waits for it every half ring (measured
 /// with iperf3 through librspreload on loopback: 1 MiB rings move about 3-4 times what
-/// 128 KiB ones do). A ring is ordinary memory, touched only as far as data reaches;
-/// `SO_SNDBUF`/`SO_RCVBUF` (or [`Config`]) still choose any size.
-pub const DEFAULT_RING: u32 = 1 << 20;
+/// 128 KiB ones do; `softverbs rstream` on a loaded 2-core host, 4 MiB rings about 1.4-2
+/// times what 1 MiB ones do, docs/sockets.md, session 12). Linux TCP grows a bulk
+/// connection's buffers to as much (`tcp_rmem`'s 6 MiB, `tcp_wmem`'s 4 MiB). A ring is
+/// ordinary memory, touched only as far as data reaches; `SO_SNDBUF`/`SO_RCVBUF` (or
+/// [`Config`]) still choose any size.
+pub const DEFAULT_RING: u32 = 4 << 20;
 
 impl Default for Config {
     fn default() -> Self {

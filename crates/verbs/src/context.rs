@@ -242,6 +242,12 @@ pub struct DeviceCounters {
     pub acks_held_for_memory: u64,
     /// Times such a hold ended without an answer.
     pub ack_holds_expired: u64,
+    /// Stream socket data writes (`RdmaStream`'s `io::Write` and `send_with`, so the C
+    /// API's `rsend`/`rwrite`; not `AsyncRdmaStream`'s) that found no room to write (a
+    /// grant, credit, send ring or queue entry) and waited, or returned `WouldBlock`: a
+    /// writer ahead of its reader counts one per receive half it is granted (half of
+    /// `softverbs_sock::DEFAULT_RING` by default).
+    pub sock_writes_blocked: u64,
     /// Stream socket buffer grants a writer took from its target area before their
     /// message arrived (`Config::sock_early_room`).
     pub sock_grants_from_memory: u64,
@@ -501,6 +507,7 @@ impl Context {
             acks_after_requests: get(&c.acks_after_requests),
             acks_held_for_memory: get(&c.acks_held_for_memory),
             ack_holds_expired: get(&c.ack_holds_expired),
+            sock_writes_blocked: get(&c.sock_writes_blocked),
             sock_grants_from_memory: get(&c.sock_grants_from_memory),
             sock_grants_from_message: get(&c.sock_grants_from_message),
             sock_bytes_read_ahead: get(&c.sock_bytes_read_ahead),

@@ -101,6 +101,10 @@ pub struct DriverCounters {
     pub acks_held_for_memory: AtomicU64,
     /// Times such a hold ended by its time limit, without an answer.
     pub ack_holds_expired: AtomicU64,
+    /// Stream socket data writes that found no room (grant, credit, send ring or queue
+    /// entry) and waited, or returned `WouldBlock` (`RdmaStream::send_with`, its
+    /// `io::Write`; not the tokio stream's).
+    pub sock_writes_blocked: AtomicU64,
     /// Stream socket buffer grants taken from the target area before their message
     /// arrived (`StreamCore::set_early_grants`).
     pub sock_grants_from_memory: AtomicU64,
@@ -2057,6 +2061,7 @@ impl Driver {
         lines.push(("acks_after_requests", get(&dc.acks_after_requests)));
         lines.push(("acks_held_for_memory", get(&dc.acks_held_for_memory)));
         lines.push(("ack_holds_expired", get(&dc.ack_holds_expired)));
+        lines.push(("sock_writes_blocked", get(&dc.sock_writes_blocked)));
         lines.push(("sock_grants_from_memory", get(&dc.sock_grants_from_memory)));
         lines.push((
             "sock_grants_from_message",

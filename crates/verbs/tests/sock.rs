@@ -193,10 +193,11 @@ fn nonblocking_reads_and_writes_would_block_then_complete() {
             Err(e) if e.kind() == ErrorKind::WouldBlock => break,
             Err(e) => panic!("{e}"),
         }
-        assert!(written <= 4 << 20, "the writer never blocked");
+        assert!(written <= 16 << 20, "the writer never blocked");
     }
-    // The default receive ring is 1 MiB: at most that much is in flight.
-    assert!(written <= 1 << 20, "{written} bytes written unread");
+    // At most the default receive ring is in flight.
+    let ring = StreamConfig::default().rbuf_size as usize;
+    assert!(written <= ring, "{written} bytes written unread");
     // Read it all back (non-blocking, spinning), then the writer can go on.
     let mut got = Vec::new();
     let mut buf = vec![0u8; 10_000];
@@ -1346,4 +1347,80 @@ fn a_sleeping_reader_with_the_word_is_woken_by_the_announcement() {
     let data = pattern(3 * 65_536 + 7, 11);
     (&client).write_all(&data).unwrap();
     assert!(reader.join().unwrap() == data, "damaged");
+}
+
+/// Writes `total` bytes from `client` in 64 KiB writes while a thread reads them at
+/// `server` in 64 KiB reads, sleeping 5 ms after every 512 KiB read (a reader slower than
+/// its writer, as on a loaded host), every byte checked; returns the server back.
+fn slow_reader_transfer(server: RdmaStream, client: &RdmaStream, total: usize) -> RdmaStream {
+    let data = pattern(total, 7);
+    let want = data.clone();
+    let reader = std::thread::spawn(move || {
+        let mut got = vec![0u8; total];
+        for (i, chunk) in got.chunks_mut(65_536).enumerate() {
+            (&server).read_exact(chunk).unwrap();
+            if (i + 1) % 8 == 0 {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        assert!(got == want, "bytes damaged");
+        server
+    });
+    for chunk in data.chunks(65_536) {
+        (&*client).write_all(chunk).unwrap();
+    }
+    reader.join().unwrap()
+}
+
+/// The default rings (`softverbs_sock::DEFAULT_RING`, 4 MiB): a same-host writer ahead of
+/// its reader waits once per 2 MiB receive half it is granted, where 1 MiB rings made it
+/// wait once per 512 KiB. 32 MiB through a slow reader: about 16 blocked writes (the
+/// device's `sock_writes_blocked`; 64 with 1 MiB rings). The best of several transfers
+/// decides (a writer held off its CPU past a grant waits less, never more; a blocked write
+/// whose send ring bytes wait for an ACK counts once more).
+#[test]
+fn a_writer_ahead_of_its_reader_waits_once_per_default_receive_half() {
+    let _counted = common::counted();
+    let (mut server, _server_ctx, client, client_ctx) =
+        connected_pair(Config::default(), StreamOptions::default());
+    await_same_host(&server, &client);
+    let total = 32 << 20;
+    let mut seen = Vec::new();
+    for _ in 0..5 {
+        let before = client_ctx.device_counters().sock_writes_blocked;
+        server = slow_reader_transfer(server, &client, total);
+        let blocked = client_ctx.device_counters().sock_writes_blocked - before;
+        println!("writes blocked for 32 MiB: {blocked}");
+        if blocked <= 36 {
+            assert!(blocked > 0, "the writer never waited for its slow reader");
+            return;
+        }
+        seen.push(blocked);
+    }
+    panic!("the writer waited more than 36 times per 32 MiB in every transfer: {seen:?}");
+}
+
+/// Rings the program sizes (`SO_RCVBUF`/`SO_SNDBUF`, `StreamOptions`) are kept: with 1 MiB
+/// rings the same transfer blocks the writer once per 512 KiB, and the bytes arrive intact.
+#[test]
+fn rings_sized_by_the_program_keep_their_size() {
+    let _counted = common::counted();
+    let opts = StreamOptions {
+        config: StreamConfig {
+            rbuf_size: 1 << 20,
+            sbuf_size: 1 << 20,
+            ..StreamConfig::default()
+        },
+        ..StreamOptions::default()
+    };
+    let (server, _server_ctx, client, client_ctx) = connected_pair(Config::default(), opts);
+    await_same_host(&server, &client);
+    let _server = slow_reader_transfer(server, &client, 16 << 20);
+    let blocked = client_ctx.device_counters().sock_writes_blocked;
+    println!("writes blocked for 16 MiB through 1 MiB rings: {blocked}");
+    // 32 grants of 512 KiB; a writer held off its CPU past a grant waits less.
+    assert!(
+        blocked >= 16,
+        "only {blocked} blocked writes: the rings were larger"
+    );
 }

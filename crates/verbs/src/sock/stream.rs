@@ -816,6 +816,24 @@ impl RdmaStream {
         limit: Option<Duration>,
         nonblocking: bool,
     ) -> io::Result<CoreGuard<'_>> {
+        self.wait_until_as(ready, limit, nonblocking, false)
+    }
+
+    /// [`Self::wait_until`] for a data write: one that finds no room counts in the
+    /// device's `sock_writes_blocked` (a writer ahead of its reader waits once per
+    /// receive half it is granted).
+    fn wait_to_write(&self, nonblocking: bool) -> io::Result<CoreGuard<'_>> {
+        self.wait_until_as(|c| c.write_ready(), None, nonblocking, true)
+    }
+
+    /// [`Self::wait_until`]; `writing`: counted as a data write that waits.
+    fn wait_until_as(
+        &self,
+        ready: impl Fn(&StreamCore) -> bool,
+        limit: Option<Duration>,
+        nonblocking: bool,
+        writing: bool,
+    ) -> io::Result<CoreGuard<'_>> {
         // Ready already (data queued, room to send): go on without polling, as rsocket.c's
         // rsend and rrecv look at the CQ only when they cannot. A write that polled first
         // sent the ACK its thread held back for it (`crate::ack_hold`: an empty poll
@@ -828,6 +846,13 @@ impl RdmaStream {
         }
         if ready(&core) {
             return Ok(core);
+        }
+        if writing {
+            if let Some(d) = self.cq.driver() {
+                d.counters
+                    .sock_writes_blocked
+                    .fetch_add(1, Ordering::Relaxed);
+            }
         }
         // A call about to wait announces what its stream held back first (as TCP pushes
         // what autocork held when the writer blocks): a writer out of room waits for the
@@ -1082,7 +1107,7 @@ impl RdmaStream {
         if buf.is_empty() {
             return Ok(0);
         }
-        let mut core = self.wait_until(|c| c.write_ready(), None, nonblocking)?;
+        let mut core = self.wait_to_write(nonblocking)?;
         self.write_locked(&mut core, buf)
     }
 
@@ -1233,7 +1258,7 @@ impl io::Write for &RdmaStream {
         if buf.is_empty() {
             return Ok(0);
         }
-        let mut core = self.wait(|c| c.write_ready(), None, false)?;
+        let mut core = self.wait_to_write(self.nonblocking.load(Ordering::Relaxed))?;
         self.write_locked(&mut core, buf)
     }
 
