@@ -71,6 +71,15 @@ pub struct Config {
     /// some 100 µs for each ACK, faster and cheaper, but ib_write_lat looked slower on
     /// a loaded host (docs/udp-bandwidth.md, session 9). See `Cq::poll`.
     pub poll_wait_after: Duration,
+    /// A thread polling a CQ whose device has a bandwidth window in flight (more request
+    /// packets than one 64 KiB message at a 4096-byte MTU) yields the CPU at every empty
+    /// poll, instead of at every fourth in a row only (`Cq::poll`):
+    /// perftest's bandwidth clients poll back to back, and their spin kept the progress
+    /// threads, which move the stream, off the CPUs of a small host. Opt-in: on a loaded
+    /// host ib_read_bw was faster with it, but it was not measured idle, and on by default
+    /// it made the loopback test of the plain hand-off under a window fail beside two busy
+    /// loops (docs/udp-bandwidth.md, session 12).
+    pub poll_yield_under_window: bool,
     /// The scheduler slice the progress thread asks for (Linux 6.12+ EEVDF,
     /// `sched_attr::sched_runtime`, which the kernel clamps to 0.1-100 ms; zero: the
     /// kernel's default). A short slice lets the thread run sooner when a datagram wakes
@@ -162,6 +171,7 @@ impl Default for Config {
             poll_handoff: Duration::from_micros(50),
             ack_hold: Duration::from_micros(50),
             poll_wait_after: Duration::ZERO,
+            poll_yield_under_window: false,
             progress_slice: Duration::ZERO,
             faults: None,
             pcap: None,
@@ -263,6 +273,9 @@ impl Config {
         }
         if let Some(d) = micros("SOFTVERBS_POLL_WAIT_AFTER")? {
             c.poll_wait_after = d;
+        }
+        if let Some(on) = switch("SOFTVERBS_POLL_YIELD_WINDOW")? {
+            c.poll_yield_under_window = on;
         }
         if let Some(d) = micros("SOFTVERBS_PROGRESS_SLICE")? {
             c.progress_slice = d;
@@ -393,6 +406,7 @@ mod tests {
             ("SOFTVERBS_POLL_HANDOFF", "0"),
             ("SOFTVERBS_ACK_HOLD", "0"),
             ("SOFTVERBS_POLL_WAIT_AFTER", "60"),
+            ("SOFTVERBS_POLL_YIELD_WINDOW", "1"),
             ("SOFTVERBS_PROGRESS_SLICE", "300"),
             ("SOFTVERBS_FAULTS", "loss=0.05, dup=0.01,seed=9"),
             ("SOFTVERBS_PCAP", "/tmp/x.pcap"),
@@ -429,6 +443,7 @@ mod tests {
         assert_eq!(c.ack_hold, Duration::ZERO);
         assert_eq!(c.poll_wait_after, Duration::from_micros(60));
         assert_eq!(Config::default().poll_wait_after, Duration::ZERO);
+        assert!(c.poll_yield_under_window && !Config::default().poll_yield_under_window);
         assert_eq!(c.progress_slice, Duration::from_micros(300));
         let f = c.faults.unwrap();
         assert_eq!((f.loss, f.duplicate, f.seed), (0.05, 0.01, 9));

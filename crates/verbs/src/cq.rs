@@ -10,7 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// An empty poll yields the CPU once per this many empty polls in a row by one thread
-/// (see [`Cq::poll`]).
+/// (see [`Cq::poll`]); under a bandwidth window, where `Config::poll_yield_under_window`
+/// asks it to, at every one.
 pub(crate) const YIELD_EVERY: u32 = 4;
 
 thread_local! {
@@ -18,12 +19,14 @@ thread_local! {
     static EMPTY_POLLS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
 
-/// Notes an empty poll by the calling thread; returns whether it should yield the CPU.
-fn empty_poll_yields() -> bool {
+/// Notes an empty poll by the calling thread; returns whether it should yield the CPU:
+/// at every [`YIELD_EVERY`]-th empty poll in a row, or at every one with `under_window`
+/// (`Driver::yields_under_window`).
+fn empty_poll_yields(under_window: bool) -> bool {
     EMPTY_POLLS.with(|e| {
         let n = e.get().wrapping_add(1);
         e.set(n);
-        n % YIELD_EVERY == 0
+        under_window || n % YIELD_EVERY == 0
     })
 }
 
@@ -205,6 +208,14 @@ impl Cq {
                     // datagram that arrives during it waits for it, on a ping-pong's path
                     // at every message (sockperf's busy poll never yields). A few empty
                     // polls between yields keep the CPU a few microseconds longer.
+                    // Opt-in (`Config::poll_yield_under_window`), a loop whose device has
+                    // a bandwidth window in flight yields at every empty poll: the
+                    // progress threads of both ends move the stream, and
+                    // on a host with fewer cores than busy threads an empty poll without a
+                    // yield keeps one of them off a CPU. perftest's bandwidth clients call
+                    // `ibv_poll_cq` back to back: ib_read_bw made 4 empty polls per yield
+                    // where `softverbs perf`, ahead of it on an idle host (0.82x), yields
+                    // at each of its own empty rounds (docs/udp-bandwidth.md, session 12).
                     //
                     // A thread whose socket has been quiet for long (a bandwidth sender
                     // whose window is out, waiting for the next ACK) sleeps instead, where
@@ -221,7 +232,11 @@ impl Cq {
                             return 0;
                         }
                     }
-                    let yields = empty_poll_yields();
+                    let yields = empty_poll_yields(
+                        progressed
+                            .as_ref()
+                            .is_ok_and(|(d, _)| d.yields_under_window()),
+                    );
                     if yields {
                         std::thread::yield_now();
                     }

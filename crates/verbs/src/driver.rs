@@ -246,6 +246,8 @@ pub(crate) struct Driver {
     busy_handoff: bool,
     /// `Config::poll_wait_after`.
     poll_wait_after: Duration,
+    /// `Config::poll_yield_under_window`.
+    poll_yield_under_window: bool,
     /// How long the progress thread holds the ACK of a lone WRITE into memory (see
     /// `crate::ack_hold`); zero: not at all.
     ack_hold: Duration,
@@ -627,6 +629,7 @@ impl Driver {
             poll_handoff: config.poll_handoff,
             busy_handoff: config.sock_busy_handoff,
             poll_wait_after: config.poll_wait_after,
+            poll_yield_under_window: config.poll_yield_under_window,
             ack_hold: config.ack_hold,
             app_polled_at: AtomicU64::new(0),
             app_looked_at: AtomicU64::new(0),
@@ -1669,6 +1672,16 @@ impl Driver {
             streak.poll_ended(self.identity(), now);
             s.set(streak);
         });
+    }
+
+    /// Whether an empty poll yields the CPU at every one
+    /// (`Config::poll_yield_under_window`, `Cq::poll`): asked for, and the device has a
+    /// bandwidth window in flight, more request packets than one 64 KiB message
+    /// ([`Driver::LOOP_FEW_IN_FLIGHT`]; a READ counts its response packets), which no
+    /// ping-pong has.
+    pub(crate) fn yields_under_window(&self) -> bool {
+        self.poll_yield_under_window
+            && self.packets_in_flight.load(Ordering::Relaxed) > Self::LOOP_FEW_IN_FLIGHT
     }
 
     /// Tells this device apart from others in a thread's [`PollStreak`].
