@@ -448,36 +448,52 @@ fn bulk_transfer(server: RdmaStream, client: &RdmaStream) -> RdmaStream {
 /// Held-back bytes are announced without the writer: once the write in flight completes,
 /// whichever thread drives the device (here the writer's progress thread: the writer
 /// sleeps on something else) posts the announcement, and the reader gets every byte.
+///
+/// A write is held only while the one before it is unacknowledged; a writer descheduled
+/// between its writes (a loaded host, or another test's bulk transfer beside it) finds
+/// every ACK back, so rounds of writes are played until one was held (the counting lock
+/// keeps the bulk transfers of this binary away meanwhile). Beside two busy loops, 1 of 20
+/// whole-binary runs once held none of 300 writes in its single round.
 #[test]
 fn held_writes_are_announced_while_the_writer_sleeps() {
+    let _counted = common::counted();
     // Small writes back to back: the next one comes before the ACK of the one before.
-    // At most 300 of them, as the reader has not started: within its ring (1 MiB) and
-    // credits (384), so no write blocks.
+    // At most 300 of them per round, as the reader has not started: within its ring
+    // (1 MiB) and credits (384), so no write blocks.
     const SIZE: usize = 1024;
-    let (server, _server_ctx, client, _client_ctx) = same_host_pair(StreamOptions::default());
+    const ROUNDS: usize = 30;
+    let (mut server, _server_ctx, client, _client_ctx) = same_host_pair(StreamOptions::default());
     let data = pattern(SIZE, 7);
-    // Write until a write was held back (the one before it still unacknowledged).
-    let mut written = 0;
-    while client.held_bytes() == 0 {
-        assert!(written < 300 * SIZE, "no write was ever held back");
-        (&client).write_all(&data).unwrap();
-        written += SIZE;
+    for round in 0..ROUNDS {
+        // Write until a write was held back (the one before it still unacknowledged).
+        let mut written = 0;
+        while client.held_bytes() == 0 && written < 300 * SIZE {
+            (&client).write_all(&data).unwrap();
+            written += SIZE;
+        }
+        let held = client.held_bytes() > 0;
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let reader = std::thread::spawn(move || {
+            let mut got = vec![0u8; written];
+            (&server).read_exact(&mut got).unwrap();
+            let intact = got.chunks(SIZE).all(|c| c == pattern(SIZE, 7));
+            done_tx.send(intact).unwrap();
+            server
+        });
+        // The writer now sleeps on the channel, away from its stream.
+        let intact = done_rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the held bytes were never announced");
+        assert!(intact, "damaged");
+        assert_eq!(client.held_bytes(), 0);
+        server = reader.join().unwrap();
+        if held {
+            println!("round {round}: {} writes, the last held", written / SIZE);
+            return;
+        }
+        println!("round {round}: none of {} writes held", written / SIZE);
     }
-    let (done_tx, done_rx) = std::sync::mpsc::channel();
-    let reader = std::thread::spawn(move || {
-        let mut got = vec![0u8; written];
-        (&server).read_exact(&mut got).unwrap();
-        let intact = got.chunks(SIZE).all(|c| c == pattern(SIZE, 7));
-        done_tx.send(intact).unwrap();
-        server
-    });
-    // The writer now sleeps on the channel, away from its stream.
-    let intact = done_rx
-        .recv_timeout(Duration::from_secs(60))
-        .expect("the held bytes were never announced");
-    assert!(intact, "damaged");
-    assert_eq!(client.held_bytes(), 0);
-    drop(reader.join().unwrap());
+    panic!("no write was ever held back in {ROUNDS} rounds of 300");
 }
 
 /// A reader blocked on its stream watches the device's socket itself: the peer's message
