@@ -1439,7 +1439,17 @@ fn a_held_write_ack_leaves_when_nobody_answers() {
         ack_hold: Duration::from_micros(20),
         ..Config::default()
     };
-    let (a, b) = pair(cfg);
+    let (a, b) = (end(cfg.clone()), end(cfg));
+    // Only B's progress thread takes the WRITEs in and ACKs them: A's WRITE fails with
+    // RetryExcErr if that thread gets no CPU for eight local ACK timeouts. At the default
+    // timeout (code 14, 67 ms: 0.54 s) that failed 1 of 13 package runs beside two busy
+    // loops (load 10). Slow attempts beside two busy loops (load 11) showed B's progress
+    // thread runnable but not run for 143 ms (/proc schedstat) while A's WRITE waited two
+    // timeouts; a 700 ms stall of that thread (a temporary sleep) failed 3 of 3 runs at
+    // code 14 and none at code 18 (1.07 s: 8.6 s without a CPU, within WAIT). A held ACK
+    // whose timer never fired still fails the test: A's probe takes it out, and no attempt
+    // counts an expired hold.
+    connect_with_timers(&a, &b, Mtu::Mtu4096, 1, 18);
     // A few attempts: on a loaded host B's progress thread may wake late, to find A's
     // tail-loss probe beside the WRITE (two requests: no hold), or the probe may end the
     // hold before its timer (4 of 20 runs failed so, beside two busy loops and two

@@ -63,6 +63,12 @@ pub fn connect(a: &End, b: &End, mtu: Mtu) {
 
 /// `min_rnr_timer`: the IBA code of the wait both ends ask for in their RNR NAKs.
 pub fn connect_with_rnr_timer(a: &End, b: &End, mtu: Mtu, min_rnr_timer: u8) {
+    connect_with_timers(a, b, mtu, min_rnr_timer, RtsAttr::default().timeout);
+}
+
+/// [`connect_with_rnr_timer`] with both ends' local ACK timeout code `ack_timeout`
+/// (4.096 µs × 2^code, IBA 9.7.6.1.3; `RtsAttr`'s default is 14, 67 ms).
+pub fn connect_with_timers(a: &End, b: &End, mtu: Mtu, min_rnr_timer: u8, ack_timeout: u8) {
     for (x, y, psn) in [(a, b, 100u32), (b, a, 200u32)] {
         x.qp.to_init(InitAttr {
             access: all_access(),
@@ -79,6 +85,7 @@ pub fn connect_with_rnr_timer(a: &End, b: &End, mtu: Mtu, min_rnr_timer: u8) {
         .unwrap();
         x.qp.to_rts(RtsAttr {
             sq_psn: psn,
+            timeout: ack_timeout,
             ..RtsAttr::default()
         })
         .unwrap();
