@@ -19,10 +19,43 @@ thread_local! {
     static EMPTY_POLLS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
 
+thread_local! {
+    /// Whether the calling thread polls inside a blocking wait ([`BlockingWait`]).
+    static IN_BLOCKING_WAIT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// While alive, the calling thread's empty polls never yield the CPU: it is in a
+/// blocking call that sleeps on a descriptor when its polls find nothing (a blocked
+/// `rrecv`/`rsend`). There a `sched_yield` only delays it: on a host with more runnable
+/// tasks than cores (two busy loops beside Debian's `rstream -T b` on 2 cores) each
+/// yield let other tasks run out their slices while the message it waited for had
+/// arrived, 0.4-1.6 ms per one-way transfer (docs/sockets.md, "Blocking calls on a
+/// loaded host"); a task that sleeps instead is woken and run at once.
+pub(crate) struct BlockingWait {
+    was: bool,
+}
+
+impl BlockingWait {
+    pub(crate) fn begin() -> BlockingWait {
+        BlockingWait {
+            was: IN_BLOCKING_WAIT.with(|w| w.replace(true)),
+        }
+    }
+}
+
+impl Drop for BlockingWait {
+    fn drop(&mut self) {
+        IN_BLOCKING_WAIT.with(|w| w.set(self.was));
+    }
+}
+
 /// Notes an empty poll by the calling thread; returns whether it should yield the CPU:
 /// at every [`YIELD_EVERY`]-th empty poll in a row, or at every one with `under_window`
-/// (`Driver::yields_under_window`).
+/// (`Driver::yields_under_window`); never in a [`BlockingWait`].
 fn empty_poll_yields(under_window: bool) -> bool {
+    if IN_BLOCKING_WAIT.with(|w| w.get()) {
+        return false;
+    }
     EMPTY_POLLS.with(|e| {
         let n = e.get().wrapping_add(1);
         e.set(n);

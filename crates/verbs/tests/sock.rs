@@ -616,6 +616,52 @@ fn a_blocking_ping_pong_leaves_the_progress_thread_asleep() {
     );
 }
 
+/// Blocking reads and writes never yield the CPU (`sched_yield`) while they wait: they
+/// poll, then sleep on their descriptors, and a task that sleeps is run as soon as it is
+/// woken. Their polls used to yield at every fourth empty one (as a spinning `ibv_poll_cq`
+/// does) and their spin at every turn; on a host with more runnable tasks than cores
+/// (two busy loops beside Debian's `rstream -S all -T b -T v`, which then ran past its
+/// 900 s budget) each yield left the waiting thread queued behind the others' slices
+/// after its message had arrived. Counted by the devices' `poll_yields`.
+#[test]
+fn a_blocking_ping_pong_never_yields_the_cpu() {
+    let _counted = common::counted();
+    let (server, server_ctx, client, client_ctx) = long_handoff_pair();
+    let echo = std::thread::spawn(move || {
+        let mut b = [0u8; 64];
+        loop {
+            (&server).read_exact(&mut b).unwrap();
+            if b == END_OF_ROUNDS {
+                return server;
+            }
+            (&server).write_all(&b).unwrap();
+        }
+    });
+    let mut b = [0u8; 64];
+    // A few for polls outside a wait (a write's look at its CQ, a descheduled thread's
+    // keep-alive); every blocking read used to pay at least one.
+    let passes = |&[yields, _]: &[u64; 2]| yields <= WINDOW / 10;
+    let windows = counted_windows(
+        |i| {
+            (&client).write_all(&[i as u8; 64]).unwrap();
+            (&client).read_exact(&mut b).unwrap();
+            assert_eq!(b, [i as u8; 64]);
+        },
+        || {
+            let (a, b) = (server_ctx.device_counters(), client_ctx.device_counters());
+            [a.poll_yields + b.poll_yields, 0]
+        },
+        passes,
+    );
+    (&client).write_all(&END_OF_ROUNDS).unwrap();
+    drop(echo.join().unwrap());
+    println!("blocking ping-pong windows [CPU yields, -]: {windows:?}");
+    assert!(
+        windows.iter().any(passes),
+        "CPU yields in windows of {WINDOW} blocking rounds: {windows:?}"
+    );
+}
+
 /// Rounds of a counted ping-pong: some to start (the connection, the same-host handshake,
 /// the first grants), then windows of `WINDOW` rounds, each counted, until one passes the
 /// test's limits (at most `MAX_WINDOWS`). Without the mechanism a test pins, every window

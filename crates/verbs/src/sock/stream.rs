@@ -49,7 +49,8 @@ const CTRL_INLINE: u32 = 64;
 /// A blocked call re-checks at least this often (another thread sharing the stream may
 /// have taken the completion event it waited for).
 const WAIT_SLICE: Duration = Duration::from_millis(10);
-/// A blocked call first spins this long before sleeping on the completion channel.
+/// A blocked call first spins this long before sleeping on the completion channel
+/// (polling, never yielding the CPU: see `crate::cq::BlockingWait`).
 const SPIN: Duration = Duration::from_micros(20);
 
 /// A stream socket over RDMA speaking the rsockets protocol: `std::io::Read` and
@@ -859,6 +860,9 @@ impl RdmaStream {
         // reader, who can free room only by reading bytes announced to it.
         self.announce_now(&mut core);
         drop(core);
+        // A blocking call's polls never yield the CPU (`crate::cq::BlockingWait`); a
+        // non-blocking one's do, as the program spinning on `WouldBlock` repeats them.
+        let _no_yields = (!nonblocking).then(crate::cq::BlockingWait::begin);
         let start = Instant::now();
         loop {
             let mut core = self.lock();
@@ -876,7 +880,7 @@ impl RdmaStream {
             }
             if start.elapsed() < SPIN {
                 drop(core);
-                std::thread::yield_now();
+                std::hint::spin_loop();
                 continue;
             }
             // The device's socket too, handed over from the progress thread while this
