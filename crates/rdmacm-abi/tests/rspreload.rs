@@ -243,8 +243,10 @@ fn iperf3_server_and_client_both_preloaded() {
     // The client's summary: the 20 MiB it was asked to send, received. iperf3 sends whole
     // blocks, so its count may end one block past 20 MiB ("20.1 MBytes"); and its server
     // stops counting when the client's end-of-test message arrives, so what is still in
-    // flight then, at most the receive ring (1 MiB by default), goes uncounted (iperf3's
-    // own behaviour, over TCP too: esnet/iperf issue 382).
+    // flight then, at most the receive ring (4 MiB by default,
+    // `softverbs_sock::DEFAULT_RING`), goes uncounted (iperf3's own behaviour, over TCP
+    // too: esnet/iperf issue 382; plain TCP on loopback here counted 18.8 and 19.1 of 20
+    // MiB in two of three runs). With 4 MiB rings this test counted 18.0-18.5.
     let received = out
         .lines()
         .filter(|l| l.contains("receiver"))
@@ -254,7 +256,7 @@ fn iperf3_server_and_client_both_preloaded() {
             words.get(at.checked_sub(1)?)?.parse::<f64>().ok()
         });
     assert!(
-        received.is_some_and(|mib| (19.0..21.0).contains(&mib)),
+        received.is_some_and(|mib| (16.0..21.0).contains(&mib)),
         "received {received:?} MBytes; client output:\n{out}"
     );
 }

@@ -35,14 +35,11 @@ pub const RDMA_IOMAPSIZE: c_int = 3;
 pub const RDMA_ROUTE: c_int = 4;
 
 /// rsocket.c's defaults (`rs_configure` without files in /etc/rdma/rsocket), but for the
-/// rings: 1 MiB where rsocket.c has 128 KiB (`softverbs_sock::DEFAULT_RING` says why a
-/// larger ring pays). Not yet softverbs' own 4 MiB: a preloaded iperf3's server stops
-/// counting at the client's end-of-test message, so up to a receive ring of data goes
-/// uncounted, and tests/rspreload.rs' iperf3 test allows 1 MiB (with 4 MiB rings it
-/// counted 18.0 of 20 MiB, session 12).
+/// rings: softverbs' own 4 MiB (`softverbs_sock::DEFAULT_RING` says why a larger ring
+/// pays) where rsocket.c has 128 KiB.
 const DEFAULT_QUEUE: u32 = 384;
 const DEFAULT_INLINE: u32 = 64;
-const DEFAULT_MEM: u32 = 1 << 20;
+const DEFAULT_MEM: u32 = softverbs_sock::DEFAULT_RING;
 /// The send ring's low-water mark (`RS_SNDLOWAT`).
 const SNDLOWAT: u32 = 2048;
 /// The largest queue rsocket.c allows (`RS_QP_MAX_SIZE`).
