@@ -28,6 +28,7 @@ pub fn counters(ctx: &Context) -> Vec<(&'static str, u64)> {
         ("progress_wakes", d.progress_wakes),
         ("progress_sleeps", d.progress_sleeps),
         ("poll_yields", d.poll_yields),
+        ("poll_cpu_moves", d.poll_cpu_moves),
         ("poll_waits", d.poll_waits),
         ("handoff_pushes", d.handoff_pushes),
         ("socket_taken_from_progress", d.socket_taken_from_progress),

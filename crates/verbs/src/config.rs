@@ -80,6 +80,10 @@ pub struct Config {
     /// it made the loopback test of the plain hand-off under a window fail beside two busy
     /// loops (docs/udp-bandwidth.md, session 12).
     pub poll_yield_under_window: bool,
+    /// A thread spinning on a CQ that keeps sharing its CPU with another runnable thread
+    /// (its yields keep switching to it) sleeps this long once, so that its wake-up can
+    /// place it on an idle CPU (zero: it never does). See `crate::spread`.
+    pub poll_spread: Duration,
     /// The scheduler slice the progress thread asks for (Linux 6.12+ EEVDF,
     /// `sched_attr::sched_runtime`, which the kernel clamps to 0.1-100 ms; zero: the
     /// kernel's default). A short slice lets the thread run sooner when a datagram wakes
@@ -172,6 +176,7 @@ impl Default for Config {
             ack_hold: Duration::from_micros(50),
             poll_wait_after: Duration::ZERO,
             poll_yield_under_window: false,
+            poll_spread: Duration::from_micros(20),
             progress_slice: Duration::ZERO,
             faults: None,
             pcap: None,
@@ -276,6 +281,9 @@ impl Config {
         }
         if let Some(on) = switch("SOFTVERBS_POLL_YIELD_WINDOW")? {
             c.poll_yield_under_window = on;
+        }
+        if let Some(d) = micros("SOFTVERBS_POLL_SPREAD")? {
+            c.poll_spread = d;
         }
         if let Some(d) = micros("SOFTVERBS_PROGRESS_SLICE")? {
             c.progress_slice = d;

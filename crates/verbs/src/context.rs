@@ -225,6 +225,9 @@ pub struct DeviceCounters {
     pub progress_sleeps: u64,
     /// Times an empty CQ poll yielded the CPU.
     pub poll_yields: u64,
+    /// Times a spinning poller that shared its CPU with another spinner slept briefly to
+    /// move to an idle CPU.
+    pub poll_cpu_moves: u64,
     /// Times an empty CQ poll, quiet for long, slept on the socket instead of spinning.
     pub poll_waits: u64,
     /// Times a spinning poller moved the progress thread's hand-off timer later.
@@ -500,6 +503,7 @@ impl Context {
             progress_wakes: get(&c.progress_wakes),
             progress_sleeps: get(&c.progress_sleeps),
             poll_yields: get(&c.poll_yields),
+            poll_cpu_moves: get(&c.poll_cpu_moves),
             poll_waits: get(&c.poll_waits),
             handoff_pushes: get(&c.handoff_pushes),
             socket_taken_from_progress: get(&c.socket_taken_from_progress),

@@ -276,6 +276,9 @@ impl Cq {
                     if let Ok((d, progressed)) = progressed {
                         if yields {
                             d.counters.poll_yields.fetch_add(1, Ordering::Relaxed);
+                            if spinning && crate::spread::after_yield(d.poll_spread()) {
+                                d.counters.poll_cpu_moves.fetch_add(1, Ordering::Relaxed);
+                            }
                             // The yield may have lasted long: the gap counts from its end.
                             d.note_poll_ended();
                         } else {

@@ -82,6 +82,9 @@ pub struct DriverCounters {
     pub progress_sleeps: AtomicU64,
     /// Times an empty CQ poll yielded the CPU (`sched_yield`; see `Cq::poll`).
     pub poll_yields: AtomicU64,
+    /// Times a spinning poller that shared its CPU with another spinner slept briefly to
+    /// move to an idle CPU (see `crate::spread`).
+    pub poll_cpu_moves: AtomicU64,
     /// Times an empty CQ poll, quiet for long, slept on the socket instead of spinning
     /// (see `Cq::poll` and [`Driver::wait_for_datagram`]).
     pub poll_waits: AtomicU64,
@@ -248,6 +251,8 @@ pub(crate) struct Driver {
     poll_wait_after: Duration,
     /// `Config::poll_yield_under_window`.
     poll_yield_under_window: bool,
+    /// `Config::poll_spread`.
+    poll_spread: Duration,
     /// How long the progress thread holds the ACK of a lone WRITE into memory (see
     /// `crate::ack_hold`); zero: not at all.
     ack_hold: Duration,
@@ -630,6 +635,7 @@ impl Driver {
             busy_handoff: config.sock_busy_handoff,
             poll_wait_after: config.poll_wait_after,
             poll_yield_under_window: config.poll_yield_under_window,
+            poll_spread: config.poll_spread,
             ack_hold: config.ack_hold,
             app_polled_at: AtomicU64::new(0),
             app_looked_at: AtomicU64::new(0),
@@ -1684,6 +1690,11 @@ impl Driver {
             && self.packets_in_flight.load(Ordering::Relaxed) > Self::LOOP_FEW_IN_FLIGHT
     }
 
+    /// How long a spinning poller that shares its CPU sleeps to move (`Config::poll_spread`).
+    pub(crate) fn poll_spread(&self) -> Duration {
+        self.poll_spread
+    }
+
     /// Tells this device apart from others in a thread's [`PollStreak`].
     pub(crate) fn identity(&self) -> usize {
         self as *const Driver as usize
@@ -2064,6 +2075,7 @@ impl Driver {
         lines.push(("progress_wakes", get(&dc.progress_wakes)));
         lines.push(("progress_sleeps", get(&dc.progress_sleeps)));
         lines.push(("poll_yields", get(&dc.poll_yields)));
+        lines.push(("poll_cpu_moves", get(&dc.poll_cpu_moves)));
         lines.push(("poll_waits", get(&dc.poll_waits)));
         lines.push(("handoff_pushes", get(&dc.handoff_pushes)));
         lines.push((

@@ -36,6 +36,7 @@ mod publisher;
 mod qp;
 pub mod samehost;
 pub mod sock;
+mod spread;
 mod srq;
 #[cfg(feature = "tokio")]
 mod stream;

@@ -1073,6 +1073,40 @@ fn covered(maps: &str, start: usize, end: usize, writable: bool) -> Result<(), &
     Err("part of the range is not mapped")
 }
 
+/// The calling thread's involuntary context switches so far (`getrusage(RUSAGE_THREAD)`,
+/// `ru_nivcsw`: times another task took its CPU while it could still run, a preemption
+/// or a `sched_yield` that found another task runnable on its CPU) and the CPU time it
+/// has used (user and system, ns).
+pub fn thread_switches_and_cpu() -> Option<(u64, u64)> {
+    // SAFETY: an all-zero `rusage` is a valid value of this plain C struct.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage writes one `rusage` into the live `usage`.
+    let r = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) };
+    let ns =
+        |t: libc::timeval| t.tv_sec.max(0) as u64 * 1_000_000_000 + t.tv_usec.max(0) as u64 * 1000;
+    (r == 0).then(|| {
+        (
+            usage.ru_nivcsw.max(0) as u64,
+            ns(usage.ru_utime) + ns(usage.ru_stime),
+        )
+    })
+}
+
+/// How many CPUs the calling thread may run on (`sched_getaffinity`); 1 where it cannot
+/// say.
+pub fn allowed_cpus() -> usize {
+    // SAFETY: an all-zero `cpu_set_t` is the empty set, a valid value.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: sched_getaffinity writes at most `size_of::<cpu_set_t>()` bytes into the
+    // live `set`.
+    let r = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    if r != 0 {
+        return 1;
+    }
+    // SAFETY: CPU_COUNT reads the set sched_getaffinity filled.
+    (unsafe { libc::CPU_COUNT(&set) }).max(1) as usize
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
