@@ -17,9 +17,6 @@ pub(crate) const YIELD_EVERY: u32 = 4;
 thread_local! {
     /// The calling thread's empty polls since its last poll that found completions.
     static EMPTY_POLLS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
-}
-
-thread_local! {
     /// Whether the calling thread polls inside a blocking wait ([`BlockingWait`]).
     static IN_BLOCKING_WAIT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
@@ -50,16 +47,17 @@ impl Drop for BlockingWait {
 }
 
 /// Notes an empty poll by the calling thread; returns whether it should yield the CPU:
-/// at every [`YIELD_EVERY`]-th empty poll in a row, or at every one with `under_window`
-/// (`Driver::yields_under_window`); never in a [`BlockingWait`].
-fn empty_poll_yields(under_window: bool) -> bool {
+/// at every [`YIELD_EVERY`]-th empty poll in a row, or at every one when `under_window`
+/// says so (`Driver::yields_under_window`); never in a [`BlockingWait`], where
+/// `under_window` is not asked.
+fn empty_poll_yields(under_window: impl FnOnce() -> bool) -> bool {
     if IN_BLOCKING_WAIT.with(|w| w.get()) {
         return false;
     }
     EMPTY_POLLS.with(|e| {
         let n = e.get().wrapping_add(1);
         e.set(n);
-        under_window || n % YIELD_EVERY == 0
+        under_window() || n % YIELD_EVERY == 0
     })
 }
 
@@ -265,11 +263,11 @@ impl Cq {
                             return 0;
                         }
                     }
-                    let yields = empty_poll_yields(
+                    let yields = empty_poll_yields(|| {
                         progressed
                             .as_ref()
-                            .is_ok_and(|(d, _)| d.yields_under_window()),
-                    );
+                            .is_ok_and(|(d, _)| d.yields_under_window())
+                    });
                     if yields {
                         std::thread::yield_now();
                     }

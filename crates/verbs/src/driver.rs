@@ -275,15 +275,8 @@ pub(crate) struct Driver {
     socket_unwatched: AtomicBool,
     /// Whether `State::held` is not 0 (read without the lock).
     acks_held: AtomicBool,
-    /// When the progress thread's hold of the held ACKs ends (the driver's clock, ns;
-    /// 0: it holds none). Written under the device lock.
-    progress_hold_until: AtomicU64,
-    /// A progress thread's hold ended: its timer is disarmed after the send.
-    progress_hold_released: AtomicBool,
-    /// Wakes the progress thread when its hold ends (`Config::ack_hold`);
-    /// whether it is armed. The thread that sends the held ACKs disarms it.
-    hold_timer: sys::TimerFd,
-    hold_timer_armed: Mutex<bool>,
+    /// The progress thread's hold of the held ACKs and the timer that ends it.
+    progress_hold: crate::ack_hold::ProgressHold,
     /// Application threads blocked in `poll` on the socket themselves
     /// ([`Driver::watch_blocked`]): while there are any, the progress thread leaves the
     /// socket to them.
@@ -644,10 +637,7 @@ impl Driver {
             packets_in_flight: AtomicU64::new(0),
             socket_unwatched: AtomicBool::new(false),
             acks_held: AtomicBool::new(false),
-            progress_hold_until: AtomicU64::new(0),
-            progress_hold_released: AtomicBool::new(false),
-            hold_timer: sys::TimerFd::new().map_err(io_err("timerfd"))?,
-            hold_timer_armed: Mutex::new(false),
+            progress_hold: crate::ack_hold::ProgressHold::new().map_err(io_err("timerfd"))?,
             blocked_watchers: AtomicU32::new(0),
             handoff_timer: sys::TimerFd::new().map_err(io_err("timerfd"))?,
             handoff_timer_armed: Mutex::new(false),
@@ -824,7 +814,7 @@ impl Driver {
         if d.queued {
             self.flush_outbox(false);
         }
-        self.disarm_hold_timer();
+        self.progress_hold.disarm_after_send();
         for (channel, cq) in &d.notifications {
             channel.push(*cq);
         }
@@ -938,7 +928,7 @@ impl Driver {
             }
             // The progress thread sends what pollers held, and what it held itself once
             // its hold is over.
-            let until = self.progress_hold_until.load(Ordering::Acquire);
+            let until = self.progress_hold.until();
             if until != 0 {
                 if now.as_nanos() < until {
                     return;
@@ -968,8 +958,7 @@ impl Driver {
                     .acks_held_for_memory
                     .fetch_add(1, Ordering::Relaxed);
                 st.held = st.tx.len();
-                self.progress_hold_until
-                    .store(until.as_nanos().max(1), Ordering::Release);
+                self.progress_hold.start(until.as_nanos());
                 self.acks_held.store(true, Ordering::Release);
                 return;
             }
@@ -1010,22 +999,7 @@ impl Driver {
             }
         }
         self.flush_outbox(false);
-        self.disarm_hold_timer();
-    }
-
-    /// Disarms the progress thread's hold timer once the ACKs it held left (after they
-    /// were sent: the system call is not on their path). Call without the device lock.
-    fn disarm_hold_timer(&self) {
-        // Read first: a swap is a locked write on every finish, almost always of false.
-        if !self.progress_hold_released.load(Ordering::Acquire)
-            || !self.progress_hold_released.swap(false, Ordering::AcqRel)
-        {
-            return;
-        }
-        let mut armed = lock(&self.hold_timer_armed);
-        if std::mem::take(&mut *armed) {
-            self.hold_timer.set(None);
-        }
+        self.progress_hold.disarm_after_send();
     }
 
     /// Moves the batch being built to the outbox and starts a fresh one.
@@ -1034,9 +1008,7 @@ impl Driver {
         st.held = 0;
         st.batches_queued = st.batches_queued.wrapping_add(1);
         self.acks_held.store(false, Ordering::Release);
-        if self.progress_hold_until.swap(0, Ordering::AcqRel) != 0 {
-            self.progress_hold_released.store(true, Ordering::Release);
-        }
+        self.progress_hold.end();
         let mut ob = lock(&self.outbox);
         let fresh = ob
             .pool
@@ -2328,15 +2300,7 @@ fn progress_thread(d: Arc<Driver>) {
         d.flush_capture();
         // ACKs it holds for an answer leave when their hold ends, unless the answer
         // took them first (its sender then disarms the timer).
-        {
-            let mut armed = lock(&d.hold_timer_armed);
-            let until = d.progress_hold_until.load(Ordering::Acquire);
-            if until != 0 && !*armed {
-                *armed = true;
-                let left = until.saturating_sub(d.now().as_nanos());
-                d.hold_timer.set(Some(Duration::from_nanos(left)));
-            }
-        }
+        d.progress_hold.arm(|| d.now().as_nanos());
         let republish = d.publish_counters(counters);
         let blocked = lock(&d.outbox).blocked;
         let retry = (blocked == Some(Blocked::NoBuffers)).then_some(Duration::from_millis(1));
@@ -2367,7 +2331,7 @@ fn progress_thread(d: Arc<Driver>) {
             (d.wake.raw(), libc::POLLIN),
             (d.timer.raw(), libc::POLLIN),
             (d.handoff_timer.raw(), libc::POLLIN),
-            (d.hold_timer.raw(), libc::POLLIN),
+            (d.progress_hold.timer_fd(), libc::POLLIN),
             (d.poller_timer.raw(), libc::POLLIN),
         ]
         .into_iter()
@@ -2400,11 +2364,7 @@ fn progress_thread(d: Arc<Driver>) {
             d.handoff_timer.set(None);
         }
         if pfds[4].revents & libc::POLLIN != 0 {
-            let mut armed = lock(&d.hold_timer_armed);
-            // Its next pump sends what it held.
-            if std::mem::take(&mut *armed) {
-                d.hold_timer.set(None);
-            }
+            d.progress_hold.expired();
         }
         // (An expired hand-off timer is re-armed or disarmed before the next sleep.)
         if pfds[6 + groups.len()..].iter().any(|p| p.revents != 0) {

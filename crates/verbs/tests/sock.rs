@@ -574,30 +574,17 @@ fn a_blocked_reader_receives_the_message_itself() {
 fn a_blocking_ping_pong_leaves_the_progress_thread_asleep() {
     let _counted = common::counted();
     let (server, server_ctx, client, client_ctx) = long_handoff_pair();
-    let echo = std::thread::spawn(move || {
-        let mut b = [0u8; 64];
-        loop {
-            (&server).read_exact(&mut b).unwrap();
-            if b == END_OF_ROUNDS {
-                return server;
-            }
-            (&server).write_all(&b).unwrap();
-        }
-    });
-    let mut b = [0u8; 64];
     // Wake-ups: it was about one a round; a quarter of that is left for a keep-alive, a
     // grant's timer and threads descheduled on a loaded host (0-5 idle, 11-19 with two busy
     // loops beside the test). The reader that receives a message keeps its ACK back until
     // it writes the answer: about one sendmmsg per one-way message (2.4 a round idle, 3.0-3.4
     // loaded; it was four a round: each message, then its ACK alone), grants and their
     // ACKs besides.
-    let passes = |&[woken, calls]: &[u64; 2]| woken <= WINDOW / 4 && calls <= 7 * WINDOW / 2;
-    let windows = counted_windows(
-        |i| {
-            (&client).write_all(&[i as u8; 64]).unwrap();
-            (&client).read_exact(&mut b).unwrap();
-            assert_eq!(b, [i as u8; 64]);
-        },
+    assert_a_window_passes(
+        server,
+        &client,
+        Waits::Blocking,
+        "[progress-thread wake-ups, sendmmsg calls]",
         || {
             let (a, b) = (server_ctx.device_counters(), client_ctx.device_counters());
             [
@@ -605,14 +592,7 @@ fn a_blocking_ping_pong_leaves_the_progress_thread_asleep() {
                 a.tx_syscalls + b.tx_syscalls,
             ]
         },
-        passes,
-    );
-    (&client).write_all(&END_OF_ROUNDS).unwrap();
-    drop(echo.join().unwrap());
-    println!("ping-pong windows [wake-ups, sendmmsg calls]: {windows:?}");
-    assert!(
-        windows.iter().any(passes),
-        "progress-thread wake-ups and sendmmsg calls in windows of {WINDOW} rounds: {windows:?}"
+        |&[woken, calls]| woken <= WINDOW / 4 && calls <= 7 * WINDOW / 2,
     );
 }
 
@@ -627,38 +607,18 @@ fn a_blocking_ping_pong_leaves_the_progress_thread_asleep() {
 fn a_blocking_ping_pong_never_yields_the_cpu() {
     let _counted = common::counted();
     let (server, server_ctx, client, client_ctx) = long_handoff_pair();
-    let echo = std::thread::spawn(move || {
-        let mut b = [0u8; 64];
-        loop {
-            (&server).read_exact(&mut b).unwrap();
-            if b == END_OF_ROUNDS {
-                return server;
-            }
-            (&server).write_all(&b).unwrap();
-        }
-    });
-    let mut b = [0u8; 64];
     // A few for polls outside a wait (a write's look at its CQ, a descheduled thread's
     // keep-alive); every blocking read used to pay at least one.
-    let passes = |&[yields, _]: &[u64; 2]| yields <= WINDOW / 10;
-    let windows = counted_windows(
-        |i| {
-            (&client).write_all(&[i as u8; 64]).unwrap();
-            (&client).read_exact(&mut b).unwrap();
-            assert_eq!(b, [i as u8; 64]);
-        },
+    assert_a_window_passes(
+        server,
+        &client,
+        Waits::Blocking,
+        "[CPU yields, -]",
         || {
             let (a, b) = (server_ctx.device_counters(), client_ctx.device_counters());
             [a.poll_yields + b.poll_yields, 0]
         },
-        passes,
-    );
-    (&client).write_all(&END_OF_ROUNDS).unwrap();
-    drop(echo.join().unwrap());
-    println!("blocking ping-pong windows [CPU yields, -]: {windows:?}");
-    assert!(
-        windows.iter().any(passes),
-        "CPU yields in windows of {WINDOW} blocking rounds: {windows:?}"
+        |&[yields, _]| yields <= WINDOW / 10,
     );
 }
 
@@ -706,6 +666,92 @@ fn counted_windows(
     windows
 }
 
+/// How the two sides of a counted ping-pong wait for each other's message.
+#[derive(Clone, Copy, Debug)]
+enum Waits {
+    /// Blocking reads and writes.
+    Blocking,
+    /// Blocking, the echo side sleeping as `rpoll` does before each read
+    /// ([`rpoll_readable`]).
+    EchoInRpoll,
+    /// Non-blocking on both sides, spinning on `WouldBlock` ([`spin_read`], [`spin_write`]).
+    Spinning,
+}
+
+impl Waits {
+    fn write(self, s: &RdmaStream, message: &[u8]) {
+        match self {
+            Waits::Spinning => spin_write(s, message),
+            Waits::Blocking | Waits::EchoInRpoll => (&*s).write_all(message).unwrap(),
+        }
+    }
+
+    fn read(self, s: &RdmaStream, message: &mut [u8]) {
+        match self {
+            Waits::Spinning => spin_read(s, message),
+            Waits::Blocking | Waits::EchoInRpoll => (&*s).read_exact(message).unwrap(),
+        }
+    }
+}
+
+/// A 64-byte ping-pong between `client` (the counting side, on this thread) and an echo
+/// thread on `server`, each waiting as `waits` says, counted by `count` in windows
+/// ([`counted_windows`]); asserts that one of them `passes`. `counters` names the two
+/// counts in the messages.
+fn assert_a_window_passes(
+    server: RdmaStream,
+    client: &RdmaStream,
+    waits: Waits,
+    counters: &str,
+    count: impl Fn() -> [u64; 2],
+    passes: impl Fn(&[u64; 2]) -> bool,
+) {
+    let spinning = matches!(waits, Waits::Spinning);
+    let echo = std::thread::spawn(move || {
+        if spinning {
+            server.set_nonblocking(true).unwrap();
+        }
+        let mut b = [0u8; 64];
+        loop {
+            if matches!(waits, Waits::EchoInRpoll) {
+                rpoll_readable(&server);
+            }
+            waits.read(&server, &mut b);
+            if b == END_OF_ROUNDS {
+                break;
+            }
+            waits.write(&server, &b);
+        }
+        if spinning {
+            server.set_nonblocking(false).unwrap();
+        }
+        server
+    });
+    if spinning {
+        client.set_nonblocking(true).unwrap();
+    }
+    let mut b = [0u8; 64];
+    let windows = counted_windows(
+        |i| {
+            waits.write(client, &[i as u8; 64]);
+            waits.read(client, &mut b);
+            assert_eq!(b, [i as u8; 64]);
+        },
+        count,
+        &passes,
+    );
+    waits.write(client, &END_OF_ROUNDS);
+    if spinning {
+        client.set_nonblocking(false).unwrap();
+    }
+    drop(echo.join().unwrap());
+    println!("{waits:?} ping-pong windows {counters}: {windows:?}");
+    assert!(
+        windows.iter().any(passes),
+        "{counters} in windows of {WINDOW} rounds of a {waits:?} ping-pong: {windows:?}"
+    );
+}
+
 /// Writes all of `buf` / fills all of `buf` on a non-blocking stream, spinning on
 /// `WouldBlock` as `rstream` (its default mode) does.
 fn spin_write(s: &RdmaStream, buf: &[u8]) {
@@ -740,20 +786,6 @@ fn spin_read(s: &RdmaStream, buf: &mut [u8]) {
 fn a_nonblocking_ping_pong_sends_each_ack_with_the_answer() {
     let _counted = common::counted();
     let (server, server_ctx, client, client_ctx) = long_handoff_pair();
-    let echo = std::thread::spawn(move || {
-        server.set_nonblocking(true).unwrap();
-        let mut b = [0u8; 64];
-        loop {
-            spin_read(&server, &mut b);
-            if b == END_OF_ROUNDS {
-                break;
-            }
-            spin_write(&server, &b);
-        }
-        server.set_nonblocking(false).unwrap();
-        server
-    });
-    client.set_nonblocking(true).unwrap();
     // Start the hand-off to pollers on both devices (two empty polls in a row are a poll
     // loop), as a spinning poller does within microseconds in a release build; this debug
     // build on a loaded host may yield longer than a loop's gap between two polls and
@@ -762,29 +794,18 @@ fn a_nonblocking_ping_pong_sends_each_ack_with_the_answer() {
         let cq = ctx.create_cq(1, None).unwrap();
         assert_eq!(cq.poll(&mut []) + cq.poll(&mut []), 0);
     }
-    let mut b = [0u8; 64];
     // Two one-way messages a round, about one call each (it was four calls a round),
     // grants and their ACKs besides, and a margin for a loaded host.
-    let passes = |&[calls, held]: &[u64; 2]| calls <= 7 * WINDOW / 2 && held >= WINDOW;
-    let windows = counted_windows(
-        |i| {
-            spin_write(&client, &[i as u8; 64]);
-            spin_read(&client, &mut b);
-            assert_eq!(b, [i as u8; 64]);
-        },
+    assert_a_window_passes(
+        server,
+        &client,
+        Waits::Spinning,
+        "[sendmmsg calls, ACKs held]",
         || {
             let (a, b) = (server_ctx.device_counters(), client_ctx.device_counters());
             [a.tx_syscalls + b.tx_syscalls, a.acks_held + b.acks_held]
         },
-        passes,
-    );
-    spin_write(&client, &END_OF_ROUNDS);
-    client.set_nonblocking(false).unwrap();
-    drop(echo.join().unwrap());
-    println!("non-blocking ping-pong windows [sendmmsg calls, ACKs held]: {windows:?}");
-    assert!(
-        windows.iter().any(passes),
-        "sendmmsg calls and ACKs held in windows of {WINDOW} rounds: {windows:?}"
+        |&[calls, held]| calls <= 7 * WINDOW / 2 && held >= WINDOW,
     );
 }
 
@@ -879,35 +900,15 @@ fn rpoll_readable(s: &RdmaStream) {
 fn an_rpoll_ping_pong_leaves_the_progress_thread_asleep() {
     let _counted = common::counted();
     let (server, server_ctx, client, _client_ctx) = long_handoff_pair();
-    let echo = std::thread::spawn(move || {
-        let mut b = [0u8; 64];
-        loop {
-            rpoll_readable(&server);
-            (&server).read_exact(&mut b).unwrap();
-            if b == END_OF_ROUNDS {
-                return server;
-            }
-            (&server).write_all(&b).unwrap();
-        }
-    });
-    let mut b = [0u8; 64];
     // It was about one per round; a quarter of that is left for a keep-alive, a grant's
     // timer and a loaded host.
-    let passes = |&[woken, _]: &[u64; 2]| woken <= WINDOW / 4;
-    let windows = counted_windows(
-        |i| {
-            (&client).write_all(&[i as u8; 64]).unwrap();
-            (&client).read_exact(&mut b).unwrap();
-            assert_eq!(b, [i as u8; 64]);
-        },
+    assert_a_window_passes(
+        server,
+        &client,
+        Waits::EchoInRpoll,
+        "[the echo side's progress-thread wake-ups, -]",
         || [server_ctx.device_counters().progress_wakes, 0],
-        passes,
-    );
-    (&client).write_all(&END_OF_ROUNDS).unwrap();
-    drop(echo.join().unwrap());
-    assert!(
-        windows.iter().any(passes),
-        "the echo side's progress thread woke in windows of {WINDOW} rounds: {windows:?}"
+        |&[woken, _]| woken <= WINDOW / 4,
     );
 }
 
