@@ -6,9 +6,11 @@
 # each under `perf stat` (task-clock, context switches, its recvmmsg / sendmmsg / sendmsg /
 # sched_yield / ppoll calls), the kernel's UDP counters (/proc/net/snmp: RcvbufErrors,
 # SndbufErrors, InErrors) around the run, and the client's device counters (packets
-# resent, early timeouts, probes). Prints each run, then per build the medians: GB/s,
-# CPU s/GB of the target (server), of the requester (client) and both, context switches
-# and system calls per 64 KiB message.
+# resent, early timeouts, probes). Each pair starts with the anchor: raw UDP with GSO and
+# GRO (bench-tools udp-gso, 15 x 4096 B per send) for as long, its receiver's and
+# sender's CPU s/GB. Prints each run, then per build the medians: GB/s, CPU s/GB of the
+# target (server), of the requester (client) and both, context switches and system calls
+# per 64 KiB message.
 #
 # Usage: bench/bw-cpu.sh BASELINE_DIR [--reps N] [--secs S] [--op write|read] [--env-b VAR=VALUE]...
 #   BASELINE_DIR  holds the baseline's softverbs binary (A); B is this tree's release build
@@ -75,9 +77,10 @@ perf stat -x, -e "$EVENTS" -o /dev/null -- true 2> /dev/null || {
 
 cd "$(dirname "$0")/.."
 unset CARGO_TARGET_DIR
-cargo build --release -p softverbs-cli
+cargo build --release -p softverbs-cli -p softverbs-bench-tools
 A="$BASE/softverbs"
 B="$(pwd)/target/release/softverbs"
+GSO="$(pwd)/target/release/udp-gso"
 export SOFTVERBS_SAME_HOST=0
 BOUND=120
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/softverbs-bw-cpu.XXXXXX")
@@ -149,6 +152,18 @@ EOF
 
 for rep in $(seq 1 "$REPS"); do
     echo "pair $rep of $REPS (load average $(cut -d' ' -f1-3 /proc/loadavg))"
+    timeout "$BOUND" "$GSO" --secs "$SECS" > "$TMP/gso.out"
+    python3 - "$TMP/gso.out" "$RESULTS" << 'EOF'
+import sys
+d = dict(line.strip().split("=", 1) for line in open(sys.argv[1]) if "=" in line)
+gb = float(d["received_bytes"]) / 1e9
+row = {"gbs": float(d["udp_gso_gbs"]), "srv_cpu": float(d["receiver_cpu_s"]) / gb,
+       "cli_cpu": float(d["sender_cpu_s"]) / gb}
+print(f"  raw UDP GSO {row['gbs']:.3f} GB/s  CPU s/GB receiver {row['srv_cpu']:.3f} sender {row['cli_cpu']:.3f}")
+with open(sys.argv[2], "a") as f:
+    for k, v in row.items():
+        f.write(f"gso {k} {v}\n")
+EOF
     order="A B"
     if [ $((rep % 2)) = 0 ]; then order="B A"; fi
     for build in $order; do
@@ -167,6 +182,8 @@ for line in open(sys.argv[1]):
     rows.setdefault((key, what), []).append(float(value))
 op = sys.argv[3]
 print(f"\nmedians of {sys.argv[2]} pairs (A: baseline, B: this tree), {op}")
+g = {what: statistics.median(v) for (key, what), v in rows.items() if key == "gso"}
+print(f"  raw UDP GSO: {g['gbs']:.3f} GB/s  CPU s/GB receiver {g['srv_cpu']:.3f} sender {g['cli_cpu']:.3f}")
 for b in ("A", "B"):
     k = f"{op}-{b}"
     m = {what: statistics.median(v) for (key, what), v in rows.items() if key == k}
