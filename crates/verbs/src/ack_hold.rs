@@ -165,6 +165,23 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Whether `datagram` is an RC RDMA READ response (its first byte, the BTH opcode,
+/// alone: the engine checks the rest): a READ requester is receiving its data, and
+/// its pollers must not sleep through it (`Driver::poll_wait_after`).
+pub(crate) fn is_read_response(datagram: &[u8]) -> bool {
+    datagram.first().is_some_and(|&op| {
+        matches!(
+            Opcode::from_u8(op),
+            Some(
+                Opcode::RcReadResponseFirst
+                    | Opcode::RcReadResponseMiddle
+                    | Opcode::RcReadResponseLast
+                    | Opcode::RcReadResponseOnly
+            )
+        )
+    })
+}
+
 thread_local! {
     /// The device on which this thread holds ACKs back, if any, and the fork generation
     /// it was noted in (`crate::fork`).

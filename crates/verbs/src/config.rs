@@ -71,6 +71,17 @@ pub struct Config {
     /// some 100 µs for each ACK, faster and cheaper, but ib_write_lat looked slower on
     /// a loaded host (docs/udp-bandwidth.md, session 9). See `Cq::poll`.
     pub poll_wait_after: Duration,
+    /// The same sleep where `poll_wait_after` is zero, but only while the device has a
+    /// WRITE or SEND window in flight: more request packets than one 64 KiB message at a
+    /// 4096-byte MTU (no ping-pong has that many, so none's latency changes) and no RDMA
+    /// READ response received for the last 50 ms (a READ requester's poller posts the
+    /// next READs as the progress thread completes them: with `poll_wait_after` it lost
+    /// 5 % of READ bandwidth and cost 10 % more CPU). Zero, the default: never. Opt-in:
+    /// a 64 KiB WRITE sender whose window is out spins through 2-3 `recvmmsg` and
+    /// `sched_yield` per message while it waits for ACKs, and `poll_wait_after` (30 µs)
+    /// cut its CPU per GB by 28 % at load 5-7, but this form's interleaved runs at load
+    /// 5-20 did not tell it from the default (docs/udp-bandwidth.md, session 13).
+    pub poll_wait_under_window: Duration,
     /// A thread polling a CQ whose device has a bandwidth window in flight (more request
     /// packets than one 64 KiB message at a 4096-byte MTU) yields the CPU at every empty
     /// poll, instead of at every fourth in a row only (`Cq::poll`):
@@ -175,6 +186,7 @@ impl Default for Config {
             poll_handoff: Duration::from_micros(50),
             ack_hold: Duration::from_micros(50),
             poll_wait_after: Duration::ZERO,
+            poll_wait_under_window: Duration::ZERO,
             poll_yield_under_window: false,
             poll_spread: Duration::from_micros(20),
             progress_slice: Duration::ZERO,
@@ -278,6 +290,9 @@ impl Config {
         }
         if let Some(d) = micros("SOFTVERBS_POLL_WAIT_AFTER")? {
             c.poll_wait_after = d;
+        }
+        if let Some(d) = micros("SOFTVERBS_POLL_WAIT_WINDOW")? {
+            c.poll_wait_under_window = d;
         }
         if let Some(on) = switch("SOFTVERBS_POLL_YIELD_WINDOW")? {
             c.poll_yield_under_window = on;
@@ -414,6 +429,7 @@ mod tests {
             ("SOFTVERBS_POLL_HANDOFF", "0"),
             ("SOFTVERBS_ACK_HOLD", "0"),
             ("SOFTVERBS_POLL_WAIT_AFTER", "60"),
+            ("SOFTVERBS_POLL_WAIT_WINDOW", "30"),
             ("SOFTVERBS_POLL_YIELD_WINDOW", "1"),
             ("SOFTVERBS_PROGRESS_SLICE", "300"),
             ("SOFTVERBS_FAULTS", "loss=0.05, dup=0.01,seed=9"),
@@ -451,6 +467,8 @@ mod tests {
         assert_eq!(c.ack_hold, Duration::ZERO);
         assert_eq!(c.poll_wait_after, Duration::from_micros(60));
         assert_eq!(Config::default().poll_wait_after, Duration::ZERO);
+        assert_eq!(c.poll_wait_under_window, Duration::from_micros(30));
+        assert_eq!(Config::default().poll_wait_under_window, Duration::ZERO);
         assert!(c.poll_yield_under_window && !Config::default().poll_yield_under_window);
         assert_eq!(c.progress_slice, Duration::from_micros(300));
         let f = c.faults.unwrap();

@@ -254,7 +254,7 @@ impl Cq {
                     // or a yield every microsecond or two, some 9 per 64 KiB message.
                     if let Ok((d, progressed)) = &progressed {
                         if spinning
-                            && d.poll_wait_after().is_some_and(|after| {
+                            && d.poll_wait_after(progressed.now).is_some_and(|after| {
                                 quiet_for(d, progressed.now) >= after.as_nanos() as u64
                             })
                         {

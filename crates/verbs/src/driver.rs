@@ -249,6 +249,11 @@ pub(crate) struct Driver {
     busy_handoff: bool,
     /// `Config::poll_wait_after`.
     poll_wait_after: Duration,
+    /// `Config::poll_wait_under_window`.
+    poll_wait_under_window: Duration,
+    /// When (the driver's clock, ns, plus one; 0: never) a receive last brought an RDMA
+    /// READ response (see [`Driver::poll_wait_after`]).
+    read_response_at: AtomicU64,
     /// `Config::poll_yield_under_window`.
     poll_yield_under_window: bool,
     /// `Config::poll_spread`.
@@ -627,6 +632,8 @@ impl Driver {
             poll_handoff: config.poll_handoff,
             busy_handoff: config.sock_busy_handoff,
             poll_wait_after: config.poll_wait_after,
+            poll_wait_under_window: config.poll_wait_under_window,
+            read_response_at: AtomicU64::new(0),
             poll_yield_under_window: config.poll_yield_under_window,
             poll_spread: config.poll_spread,
             ack_hold: config.ack_hold,
@@ -1342,6 +1349,9 @@ impl Driver {
         // Requests handed over, and of those RDMA WRITEs into memory (the progress
         // thread holds the ACK of a lone one; those of ACKs that came with it are none).
         let (mut requests, mut writes) = (0usize, 0usize);
+        // Only where `Config::poll_wait_under_window` asks (see `Driver::poll_wait_after`).
+        let watch_reads = !self.poll_wait_under_window.is_zero();
+        let mut read_responses = false;
         let received_at;
         let deferred = {
             let mut st = self.lock();
@@ -1350,6 +1360,7 @@ impl Driver {
             st.last_rx = now;
             let state = &mut *st;
             self.for_each_datagram(rx, got, |src, k, data| {
+                read_responses |= watch_reads && crate::ack_hold::is_read_response(data);
                 if progress && !hold_acks && crate::ack_hold::is_request(data) {
                     requests += 1;
                     writes += usize::from(crate::ack_hold::is_write_into_memory(data));
@@ -1363,6 +1374,10 @@ impl Driver {
                     state.engine.handle_datagram_with_ipv4_id(now, src, data, k);
                 }
             });
+            if read_responses {
+                self.read_response_at
+                    .store(now.as_nanos() + 1, Ordering::Relaxed);
+            }
             st.engine.handle_timeout(now);
             crate::trace::stamp(crate::trace::Step::Handled);
             let hold = if hold_acks {
@@ -1595,10 +1610,33 @@ impl Driver {
     }
 
     /// How long a polling thread's socket must have been quiet before its empty polls
-    /// sleep (`Config::poll_wait_after`; `None`: never).
-    pub(crate) fn poll_wait_after(&self) -> Option<Duration> {
-        (!self.poll_wait_after.is_zero()).then_some(self.poll_wait_after)
+    /// sleep (`Config::poll_wait_after`; where that is zero, while a WRITE or SEND window
+    /// is in flight, `Config::poll_wait_under_window`; `None`: never). `now` is the
+    /// driver's clock (ns).
+    pub(crate) fn poll_wait_after(&self, now: u64) -> Option<Duration> {
+        if !self.poll_wait_after.is_zero() {
+            return Some(self.poll_wait_after);
+        }
+        if self.poll_wait_under_window.is_zero()
+            || self.packets_in_flight.load(Ordering::Relaxed) <= Self::LOOP_FEW_IN_FLIGHT
+        {
+            return None;
+        }
+        let reading = self
+            .read_response_at
+            .load(Ordering::Relaxed)
+            .saturating_add(Self::READ_RESPONSES_RECENT.as_nanos() as u64)
+            > now;
+        (!reading).then_some(self.poll_wait_under_window)
     }
+
+    /// How long after an RDMA READ response the device counts as reading: its pollers do
+    /// not sleep under a window (`Config::poll_wait_under_window`). Far above the gaps
+    /// of a READ stream, even on a loaded host (2 ms was not: beside two busy loops a
+    /// READ stream's loop slept in every transfer, its progress threads off the CPUs for
+    /// milliseconds), still short beside a phase of an application that turns from
+    /// READs to WRITEs.
+    const READ_RESPONSES_RECENT: Duration = Duration::from_millis(50);
 
     /// Sleeps until a datagram waits on the device socket (watched only where the
     /// progress thread left it to pollers), `max` passes or the engine's next timer
