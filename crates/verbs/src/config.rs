@@ -93,7 +93,9 @@ pub struct Config {
     pub poll_yield_under_window: bool,
     /// A thread spinning on a CQ that keeps sharing its CPU with another runnable thread
     /// (its yields keep switching to it) sleeps this long once, so that its wake-up can
-    /// place it on an idle CPU (zero: it never does). See `crate::spread`.
+    /// place it on an idle CPU (zero, the default: it never does). Opt-in (20 µs): on the
+    /// idle host it made `perf send --lat` slower in 6 of 8 interleaved pairs (median
+    /// 11.7 → 15.1 µs one way; docs/udp-latency.md, session 13). See `crate::spread`.
     pub poll_spread: Duration,
     /// The scheduler slice the progress thread asks for (Linux 6.12+ EEVDF,
     /// `sched_attr::sched_runtime`, which the kernel clamps to 0.1-100 ms; zero: the
@@ -188,7 +190,7 @@ impl Default for Config {
             poll_wait_after: Duration::ZERO,
             poll_wait_under_window: Duration::ZERO,
             poll_yield_under_window: false,
-            poll_spread: Duration::from_micros(20),
+            poll_spread: Duration::ZERO,
             progress_slice: Duration::ZERO,
             faults: None,
             pcap: None,
@@ -431,6 +433,7 @@ mod tests {
             ("SOFTVERBS_POLL_WAIT_AFTER", "60"),
             ("SOFTVERBS_POLL_WAIT_WINDOW", "30"),
             ("SOFTVERBS_POLL_YIELD_WINDOW", "1"),
+            ("SOFTVERBS_POLL_SPREAD", "20"),
             ("SOFTVERBS_PROGRESS_SLICE", "300"),
             ("SOFTVERBS_FAULTS", "loss=0.05, dup=0.01,seed=9"),
             ("SOFTVERBS_PCAP", "/tmp/x.pcap"),
@@ -470,6 +473,8 @@ mod tests {
         assert_eq!(c.poll_wait_under_window, Duration::from_micros(30));
         assert_eq!(Config::default().poll_wait_under_window, Duration::ZERO);
         assert!(c.poll_yield_under_window && !Config::default().poll_yield_under_window);
+        assert_eq!(c.poll_spread, Duration::from_micros(20));
+        assert_eq!(Config::default().poll_spread, Duration::ZERO);
         assert_eq!(c.progress_slice, Duration::from_micros(300));
         let f = c.faults.unwrap();
         assert_eq!((f.loss, f.duplicate, f.seed), (0.05, 0.01, 9));
