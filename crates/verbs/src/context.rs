@@ -225,7 +225,7 @@ pub struct DeviceCounters {
     pub progress_sleeps: u64,
     /// Times an empty CQ poll yielded the CPU.
     pub poll_yields: u64,
-    /// Times a spinning poller that shared its CPU with another spinner slept briefly to
+    /// Times a spinning poller that shared its CPU with another busy thread slept briefly to
     /// move to an idle CPU.
     pub poll_cpu_moves: u64,
     /// Times an empty CQ poll, quiet for long, slept on the socket instead of spinning.

@@ -82,7 +82,7 @@ pub struct DriverCounters {
     pub progress_sleeps: AtomicU64,
     /// Times an empty CQ poll yielded the CPU (`sched_yield`; see `Cq::poll`).
     pub poll_yields: AtomicU64,
-    /// Times a spinning poller that shared its CPU with another spinner slept briefly to
+    /// Times a spinning poller that shared its CPU with another busy thread slept briefly to
     /// move to an idle CPU (see `crate::spread`).
     pub poll_cpu_moves: AtomicU64,
     /// Times an empty CQ poll, quiet for long, slept on the socket instead of spinning
