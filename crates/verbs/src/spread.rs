@@ -18,6 +18,10 @@
 //! CPU if there is one. Where no CPU is idle (a loaded host) it wakes where it was and
 //! has lost a few tens of microseconds; it then waits longer and longer before the next
 //! try, so a loaded host pays at most a sleep per [`MAX_BACKOFF`] and thread.
+//!
+//! Off by default (`Config::poll_spread` is zero): on the idle host it made `perf send
+//! --lat` slower (median 11.7 → 15.1 µs in 8 interleaved pairs), its sleeps coming at
+//! nearly every chance in the transients of a run's start (docs/udp-latency.md, session 13).
 
 use std::cell::Cell;
 use std::time::{Duration, Instant};
@@ -70,9 +74,9 @@ impl Watch {
             .is_none_or(|(at, _)| now.saturating_duration_since(at) >= CHECK_EVERY)
     }
 
-    /// A check at `now` that read `usage`, the thread allowed on `cpus` CPUs: whether the
-    /// thread should move now.
-    fn check(&mut self, now: Instant, usage: Usage, cpus: usize) -> bool {
+    /// A check at `now` that read `usage`, the thread allowed on `cpus()` CPUs (asked only
+    /// when the CPU is shared): whether the thread should move now.
+    fn check(&mut self, now: Instant, usage: Usage, cpus: impl FnOnce() -> usize) -> bool {
         let shared = match self.at {
             Some((at, before)) if now.saturating_duration_since(at) <= STALE => {
                 let switches = usage.switches.saturating_sub(before.switches);
@@ -89,7 +93,7 @@ impl Watch {
             self.just_moved = false;
             return false;
         }
-        if cpus < 2 || self.not_before.is_some_and(|t| now < t) {
+        if self.not_before.is_some_and(|t| now < t) || cpus() < 2 {
             return false;
         }
         if self.just_moved {
@@ -113,7 +117,7 @@ thread_local! {
 }
 
 /// After a yield of a spinning empty poll: looks (at most every [`CHECK_EVERY`]) whether
-/// the calling thread shares its CPU with another spinner and, if so and the thread may run
+/// the calling thread shares its CPU with another busy thread and, if so and the thread may run
 /// on another CPU, sleeps `step` so that its wake-up may land on an idle CPU. Returns
 /// whether it slept.
 pub(crate) fn after_yield(step: Duration) -> bool {
@@ -128,7 +132,7 @@ pub(crate) fn after_yield(step: Duration) -> bool {
     let Some(usage) = usage() else {
         return false;
     };
-    let moves = w.check(now, usage, crate::sys::allowed_cpus());
+    let moves = w.check(now, usage, crate::sys::allowed_cpus);
     if moves {
         std::thread::sleep(step);
         w.moved(Instant::now(), self::usage());
@@ -162,35 +166,35 @@ mod tests {
         let t0 = Instant::now();
         let mut w = Watch::NEW;
         assert!(
-            !w.check(t0, u(100, 10), 2),
+            !w.check(t0, u(100, 10), || 2),
             "the first count judges nothing"
         );
         assert!(
-            !w.check(t0 + ms(1), u(103, 11), 2),
+            !w.check(t0 + ms(1), u(103, 11), || 2),
             "3 switches in 1 ms of CPU: alone"
         );
         assert!(
-            !w.check(t0 + ms(2), u(103, 11), 2),
+            !w.check(t0 + ms(2), u(103, 11), || 2),
             "not run at all: nothing to judge"
         );
         // Beside a busy loop the poller runs a little between long waits: 30 switches in
         // a millisecond of its own CPU time over 10 ms.
-        assert!(w.check(t0 + ms(12), u(133, 12), 2), "shared");
+        assert!(w.check(t0 + ms(12), u(133, 12), || 2), "shared");
         let mut one_cpu = Watch::NEW;
-        one_cpu.check(t0, u(0, 0), 1);
-        assert!(!one_cpu.check(t0 + ms(1), u(150, 1), 1), "nowhere to go");
+        one_cpu.check(t0, u(0, 0), || 1);
+        assert!(!one_cpu.check(t0 + ms(1), u(150, 1), || 1), "nowhere to go");
     }
 
     #[test]
     fn a_count_after_a_long_pause_judges_nothing() {
         let t0 = Instant::now();
         let mut w = Watch::NEW;
-        w.check(t0, u(0, 0), 2);
+        w.check(t0, u(0, 0), || 2);
         assert!(
-            !w.check(t0 + ms(80), u(1000, 1), 2),
+            !w.check(t0 + ms(80), u(1000, 1), || 2),
             "the thread was not spinning meanwhile"
         );
-        assert!(w.check(t0 + ms(81), u(1100, 2), 2));
+        assert!(w.check(t0 + ms(81), u(1100, 2), || 2));
     }
 
     #[test]
@@ -198,11 +202,11 @@ mod tests {
         let t0 = Instant::now();
         let mut w = Watch::NEW;
         let mut moves = Vec::new();
-        w.check(t0, u(0, 0), 2);
+        w.check(t0, u(0, 0), || 2);
         // A host with no idle CPU: every check finds the CPU shared.
         for i in 1..=2000 {
             let now = t0 + ms(i);
-            if w.check(now, u(100 * i, i / 2), 2) {
+            if w.check(now, u(100 * i, i / 2), || 2) {
                 moves.push(i);
                 w.moved(now, Some(u(100 * i, i / 2)));
             }
@@ -212,8 +216,8 @@ mod tests {
         assert!(moves.len() <= 9, "moves at {moves:?}");
         // Alone again: the next time it shares, it moves at once.
         let t1 = t0 + ms(2001);
-        assert!(!w.check(t1, u(200_001, 1001), 2));
-        assert!(w.check(t1 + ms(1), u(200_101, 1002), 2));
+        assert!(!w.check(t1, u(200_001, 1001), || 2));
+        assert!(w.check(t1 + ms(1), u(200_101, 1002), || 2));
         assert_eq!(w.not_before, Some(t1 + ms(1) + FIRST_BACKOFF));
     }
 }
