@@ -1609,6 +1609,77 @@ fn a_stalled_peer_costs_no_go_back_over_what_is_in_flight() {
     }
 }
 
+/// A READ stream whose responder stalls briefly (its process not scheduled:
+/// nothing is lost, its answers are only late), long enough for the early
+/// timer's probe and its first retransmission: each asks the READ at una alone
+/// again, from its first missing response, not every READ in flight, and the
+/// responder keeps the answers it queued for the READs after it. Each expiry
+/// resends one request, and the responses sent beyond the stream's own (64
+/// READs of 16) stay within one READ's per expiry. Before, the retransmission
+/// went back over the READs in flight (4 here, 16 in `softverbs perf read`,
+/// whose responses the responder sends again if it sent them already): 3
+/// requests resent for 2 expiries; and the responder, asked the READ at una
+/// again to its end (the probe) while its answers to the READs after it were
+/// still queued, dropped those as for a go-back, and they were asked again in
+/// turn: 3 requests and 15 responses resent for one probe. Longer stalls still
+/// go back at the later expiries (see `Completer::on_timeout`).
+#[test]
+fn a_stalled_read_responder_is_asked_again_for_the_read_at_una_alone() {
+    let faults = Faults {
+        delay: Duration::from_micros(25),
+        ..link(0.0)
+    };
+    let mut summary = Vec::new();
+    for batch in [usize::MAX, 32, 8] {
+        for (stall_from, stall_len) in [(1_000, 400), (1_000, 500), (1_000, 600), (2_000, 600)] {
+            let stall = Some((
+                Duration::from_micros(stall_from),
+                Duration::from_micros(stall_len),
+            ));
+            let run = transfer_caught_up_in(
+                1,
+                faults,
+                BOTH,
+                Stream::Read,
+                64,
+                16,
+                4,
+                0,
+                Mtu::Mtu4096,
+                stall,
+                (batch, usize::MAX),
+            );
+            let a = &run.a;
+            let what = format!("stall {stall_from}+{stall_len} µs, read {batch} at a time");
+            assert_eq!(run.sim.lost, 0, "{what}");
+            assert_eq!(a.ack_timeouts, 0, "{what}: {a:?}");
+            let expiries = a.tail_loss_probes + a.early_retransmits;
+            assert!(
+                expiries > 0,
+                "{what}: the stall fired the early timer: {a:?}"
+            );
+            // Responses beyond the 64 x 16 the stream needs.
+            let extra = run.b.tx_packets - 64 * 16;
+            summary.push(format!(
+                "{what}: {expiries} expiries ({} early), {} requests resent, {extra} responses resent",
+                a.early_retransmits, a.retransmitted_packets
+            ));
+            // One request per expiry: the READ at una (or, for a probe with none
+            // missing, the newest packet).
+            assert!(
+                a.retransmitted_packets <= expiries,
+                "{what}: {} requests resent for {expiries} early expiries\n{a:?}",
+                a.retransmitted_packets
+            );
+            assert!(
+                extra <= 16 * expiries,
+                "{what}: {extra} responses resent for {expiries} early expiries\n{a:?}"
+            );
+        }
+    }
+    eprintln!("{}", summary.join("\n"));
+}
+
 /// A stalled peer's run (nothing lost) cost its requester `ack_timeouts` IBTA
 /// timeouts and at least `early` early ones, no packet resent beyond what the
 /// probes and the timeouts themselves sent, and one timeout found spurious (the

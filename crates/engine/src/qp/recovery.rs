@@ -247,6 +247,11 @@ impl Recovery {
             .is_some_and(|d| now.saturating_duration_since(d) > slack)
     }
 
+    /// Early expiries since the last progress, counting the one just handled.
+    pub fn backoff(&self) -> u32 {
+        self.backoff
+    }
+
     /// The early timer's deadline, if armed.
     #[inline]
     pub fn deadline(&self) -> Option<Instant> {

@@ -209,6 +209,15 @@ impl Answers {
         })
     }
 
+    /// Drops the queued READ response runs that start within the `packets` PSNs
+    /// from `psn` (they are about to be queued again as one run).
+    pub fn drop_read_runs_in(&mut self, psn: Psn, packets: u32) {
+        self.out.retain(|o| match *o {
+            Outgoing::Read { psn: p, .. } => !p.in_window(psn, packets),
+            _ => true,
+        });
+    }
+
     /// Drops queued answers from `psn` on (they are about to be regenerated); NAKs
     /// stay.
     pub fn drop_from(&mut self, psn: Psn) {

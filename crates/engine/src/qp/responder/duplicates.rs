@@ -199,10 +199,16 @@ impl Responder {
         {
             return;
         }
-        if self.sr.active && !tail {
+        if self.sr.active {
             // Selective repeat: answers queued for later requests stay (the
-            // requester keeps what arrives ahead); this READ's missing responses
-            // go first, unless they are still queued anyway.
+            // requester keeps what arrives ahead, and asks again only the READ
+            // it lacks: its early timer asks the READ at una alone, see
+            // `Completer::on_timeout`); this READ's missing responses go first,
+            // unless they are still queued anyway. Dropping the later answers
+            // here, as for a go-back-N requester, left the READs after it without
+            // responses when a READ was asked again while its responder had not
+            // run yet (its duplicate read in the same batch as the requests
+            // after it), each then asked again in turn.
             let packets = crate::qp::requester::packets_for(dma_len, ctx.mtu);
             if self.answers.has_read_covering(psn, packets, ctx.mtu) {
                 return;
@@ -211,6 +217,9 @@ impl Responder {
                 ctx.shared.counters.drop_answer_queue_full += 1;
                 return;
             }
+            // What is left of this READ's run queued (some of it sent) goes in
+            // the run asked for, once.
+            self.answers.drop_read_runs_in(psn, packets);
             self.answers
                 .queue_read_first(psn, va, rkey, dma_len, tail, self.msn);
             return;
