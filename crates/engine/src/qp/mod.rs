@@ -225,7 +225,10 @@ impl Qp {
     /// it has nothing in flight (it is never starved), or it resends.
     #[inline]
     pub fn device_room(&self, inflight: u64, window: u32) -> bool {
-        inflight < u64::from(window) || self.inflight == 0 || self.req.resending(&self.sq)
+        inflight < u64::from(window)
+            || self.inflight == 0
+            || self.req.resending(&self.sq)
+            || self.req.probing()
     }
 
     /// Request PSNs sent and not yet acknowledged.
@@ -403,7 +406,12 @@ impl Qp {
             _ => {}
         }
         if v.probe {
-            self.req.probe(&self.sq, self.comp.una);
+            // New data if the requester has some it could send but for the cap
+            // (RFC 8985 7.3), else the newest packet again.
+            let new_data = self.req.probe_with_new_data(&self.sq, self.comp.una);
+            if !(new_data && self.requester_ready()) {
+                self.req.probe(&self.sq, self.comp.una);
+            }
         }
         if let Some((from, until)) = v.selective {
             self.req.walk(&self.sq, from, until);

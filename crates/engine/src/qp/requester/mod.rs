@@ -554,6 +554,34 @@ impl Requester {
         };
     }
 
+    /// A tail-loss probe that sends new data (RFC 8985 7.3: "if previously unsent
+    /// data is available ..., transmit new data"): if the cursor is on a SEND or
+    /// WRITE packet never sent, with nothing being resent, it goes as the probe,
+    /// past the in-flight cap, asking for an ACK; returns whether it will (the
+    /// caller checks that nothing else holds it back, else the newest packet goes
+    /// again: [`Requester::probe`]). Its answer shows a lost tail as well as the
+    /// newest packet's would (a softverbs peer holds it past the hole and says
+    /// so; any other answers it with a sequence NAK), and where the answers were
+    /// only late (a peer waiting for a CPU: most probes of a lossless stream) it
+    /// resends nothing: the stream goes on by one packet.
+    pub fn probe_with_new_data(&mut self, sq: &SendQueue, una: Psn) -> bool {
+        let new = matches!(self.mode, Mode::Normal)
+            && una.before(self.frontier)
+            && self.cursor < sq.tail
+            && self.cursor_psn(sq) == self.frontier
+            && !sq.get(self.cursor).op.is_read_or_atomic();
+        if new {
+            self.probing = true;
+        }
+        new
+    }
+
+    /// Whether a tail-loss probe is due (its packet goes whatever the windows).
+    #[inline]
+    pub fn probing(&self) -> bool {
+        self.probing
+    }
+
     /// A tail-loss probe: the newest packet sent goes out again (then sending goes
     /// on where it was). Nothing happens if nothing is outstanding past `una`.
     pub fn probe(&mut self, sq: &SendQueue, una: Psn) {
