@@ -13,8 +13,10 @@
 //!
 //! The RTT estimator follows RFC 6298 (SRTT, RTTVAR, Karn's rule: no sample from a
 //! retransmitted packet); the early timer is TCP's RTO, and its first expiry sends a
-//! tail-loss probe (RFC 8985 section 7): the newest packet again, whose answer —
-//! an ACK, a sequence NAK or a selective acknowledgement — shows what is missing.
+//! tail-loss probe (RFC 8985 section 7): new data if the requester has a SEND or
+//! WRITE packet the in-flight cap holds back (7.3), else the newest packet again;
+//! its answer — an ACK, a sequence NAK or a selective acknowledgement — shows what
+//! is missing.
 //! The in-flight cap follows IRN (Mittal et al., SIGCOMM 2018): no more than about
 //! two bandwidth-delay products unacknowledged, the bandwidth being the fastest
 //! delivery rate seen over an RTT and the delay the shortest RTT seen (or half the

@@ -10,7 +10,8 @@
 //! going back over packets sent before ([`Mode::Retransmit`]), or waiting out an RNR
 //! NAK before doing so ([`Mode::RnrWait`]). Going back, it steps over packets a
 //! responder doing selective repeat holds, and a selective walk ends by returning to
-//! where sending was (`qp/selective.rs`); a tail-loss probe resends the newest packet. It owns its cursor and PSN assignment;
+//! where sending was (`qp/selective.rs`); a tail-loss probe sends the next new SEND or WRITE packet
+//! if only the in-flight cap holds one back, else the newest packet again. It owns its cursor and PSN assignment;
 //! the send queue, memory and attributes it works with are lent to each call as a
 //! [`SendCtx`], and how much it may have in flight comes from the completer as a
 //! [`Window`]. Building a request packet is in `build.rs`.
