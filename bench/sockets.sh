@@ -2,7 +2,8 @@
 # Stream sockets over RDMA against TCP on loopback, in one run (issue 13's benchmark as far
 # as it can be run today):
 #
-#   bandwidth  softverbs rstream, -S 65536 bandwidth test (blocking), Gb/s
+#   bandwidth  softverbs rstream, -S 65536 bandwidth test (blocking), Gb/s: as the
+#              scheduler places the two processes, and pinned to CPUs 0 and 1
 #              softverbs perf write --size 65536 (RDMA WRITE, same device path), Gb/s
 #              iperf3, one TCP stream, Gb/s
 #              iperf3 through Debian's librspreload on the drop-in librdmacm (rsockets), Gb/s
@@ -46,6 +47,19 @@ rstream() {
 
 bw_line=$(rstream -S 65536 -C 20000 -T b)
 rs_bw=$(awk '{print $7}' <<<"$bw_line")
+# The same with the two processes pinned to different CPUs: on two CPUs the scheduler
+# often leaves the pair on one (each wakes the other onto its CPU; docs/sockets.md,
+# session 14), and the free run above measures that placement as much as the stream.
+rs_bw_apart=nan
+if [[ $(nproc) -ge 2 ]] && command -v taskset >/dev/null; then
+    p=$(port)
+    timeout 120 taskset -c 0 "$SV" rstream -b 127.0.0.1 -p "$p" -S 65536 -C 20000 -T b >/dev/null &
+    srv=$!
+    sleep 0.3
+    rs_bw_apart=$(timeout 120 taskset -c 1 "$SV" rstream -s 127.0.0.1 -p "$p" -S 65536 -C 20000 -T b \
+        | tail -1 | awk '{print $7}')
+    wait "$srv"
+fi
 lat_line=$(rstream -S 64 -C 1 -I 20000 -T b)
 rs_lat_b=$(awk '{print $8}' <<<"$lat_line")
 lat_line_n=$(rstream -S 64 -C 1 -I 20000)
@@ -86,13 +100,14 @@ tcp_lat=$(timeout $((SECS + 30)) sockperf pp --tcp -i 127.0.0.1 -p "$p" -m 64 -t
 kill "$ssrv" 2>/dev/null || true
 wait "$ssrv" 2>/dev/null || true
 
-python3 - "$rs_bw" "$pw" "$tcp_bw" "$rs_lat_b" "$rs_lat_n" "$tcp_lat" "$rs_iperf" <<'PY'
+python3 - "$rs_bw" "$pw" "$tcp_bw" "$rs_lat_b" "$rs_lat_n" "$tcp_lat" "$rs_iperf" "$rs_bw_apart" <<'PY'
 import sys
 def f(x):
     try: return float(x)
     except ValueError: return float("nan")
-rs_bw, pw, tcp_bw, lat_b, lat_n, tcp_lat, rs_iperf = map(f, sys.argv[1:])
+rs_bw, pw, tcp_bw, lat_b, lat_n, tcp_lat, rs_iperf, rs_apart = map(f, sys.argv[1:])
 print(f"bandwidth (Gb/s): rstream 64 KiB {rs_bw:.2f}   perf write 64 KiB {pw:.2f}   TCP (iperf3) {tcp_bw:.2f}")
+print(f"                  rstream 64 KiB, ends pinned to CPUs 0 and 1 {rs_apart:.2f}   ratio to perf write {rs_apart/pw:.2f}x")
 print(f"                  iperf3 over rsockets (librspreload) {rs_iperf:.2f}   ratio to TCP {rs_iperf/tcp_bw:.2f}x (target >= 1.0)")
 print(f"latency (usec, one way, 64 B): rstream blocking {lat_b:.2f}   rstream spinning {lat_n:.2f}   TCP (sockperf) {tcp_lat:.2f}")
 print(f"ratios: rstream/TCP bandwidth {rs_bw/tcp_bw:.2f}x (target >= 1.0)   rstream/perf write {rs_bw/pw:.2f}x (target >= 0.8)")

@@ -714,6 +714,12 @@ impl StreamCore {
         self.coalescing = on;
     }
 
+    /// The length of the peer's receive half, the room one of its grants gives (its ring's
+    /// half, from its connection data; 0 before connecting).
+    pub fn peer_grant_len(&self) -> u32 {
+        self.peer_buf.length
+    }
+
     /// Bytes placed by plain writes and not announced yet.
     pub fn held_bytes(&self) -> u32 {
         self.held

@@ -251,6 +251,10 @@ pub struct DeviceCounters {
     /// writer ahead of its reader counts one per receive half it is granted (half of
     /// `softverbs_sock::DEFAULT_RING` by default).
     pub sock_writes_blocked: u64,
+    /// Receives from the device's socket by a same-host stream writer about to hold a
+    /// write back, for the ACK of the write in flight: one at a hold's first write, then
+    /// one per 256 KiB held.
+    pub sock_ack_looks: u64,
     /// Stream socket buffer grants a writer took from its target area before their
     /// message arrived (`Config::sock_early_room`).
     pub sock_grants_from_memory: u64,
@@ -512,6 +516,7 @@ impl Context {
             acks_held_for_memory: get(&c.acks_held_for_memory),
             ack_holds_expired: get(&c.ack_holds_expired),
             sock_writes_blocked: get(&c.sock_writes_blocked),
+            sock_ack_looks: get(&c.sock_ack_looks),
             sock_grants_from_memory: get(&c.sock_grants_from_memory),
             sock_grants_from_message: get(&c.sock_grants_from_message),
             sock_bytes_read_ahead: get(&c.sock_bytes_read_ahead),

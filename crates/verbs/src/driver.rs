@@ -108,6 +108,9 @@ pub struct DriverCounters {
     /// entry) and waited, or returned `WouldBlock` (`RdmaStream::send_with`, its
     /// `io::Write`; not the tokio stream's).
     pub sock_writes_blocked: AtomicU64,
+    /// Receives from the socket by a same-host stream writer about to hold a write back,
+    /// looking for the ACK of the write in flight (`sock::stream`'s `ACK_LOOK_BYTES`).
+    pub sock_ack_looks: AtomicU64,
     /// Stream socket buffer grants taken from the target area before their message
     /// arrived (`StreamCore::set_early_grants`).
     pub sock_grants_from_memory: AtomicU64,
@@ -2097,6 +2100,7 @@ impl Driver {
         lines.push(("acks_held_for_memory", get(&dc.acks_held_for_memory)));
         lines.push(("ack_holds_expired", get(&dc.ack_holds_expired)));
         lines.push(("sock_writes_blocked", get(&dc.sock_writes_blocked)));
+        lines.push(("sock_ack_looks", get(&dc.sock_ack_looks)));
         lines.push(("sock_grants_from_memory", get(&dc.sock_grants_from_memory)));
         lines.push((
             "sock_grants_from_message",

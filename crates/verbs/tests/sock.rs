@@ -445,6 +445,99 @@ fn bulk_transfer(server: RdmaStream, client: &RdmaStream) -> RdmaStream {
     reader.join().unwrap()
 }
 
+/// A same-host writer about to hold a write back receives from its socket for the ACK of
+/// the write in flight at a hold's first write and then once per 256 KiB held
+/// (`sock_ack_looks`), not before every held write: 1 200 writes of 16 KiB through a
+/// reader thread. Each hold ends in one announcement, a datagram of the writer's, so the
+/// looks stay within the writer's datagrams plus one per 256 KiB (75 here). Before, every
+/// held write looked: 1 200 less the writes that went announced.
+#[test]
+fn a_held_writer_looks_for_the_ack_once_per_256_kib() {
+    const SIZE: usize = 16 * 1024;
+    const WRITES: usize = 1200;
+    let _counted = common::counted();
+    let (server, _server_ctx, client, client_ctx) = same_host_pair(StreamOptions::default());
+    let count = || {
+        let c = client_ctx.device_counters();
+        [c.sock_ack_looks, c.tx_datagrams]
+    };
+    let per_256_kib = (SIZE * WRITES / (256 << 10)) as u64;
+    let seen = best_of_transfers(
+        server,
+        |server| small_writes_transfer(server, &client, SIZE, WRITES),
+        "the writer's looks for the ACK, its datagrams",
+        count,
+        // (A few more for the grants' ACKs that leave in a look's batch.)
+        |[looks, sent]| looks <= sent + per_256_kib + 8,
+    );
+    assert!(
+        seen.is_none(),
+        "looks for the ACK against the writer's datagrams, per transfer of {WRITES} \
+         writes of {SIZE} bytes: {seen:?}"
+    );
+}
+
+/// ... but never less often than once per eighth of the peer's ring (a quarter of a
+/// grant): with 256 KiB rings a grant is 128 KiB, eight 16 KiB writes, and a writer that
+/// looked only once per 256 KiB held would look once per hold, letting the reader wait for
+/// the announcement of a whole grant (session 13: preloaded iperf3 lost a third with 1 MiB
+/// rings). Here every second held write looks, so the looks come to at least a third of
+/// the writes in the best transfer; once per hold, they were far fewer.
+#[test]
+fn a_held_writer_looks_for_the_ack_at_least_once_per_eighth_of_the_peers_ring() {
+    const SIZE: usize = 16 * 1024;
+    const WRITES: usize = 1200;
+    let _counted = common::counted();
+    let small_rings = StreamOptions {
+        config: StreamConfig {
+            rbuf_size: 256 * 1024,
+            sbuf_size: 256 * 1024,
+            ..StreamConfig::default()
+        },
+        ..StreamOptions::default()
+    };
+    let (server, _server_ctx, client, client_ctx) = same_host_pair(small_rings);
+    let count = || {
+        let c = client_ctx.device_counters();
+        [c.sock_ack_looks, c.tx_datagrams]
+    };
+    let seen = best_of_transfers(
+        server,
+        |server| small_writes_transfer(server, &client, SIZE, WRITES),
+        "the writer's looks for the ACK, its datagrams",
+        count,
+        |[looks, _]| looks >= (WRITES / 3) as u64,
+    );
+    assert!(
+        seen.is_none(),
+        "looks for the ACK against the writer's datagrams, per transfer of {WRITES} \
+         writes of {SIZE} bytes through 256 KiB rings: {seen:?}"
+    );
+}
+
+/// `writes` writes of `size` bytes from `client` to `server` (a reader thread checks
+/// each); returns the server back.
+fn small_writes_transfer(
+    server: RdmaStream,
+    client: &RdmaStream,
+    size: usize,
+    writes: usize,
+) -> RdmaStream {
+    let data = pattern(size, 9);
+    let reader = std::thread::spawn(move || {
+        let (mut got, expected) = (vec![0u8; size], pattern(size, 9));
+        for i in 0..writes {
+            (&server).read_exact(&mut got).unwrap();
+            assert!(got == expected, "write {i} damaged");
+        }
+        server
+    });
+    for _ in 0..writes {
+        (&*client).write_all(&data).unwrap();
+    }
+    reader.join().unwrap()
+}
+
 /// Held-back bytes are announced without the writer: once the write in flight completes,
 /// whichever thread drives the device (here the writer's progress thread: the writer
 /// sleeps on something else) posts the announcement, and the reader gets every byte.

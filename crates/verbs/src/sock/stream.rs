@@ -16,7 +16,7 @@ use softverbs_sock::{
 };
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError, Weak};
 use std::time::{Duration, Instant};
 
@@ -52,6 +52,21 @@ const WAIT_SLICE: Duration = Duration::from_millis(10);
 /// A blocked call first spins this long before sleeping on the completion channel
 /// (polling, never yielding the CPU: see `crate::cq::BlockingWait`).
 const SPIN: Duration = Duration::from_micros(20);
+/// A same-host writer about to hold a write back receives from its device's socket for
+/// the ACK of the write in flight (so that what it holds goes announced as soon as that
+/// write completed) at the first held write, then once per this many bytes held, not
+/// before every held write: that look, mostly an empty `recvmmsg`, was about 1 µs of a
+/// 64 KiB write's 6 (`docs/sockets.md`, sessions 9 and 13). What is held so goes
+/// announced at most this many bytes later (four 64 KiB writes, ~20 µs of copying), and
+/// `Driver::keep_handoff_busy` still receives whenever nobody did for `poll_handoff`.
+/// Never more than [`ACK_LOOK_GRANT_SHARE`] of a grant, though.
+const ACK_LOOK_BYTES: u32 = 256 << 10;
+/// ... an eighth of the peer's ring (a quarter of a grant, its receive half): with few
+/// writes per grant, a hold that waits for the next look delays the reader's start, and
+/// with it the next grant. Session 13's gate of 256 KiB alone cost preloaded iperf3 (1 MiB
+/// rings: four 128 KiB writes per 512 KiB grant) a third (`docs/sockets.md`); bounded so,
+/// such a writer looks before every write, as before the gate.
+const ACK_LOOK_GRANT_SHARE: u32 = 4;
 
 /// A stream socket over RDMA speaking the rsockets protocol: `std::io::Read` and
 /// `Write` like a `TcpStream`, blocking by default, non-blocking on request.
@@ -77,6 +92,9 @@ pub struct RdmaStream {
     // Notification coalescing on same-host writes (`Config::sock_coalesce`).
     coalesce: bool,
     nonblocking: AtomicBool,
+    // The held bytes (`StreamCore::held_bytes`) at the writer's last look for the ACK of
+    // the write in flight (`ACK_LOOK_BYTES`); written under the core's lock.
+    held_at_ack_look: AtomicU32,
     // Completions and connection events handled so far (async waiters use it to tell
     // whether one task's progress may have readied another's operation).
     handled: AtomicU64,
@@ -276,6 +294,7 @@ impl Resources {
             coalescer,
             coalesce: self.coalesce,
             nonblocking: AtomicBool::new(false),
+            held_at_ack_look: AtomicU32::new(0),
             handled: AtomicU64::new(0),
             epoch: Instant::now(),
             linger,
@@ -560,12 +579,13 @@ impl RdmaStream {
         }
     }
 
-    /// Handles what has completed, without the wait or yield of an empty poll: what waits
-    /// on a handed-over socket is received first (a writer about to hold its data back
-    /// looks whether the write in flight completed).
-    fn poll_now(&self, core: &mut StreamCore) {
+    /// Handles what has completed, without the wait or yield of an empty poll: with
+    /// `receive`, what waits on a handed-over socket is received first (a writer about to
+    /// hold its data back looks whether the write in flight completed).
+    fn poll_now(&self, core: &mut StreamCore, receive: bool) {
         if let Some(d) = self.cq.driver() {
-            if d.socket_handed_over() {
+            if receive && d.socket_handed_over() {
+                d.counters.sock_ack_looks.fetch_add(1, Ordering::Relaxed);
                 d.try_progress(false);
             }
         }
@@ -963,8 +983,11 @@ impl RdmaStream {
             // This write would be held: unless the write in flight has completed
             // meanwhile, in which case what was held and this write go announced now. (A
             // writer that only looked when a hold began kept holding for a whole ring
-            // while its reader starved: preloaded iperf3 lost a third.)
-            self.poll_now(core);
+            // while its reader starved: preloaded iperf3 lost a third.) The CQ is looked
+            // at every time; the socket, a system call, at the first held write and once
+            // per `ACK_LOOK_BYTES` held.
+            let receive = self.ack_look_due(core);
+            self.poll_now(core, receive);
             self.post_control(core)?;
         }
         let was_reserved = core.announcement_reserved();
@@ -997,6 +1020,21 @@ impl RdmaStream {
             self.keep_socket_while_busy();
         }
         Ok(done)
+    }
+
+    /// Whether a write about to be held receives from the socket first (`ACK_LOOK_BYTES`):
+    /// at the first held write (nothing held yet) and once `ACK_LOOK_BYTES`, or an eighth
+    /// of the peer's ring if less, more were held since the last look. Call under the core's lock.
+    fn ack_look_due(&self, core: &StreamCore) -> bool {
+        let held = core.held_bytes();
+        let last = self.held_at_ack_look.load(Ordering::Relaxed);
+        // (Fewer held than at the last look: an announcement took them, a new hold began.)
+        let every = ACK_LOOK_BYTES.min(core.peer_grant_len() / ACK_LOOK_GRANT_SHARE);
+        let due = held == 0 || held < last || held - last >= every;
+        if due {
+            self.held_at_ack_look.store(held, Ordering::Relaxed);
+        }
+        due
     }
 
     /// Posts the announcement of held data now, whatever is in flight.
