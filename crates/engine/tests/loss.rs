@@ -1609,6 +1609,31 @@ fn a_stalled_peer_costs_no_go_back_over_what_is_in_flight() {
     }
 }
 
+/// 64 messages of 16 packets, 4 in flight, on a lossless 25 µs link whose
+/// responder stalls (its process not scheduled) for `stall` = (from, length) in
+/// µs, reading `batch` packets at a time: the runs of the probe and READ
+/// recovery tests below.
+fn a_stalled_stream(stream: Stream, sr: [bool; 2], stall: (u64, u64), batch: usize) -> Run {
+    let faults = Faults {
+        delay: Duration::from_micros(25),
+        ..link(0.0)
+    };
+    let (from, len) = stall;
+    transfer_caught_up_in(
+        1,
+        faults,
+        sr,
+        stream,
+        64,
+        16,
+        4,
+        0,
+        Mtu::Mtu4096,
+        Some((Duration::from_micros(from), Duration::from_micros(len))),
+        (batch, usize::MAX),
+    )
+}
+
 /// A SEND or WRITE stream whose responder stalls briefly (its process not
 /// scheduled: nothing is lost, its ACKs are only late), long enough for the
 /// early timer's probe, with more to send than the in-flight cap lets go: the
@@ -1619,31 +1644,11 @@ fn a_stalled_peer_costs_no_go_back_over_what_is_in_flight() {
 /// 95-541 probes per 3 s run, against 14-408 early retransmissions).
 #[test]
 fn a_probe_with_new_data_waiting_sends_it_instead_of_a_duplicate() {
-    let faults = Faults {
-        delay: Duration::from_micros(25),
-        ..link(0.0)
-    };
     let mut summary = Vec::new();
     for (stream, sr) in [(Stream::Write, BOTH), (Stream::Send, BOTH)] {
         for (stall_from, stall_len) in [(1_000, 400), (1_000, 600), (2_000, 1_000)] {
             for batch in [usize::MAX, 32] {
-                let stall = Some((
-                    Duration::from_micros(stall_from),
-                    Duration::from_micros(stall_len),
-                ));
-                let run = transfer_caught_up_in(
-                    1,
-                    faults,
-                    sr,
-                    stream,
-                    64,
-                    16,
-                    4,
-                    0,
-                    Mtu::Mtu4096,
-                    stall,
-                    (batch, usize::MAX),
-                );
+                let run = a_stalled_stream(stream, sr, (stall_from, stall_len), batch);
                 let a = &run.a;
                 let what = format!(
                     "{stream:?} {sr:?}, stall {stall_from}+{stall_len} µs, read {batch} at a time"
@@ -1684,30 +1689,10 @@ fn a_probe_with_new_data_waiting_sends_it_instead_of_a_duplicate() {
 /// go back at the later expiries (see `Completer::on_timeout`).
 #[test]
 fn a_stalled_read_responder_is_asked_again_for_the_read_at_una_alone() {
-    let faults = Faults {
-        delay: Duration::from_micros(25),
-        ..link(0.0)
-    };
     let mut summary = Vec::new();
     for batch in [usize::MAX, 32, 8] {
         for (stall_from, stall_len) in [(1_000, 400), (1_000, 500), (1_000, 600), (2_000, 600)] {
-            let stall = Some((
-                Duration::from_micros(stall_from),
-                Duration::from_micros(stall_len),
-            ));
-            let run = transfer_caught_up_in(
-                1,
-                faults,
-                BOTH,
-                Stream::Read,
-                64,
-                16,
-                4,
-                0,
-                Mtu::Mtu4096,
-                stall,
-                (batch, usize::MAX),
-            );
+            let run = a_stalled_stream(Stream::Read, BOTH, (stall_from, stall_len), batch);
             let a = &run.a;
             let what = format!("stall {stall_from}+{stall_len} µs, read {batch} at a time");
             assert_eq!(run.sim.lost, 0, "{what}");
