@@ -1311,6 +1311,7 @@ impl Driver {
         hold_acks: bool,
         poll: Option<PollWith<'_>>,
     ) -> (usize, Option<u64>, usize) {
+        crate::trace::stamp(crate::trace::Step::RecvEntered);
         let got = match rx.recv(&self.socket) {
             Ok(n) => n,
             // An ICMP report of a send (IP_RECVERR): the cm reads the error queue.
