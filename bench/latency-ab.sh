@@ -13,7 +13,7 @@
 #   git worktree add /tmp/base main && (cd /tmp/base && cargo build --release)
 #   bench/latency-ab.sh /tmp/base/target/release
 #
-# Usage: bench/latency-ab.sh BASELINE_DIR [--reps N] [--iters N] [--one-cpu CPU]
+# Usage: bench/latency-ab.sh BASELINE_DIR [--reps N] [--iters N] [--one-cpu CPU | --apart]
 #   BASELINE_DIR  holds the baseline's softverbs binary and libsoftverbs_ibverbs.so
 #   --reps N      repetitions (default 5)
 #   --iters N     iterations per latency run (default 5000)
@@ -21,6 +21,10 @@
 #                 the state the scheduler leaves a ping-pong in on some runs of a 2-core
 #                 host, where the two spinning ends take turns (docs/udp-latency.md,
 #                 session 11); without it the scheduler places them
+#   --apart       runs every server (sockperf's, perftest's, `softverbs perf --server`) on
+#                 CPU 0 and every client on CPU 1 (taskset): the two spinning ends on two
+#                 CPUs on purpose, whatever the scheduler would do. The placement that
+#                 issue 16's ratios mean; free placement swings 2x between hours here
 #
 # Every softverbs run is on the UDP path (SOFTVERBS_SAME_HOST=0) unless the caller sets the
 # variable: these are the UDP path's latency rows, and the two ends share a host.
@@ -32,7 +36,10 @@ export SOFTVERBS_SAME_HOST="${SOFTVERBS_SAME_HOST:-0}"
 BASE=""
 REPS=5
 ITERS=5000
-PIN=()
+# taskset prefixes of the server and the client of every run (empty: free placement)
+SRV_PIN=()
+CLI_PIN=()
+APART=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --reps)
@@ -44,8 +51,14 @@ while [ $# -gt 0 ]; do
             shift
             ;;
         --one-cpu)
-            PIN=(taskset -c "${2:?--one-cpu needs a CPU number}")
+            SRV_PIN=(taskset -c "${2:?--one-cpu needs a CPU number}")
+            CLI_PIN=("${SRV_PIN[@]}")
             shift
+            ;;
+        --apart)
+            SRV_PIN=(taskset -c 0)
+            CLI_PIN=(taskset -c 1)
+            APART=1
             ;;
         -h | --help)
             sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
@@ -113,11 +126,11 @@ record() { echo "$1 $2" >> "$TMP/results"; }
 sockperf_busy() {
     local port srv p50
     port=$(free_port udp)
-    "${PIN[@]}" sockperf server -i 127.0.0.1 -p "$port" --nonblocked > /dev/null 2>&1 &
+    "${SRV_PIN[@]}" sockperf server -i 127.0.0.1 -p "$port" --nonblocked > /dev/null 2>&1 &
     srv=$!
     PIDS+=("$srv")
     wait_bound "$port" udp
-    p50=$("${PIN[@]}" timeout 60 sockperf ping-pong -i 127.0.0.1 -p "$port" -t 3 -m 24 --nonblocked 2>&1 |
+    p50=$("${CLI_PIN[@]}" timeout 60 sockperf ping-pong -i 127.0.0.1 -p "$port" -t 3 -m 24 --nonblocked 2>&1 |
         sed 's/\x1b\[[0-9;]*m//g' | awk '/percentile 50\.000/ { print $NF }')
     kill "$srv" 2> /dev/null || true
     wait "$srv" 2> /dev/null || true
@@ -125,20 +138,33 @@ sockperf_busy() {
 }
 
 perf_lat() { # BUILD_NAME BINARY OP
-    local typ
-    typ=$("${PIN[@]}" timeout 120 "$2" perf "$3" --lat --size 8 --iters "$ITERS" --json |
+    local typ port srv
+    local client=("$2" perf "$3" --lat --size 8 --iters "$ITERS" --json)
+    if [ "$APART" = 1 ]; then
+        # The server as a process of its own (not the client's child) on its own CPU.
+        port=$(free_port tcp)
+        "${SRV_PIN[@]}" timeout 120 "$2" perf "$3" --server -p "$port" > /dev/null 2>&1 &
+        srv=$!
+        PIDS+=("$srv")
+        wait_bound "$port" tcp
+        client+=(-p "$port" 127.0.0.1)
+    fi
+    typ=$("${CLI_PIN[@]}" timeout 120 "${client[@]}" |
         python3 -c 'import json, sys; print(json.load(sys.stdin)["lat"][0]["t_typical_usec"])')
+    if [ "$APART" = 1 ]; then
+        wait "$srv" || true
+    fi
     record "$1_perf_$3" "$typ"
 }
 
 perftest_lat() { # BUILD_NAME BINARY TOOL
     local port srv typ
     port=$(free_port tcp)
-    "${PIN[@]}" timeout 120 "$2" run -- "$3" -F -p "$port" -s 8 -n "$ITERS" > /dev/null 2>&1 &
+    "${SRV_PIN[@]}" timeout 120 "$2" run -- "$3" -F -p "$port" -s 8 -n "$ITERS" > /dev/null 2>&1 &
     srv=$!
     PIDS+=("$srv")
     wait_bound "$port" tcp
-    typ=$("${PIN[@]}" timeout 120 "$2" run -- "$3" -F -p "$port" -s 8 -n "$ITERS" 127.0.0.1 2>&1 |
+    typ=$("${CLI_PIN[@]}" timeout 120 "$2" run -- "$3" -F -p "$port" -s 8 -n "$ITERS" 127.0.0.1 2>&1 |
         awk '/#bytes/ { getline; print $5; exit }')
     wait "$srv" || true
     record "$1_$3" "$typ"
@@ -159,6 +185,13 @@ done
 
 echo
 echo "A = $A"
+if [ "$APART" = 1 ]; then
+    echo "placement: servers on CPU 0, clients on CPU 1 (--apart)"
+elif [ ${#CLI_PIN[@]} -gt 0 ]; then
+    echo "placement: both ends on CPU ${CLI_PIN[2]} (--one-cpu)"
+else
+    echo "placement: the scheduler's"
+fi
 echo "B = $B"
 python3 - "$TMP/results" << 'EOF'
 import statistics, sys

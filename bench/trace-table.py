@@ -19,12 +19,14 @@ import bisect
 import sys
 
 NAMES = {1: "received", 2: "handled", 3: "receive done", 4: "polled", 5: "post",
-         6: "queued", 7: "send", 8: "send returned"}
+         6: "queued", 7: "send", 8: "send returned", 9: "recvmmsg entered"}
 ORDER = [1, 2, 3, 4, 5, 6, 7]
 
 
 def paths(stamps):
-    """stamps: [(step, ns)] of one thread, in order."""
+    """stamps: [(step, ns)] of one thread, in order. Returns (times, entered) per path:
+    the times of the ORDER steps, and when the `recvmmsg` that returned its datagrams
+    was entered (None without that stamp)."""
     out = []
     i = 0
     n = len(stamps)
@@ -44,7 +46,8 @@ def paths(stamps):
                 want += 1
             j += 1
         if want == len(ORDER):
-            out.append(times)
+            entered = stamps[i - 1][1] if i > 0 and stamps[i - 1][0] == 9 else None
+            out.append((times, entered))
         i = j
     return out
 
@@ -72,6 +75,7 @@ def main():
     base = min(t for threads in by_process.values() for st in threads.values() for _, t in st)
     all_paths = []
     cross_entered, cross_returned, send_call = [], [], []
+    to_recv_entered, recv_call = [], []
     for name, threads in by_process.items():
         # The other processes' send calls, in time order: (entered, returned).
         sends = []
@@ -90,14 +94,18 @@ def main():
         starts = [e for e, _ in sends]
         for st in threads.values():
             st = [(step, t - base) for step, t in st]
-            for p in paths(st):
+            for p, recv_entered in paths(st):
                 all_paths.append(p)
+                if recv_entered is not None:
+                    recv_call.append((p[0] - recv_entered) / 1000)
                 k = bisect.bisect_left(starts, p[0]) - 1
                 if k >= 0:
                     entered, returned = sends[k]
                     cross_entered.append((p[0] - entered) / 1000)
                     cross_returned.append((p[0] - returned) / 1000)
                     send_call.append((returned - entered) / 1000)
+                    if recv_entered is not None:
+                        to_recv_entered.append((recv_entered - returned) / 1000)
     if not all_paths:
         print("no complete path")
         return
@@ -110,6 +118,10 @@ def main():
         row("peer's send call", send_call)
         row("peer's send returned -> received", cross_returned)
         row("peer's send entered -> received", cross_entered)
+    if to_recv_entered:
+        row("peer's send returned -> recvmmsg in", to_recv_entered)
+    if recv_call:
+        row("recvmmsg in -> received", recv_call)
 
 
 main()

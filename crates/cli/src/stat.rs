@@ -21,6 +21,7 @@ pub fn counters(ctx: &Context) -> Vec<(&'static str, u64)> {
         ("udp_tx_datagrams", d.tx_datagrams),
         ("udp_rx_datagrams", d.rx_datagrams),
         ("udp_rx_by_progress_thread", d.rx_by_progress_thread),
+        ("udp_rx_single_reads", d.rx_single_reads),
         ("udp_tx_errors", d.tx_errors),
         ("udp_tx_syscalls", d.tx_syscalls),
         ("udp_tx_single_sends", d.tx_single_sends),

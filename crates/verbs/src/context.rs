@@ -205,6 +205,9 @@ pub struct DeviceCounters {
     pub rx_datagrams: u64,
     /// Of those, datagrams the progress thread read (the others: threads polling a CQ).
     pub rx_by_progress_thread: u64,
+    /// Reads that took datagrams with a single `recvmsg` rather than a batch (a
+    /// ping-pong's spinning poller).
+    pub rx_single_reads: u64,
     /// Datagrams the kernel refused for good.
     pub tx_errors: u64,
     /// Datagrams fault injection dropped.
@@ -497,6 +500,7 @@ impl Context {
             tx_datagrams: get(&c.tx_datagrams),
             rx_datagrams: get(&c.rx_datagrams),
             rx_by_progress_thread: get(&c.rx_by_progress),
+            rx_single_reads: get(&c.rx_single_reads),
             tx_errors: get(&c.tx_errors),
             injected_drops: get(&c.injected_drops),
             rx_truncated: get(&c.rx_truncated),

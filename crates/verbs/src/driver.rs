@@ -60,6 +60,9 @@ pub struct DriverCounters {
     pub rx_datagrams: AtomicU64,
     /// Of those, datagrams the progress thread read (the others: threads polling a CQ).
     pub rx_by_progress: AtomicU64,
+    /// Reads that took datagrams with a single `recvmsg`, not a batch (a ping-pong's
+    /// spinning poller: `RecvBatch::recv_adaptive`).
+    pub rx_single_reads: AtomicU64,
     /// Datagrams the kernel refused to send for good (unreachable, too large).
     pub tx_errors: AtomicU64,
     /// Datagrams dropped by fault injection.
@@ -1314,8 +1317,28 @@ impl Driver {
         hold_acks: bool,
         poll: Option<PollWith<'_>>,
     ) -> (usize, Option<u64>, usize) {
-        let got = match rx.recv(&self.socket) {
-            Ok(n) => n,
+        crate::trace::stamp(crate::trace::Step::RecvEntered);
+        // A spinning poller with at most one message in flight (a ping-pong's, whose
+        // ACKs it holds) reads once where its last read found at most one
+        // (`RecvBatch::recv_adaptive`): the message's read then costs no empty second
+        // receive inside `recvmmsg`, 0.2-0.5 µs of a one-way trip. Everyone else (the
+        // progress thread, a bandwidth window's pollers) reads batches as before.
+        let single_reads =
+            hold_acks && self.packets_in_flight.load(Ordering::Relaxed) <= Self::LOOP_FEW_IN_FLIGHT;
+        let read = if single_reads {
+            rx.recv_adaptive(&self.socket)
+        } else {
+            rx.recv(&self.socket)
+        };
+        let got = match read {
+            Ok(n) => {
+                if n > 0 && rx.was_single_read() {
+                    self.counters
+                        .rx_single_reads
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+                n
+            }
             // An ICMP report of a send (IP_RECVERR): the cm reads the error queue.
             Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => {
                 self.cm_device_errors();
@@ -2080,6 +2103,7 @@ impl Driver {
         lines.push(("udp_tx_datagrams", get(&dc.tx_datagrams)));
         lines.push(("udp_rx_datagrams", get(&dc.rx_datagrams)));
         lines.push(("udp_rx_by_progress_thread", get(&dc.rx_by_progress)));
+        lines.push(("udp_rx_single_reads", get(&dc.rx_single_reads)));
         lines.push(("udp_tx_errors", get(&dc.tx_errors)));
         lines.push(("udp_tx_syscalls", get(&dc.tx_syscalls)));
         lines.push(("udp_tx_single_sends", get(&dc.tx_single_sends)));

@@ -29,6 +29,10 @@ pub enum Step {
     SendEntered = 7,
     /// Its send call returned.
     SendReturned = 8,
+    /// A receive call (`recvmmsg`) is entered, found something or not: with
+    /// [`Step::Received`] it splits the noticing of a datagram into the wait for the
+    /// call and the call.
+    RecvEntered = 9,
 }
 
 #[cfg(feature = "trace")]

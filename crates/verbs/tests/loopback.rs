@@ -1206,6 +1206,61 @@ fn a_pollers_ack_leaves_behind_its_answer_in_one_send() {
     );
 }
 
+#[test]
+fn a_ping_pong_poller_reads_each_message_with_one_recvmsg() {
+    let _counted = counted();
+    // Two threads play a SEND ping-pong, each spinning on its own CQ, under a hand-off
+    // longer than the test. Each message arrives while its receiver polls a socket its
+    // last read found with at most one read in it: that thread reads once (`recvmsg`),
+    // where a `recvmmsg` batch went on to a second, empty receive inside the call before
+    // it returned the message, 0.2-0.5 µs of every one-way trip (docs/udp-latency.md,
+    // session 14). The best of three attempts (a fresh pair each): a thread that lost its
+    // CPU finds the next message waiting at its first poll after a read, which is a
+    // batch. With the single reads off, none is single.
+    const N: u64 = 200;
+    let mut attempts = Vec::new();
+    for _ in 0..3 {
+        let (single, reads) = threaded_ping_pong_reads(N);
+        if single * 2 >= reads && reads >= N {
+            return;
+        }
+        attempts.push((single, reads));
+    }
+    panic!("(single-recvmsg reads, reads) of both ends for {N} exchanges: {attempts:?}");
+}
+
+/// A SEND ping-pong of `n` rounds on a fresh pair, a thread for each end spinning on its
+/// CQ; the reads of both ends that were a single `recvmsg`, and all their reads.
+fn threaded_ping_pong_reads(n: u64) -> (u64, u64) {
+    let (a, b) = pair_with_handoff(Duration::from_secs(3600));
+    let before = (a.ctx.device_counters(), b.ctx.device_counters());
+    b.qp.post_recv(0, &[b.mr.sge(64, 64)]).unwrap();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for i in 0..n {
+                assert_eq!(spin_recv(&b.cq).0, i);
+                if i + 1 < n {
+                    b.qp.post_recv(i + 1, &[b.mr.sge(64, 64)]).unwrap();
+                }
+                b.qp.post_send(&SendWr::new(i, SendOp::Send, &[b.mr.sge(0, 8)]))
+                    .unwrap();
+            }
+        });
+        for i in 0..n {
+            a.qp.post_recv(i, &[a.mr.sge(64, 64)]).unwrap();
+            a.qp.post_send(&SendWr::new(i, SendOp::Send, &[a.mr.sge(0, 8)]))
+                .unwrap();
+            assert_eq!(spin_recv(&a.cq).0, i);
+        }
+    });
+    let after = (a.ctx.device_counters(), b.ctx.device_counters());
+    let single = (after.0.rx_single_reads - before.0.rx_single_reads)
+        + (after.1.rx_single_reads - before.1.rx_single_reads);
+    let reads = (after.0.rx_datagrams - before.0.rx_datagrams)
+        + (after.1.rx_datagrams - before.1.rx_datagrams);
+    (single, reads)
+}
+
 /// A SEND ping-pong of `n` rounds on a fresh pair, both ends polling; the send calls of
 /// both ends, the ACKs each held, the ACKs each sent behind an answer, and the send calls
 /// that were a single-message `sendmsg`, over all rounds but the first.
