@@ -1981,42 +1981,86 @@ fn a_poll_loop_with_a_window_in_flight_keeps_the_plain_hand_off() {
     // off its CPU its progress thread takes what arrives in (ACKs, and sends what waits
     // behind them) once the plain 50 µs hand-off ends; the longer hand-off of a loop under
     // way is for loops with at most one 64 KiB message in flight (a ping-pong). A posts
-    // sixteen 64 KiB WRITEs (256 packets at the default MTU) and polls in a loop; B's SEND
-    // reaches A's socket at once; A is away 150 µs: A's progress thread receives. (With
-    // four WRITEs, a round whose whole window was sent and acknowledged while A's first
-    // poll yielded left A a ping-pong's loop and its longer hand-off: 2 of 10 taken in a
-    // CI run under load.) Rounds
-    // away for longer than 400 µs (near the longer hand-off's 500 µs) are not judged;
-    // rounds go on until 10 were judged. A's progress thread received in 8-10 of 10
-    // (8 runs); with every loop's polls making the hand-off longer, in 0-1 of 10 (8 runs).
-    // At least 3 of 10.
-    const AWAY: Duration = Duration::from_micros(150);
-    const JUDGED_WITHIN: Duration = Duration::from_micros(400);
+    // sixty-four 64 KiB WRITEs (1024 packets at the default MTU) and polls in a loop; B's
+    // SEND reaches A's socket at once; A is away 300 µs: A's progress thread receives.
+    // Rounds away for longer than 450 µs (near the longer hand-off's 500 µs) are not
+    // judged, nor are those the host disturbed (below). Beside two busy loops (load
+    // 5.6-6.1) A's progress thread received in 4-10 of 10 judged rounds (10 runs, each
+    // passing in its first batch); with every loop's polls making the hand-off longer
+    // (temporary edit), in 0 of 10 in all 30 batches of 10 runs. (Before those
+    // judgements, 16 WRITEs and a 150 µs away: 0-4 of 10 with the mechanism on under
+    // that load, and 3-9 of 10 with it off: a progress thread still on the socket, a
+    // last poll after a preemption, or a window already sent decided, not the hand-off.)
+    const AWAY: Duration = Duration::from_micros(300);
+    const JUDGED_WITHIN: Duration = Duration::from_micros(450);
     const JUDGED: u64 = 10;
     const MAX_ROUNDS: u64 = 300;
-    const WINDOW: u64 = 16;
+    const WINDOW: u64 = 64;
+    const BATCHES: usize = 3;
+    const LEAVE_WITHIN: Duration = Duration::from_millis(1);
     let (a, b) = pair(Config::default());
     let sb = [b.mr.sge(0, 8)];
-    let (mut rounds, mut judged, mut taken) = (0, 0, 0);
-    while judged < JUDGED && rounds < MAX_ROUNDS {
-        let i = rounds;
-        rounds += 1;
+    let mut round = 0u64;
+    // One round: whether A's progress thread received while A was away, or `None` when the
+    // round says nothing (the progress thread did not leave the socket in time, the loop's
+    // last polls were apart, or A was away too long).
+    let mut one_round = || {
+        let i = round;
+        round += 1;
         a.qp.post_recv(i, &[a.mr.sge(64, 64)]).unwrap();
+        let posted = a.ctx.device_counters().tx_datagrams;
         let mut wc = [WorkCompletion::default()];
         for k in 0..WINDOW {
             let remote = (k % 4) as usize * 65536;
             post_unsignalled_write(&a, &b, i * WINDOW + k, 0, remote, 65536);
         }
-        assert_eq!(a.cq.poll(&mut wc), 0);
-        assert_eq!(a.cq.poll(&mut wc), 0);
+        // The loop polls until A's progress thread, asleep on the socket since the last
+        // round's completions, was woken to leave it to the loop and sleeps on the
+        // hand-off timer. A progress thread that gets no CPU for that before B's SEND
+        // arrives receives it whatever the hand-off: beside two busy loops it did in 3-4
+        // of 10 rounds with every loop's polls making the hand-off longer. Such rounds,
+        // and those where it took longer than `LEAVE_WITHIN` (the loop takes ACKs in and
+        // sends meanwhile, and the window drains), are not judged.
+        let polling = std::time::Instant::now();
+        let start = a.ctx.device_counters();
+        let progress_left = loop {
+            assert_eq!(a.cq.poll(&mut wc), 0);
+            let c = a.ctx.device_counters();
+            if c.socket_taken_from_progress > start.socket_taken_from_progress
+                && c.progress_sleeps > start.progress_sleeps
+            {
+                break true;
+            }
+            if polling.elapsed() > LEAVE_WITHIN {
+                break false;
+            }
+        };
+        // The loop's last empty polls before A leaves are close together (two within
+        // `PollStreak::LOOP_GAP`, 20 µs): a poll after a preemption is no loop's, and the
+        // longer hand-off of the loop's earlier polls may have lapsed already (with every
+        // loop's polls making the hand-off longer the progress thread then received all
+        // the same, beside two busy loops in 3-9 of 10 rounds of some batches).
+        let close_polls = progress_left
+            && (0..50).any(|_| {
+                let first = std::time::Instant::now();
+                assert_eq!(a.cq.poll(&mut wc), 0);
+                assert_eq!(a.cq.poll(&mut wc), 0);
+                first.elapsed() < Duration::from_micros(15)
+            });
         let left = std::time::Instant::now();
-        let before = a.ctx.device_counters().rx_by_progress_thread;
+        let before = a.ctx.device_counters();
+        // Nor is one whose window went out while the loop waited: with at most 16 packets
+        // left to send (and so at most that many in flight), the loop's polls rightly
+        // made the hand-off longer (not taken in any of the rounds where A's progress
+        // thread sent nothing while A was away, beside two busy loops).
+        let in_flight = before.tx_datagrams - posted + 16 < WINDOW * 16;
         b.qp.post_send(&SendWr::new(i, SendOp::Send, &sb)).unwrap();
         std::thread::sleep(AWAY);
         let away = left.elapsed();
-        let after = a.ctx.device_counters().rx_by_progress_thread;
+        let after = a.ctx.device_counters();
         assert_eq!(spin_recv(&a.cq).0, i);
-        // A signalled WRITE behind them: its completion says all four were acknowledged.
+        // A signalled WRITE behind them: its completion says all of them were
+        // acknowledged.
         post_write(&a, &b, 1_000_000 + i, 0, 4 * 65536, 8);
         loop {
             let wc = spin_one(&a.cq);
@@ -2026,18 +2070,31 @@ fn a_poll_loop_with_a_window_in_flight_keeps_the_plain_hand_off() {
             }
         }
         assert_eq!(spin_one(&b.cq).status, WcStatus::Success);
-        if away < JUDGED_WITHIN {
-            judged += 1;
-            taken += u64::from(after > before);
+        let taken = after.rx_by_progress_thread > before.rx_by_progress_thread;
+        (close_polls && in_flight && away < JUDGED_WITHIN).then_some(taken)
+    };
+    // The best of three batches of judged rounds, so that a host busy with other work for
+    // a while does not decide.
+    // (taken, judged, rounds) per batch
+    let mut batches = Vec::new();
+    for _ in 0..BATCHES {
+        let (mut rounds, mut judged, mut taken) = (0, 0, 0);
+        while judged < JUDGED && rounds < MAX_ROUNDS {
+            rounds += 1;
+            if let Some(was_taken) = one_round() {
+                judged += 1;
+                taken += u64::from(was_taken);
+            }
+        }
+        batches.push((taken, judged, rounds));
+        if judged >= JUDGED && taken * 10 >= judged * 3 {
+            println!("(taken, judged, rounds) per batch: {batches:?}");
+            return;
         }
     }
-    assert!(
-        judged >= JUDGED,
-        "only {judged} of {rounds} rounds were away for less than {JUDGED_WITHIN:?}"
-    );
-    assert!(
-        taken * 10 >= judged * 3,
-        "A's progress thread received while its poll loop was away in only {taken} of \
-         {judged} rounds"
+    panic!(
+        "A's progress thread received while its poll loop was away in fewer than 3 of \
+         {JUDGED} judged rounds in each of {BATCHES} batches: (taken, judged, rounds) \
+         {batches:?}"
     );
 }
