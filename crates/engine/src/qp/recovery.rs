@@ -251,9 +251,10 @@ impl Recovery {
     }
 
     /// The tail-loss probe's timeout: SRTT + max(4 RTTVAR, SRTT / 4), as QUIC's
-    /// PTO (RFC 9002 6.2.1; its max_ack_delay is 0 here: the responder does not
-    /// delay ACKs, and an ACK the driver holds for the application's answer is
-    /// inside every sample), at most RFC 8985's 2 SRTT, at least
+    /// PTO (RFC 9002 6.2.1; its max_ack_delay is 0 here: with more than one
+    /// packet in flight the responder's ACK is not held for an answer; a lone
+    /// packet's is, and [`Recovery::lone_pto`] waits for it), at most RFC 8985's
+    /// 2 SRTT, at least
     /// [`Recovery::min_pto`]. On a steady path the probe comes a quarter of a
     /// round trip after the answer was due instead of a whole one: in a
     /// ping-pong, where every lost last packet or ACK waits for the probe, that
