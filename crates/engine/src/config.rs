@@ -51,6 +51,11 @@ pub struct EngineConfig {
     /// The shortest early retransmission timeout (the RTT-derived timer that
     /// resends ahead of the IBTA local ACK timeout; see `qp/recovery.rs`).
     pub min_rto: Duration,
+    /// The longest a peer holds an ACK back for its answer (a softverbs peer's
+    /// `Config::ack_hold`, 50 µs by default): the tail-loss probe of a lone packet
+    /// waits that much longer (RFC 8985 7.2's worst-case delayed ACK; see
+    /// `qp/recovery.rs`). Zero: peers answer at once.
+    pub peer_ack_hold: Duration,
     /// Most packets in flight across all the device's QPs: what the receiving
     /// socket buffer holds. Each QP is capped besides by twice the
     /// bandwidth-delay product it measures.
@@ -87,6 +92,7 @@ impl EngineConfig {
             ack_req_interval: 64,
             port_mtu: crate::types::Mtu::Mtu4096,
             min_rto: Duration::from_micros(200),
+            peer_ack_hold: Duration::from_micros(50),
             device_window: 1024,
             read_budget: 0,
             selective_repeat: true,

@@ -26,9 +26,11 @@
 //! the answer came, so the peer too spun on memory and needed its progress thread for
 //! the answer: ib_write_lat's slow state, which kept itself (`docs/udp-latency.md`).
 //! A target that never answers delays its requester's completion by the hold; the
-//! requester's first tail-loss probe (from 50 µs) may then resend the WRITE once, whose
-//! duplicate sends the held ACK at once; its measured round trip then includes the hold
-//! and later probes wait longer. In a stream the next WRITE ends a hold (one at a time).
+//! requester's probe of a lone packet waits 2 SRTT + the hold + its 50 µs floor for it
+//! (RFC 8985 7.2; `EngineConfig::peer_ack_hold`, which the driver sets from this
+//! `Config`), so it resends no WRITE the hold answers in time (before, the probe came at
+//! 50 µs and its duplicate sent the held ACK at once). In a stream the next WRITE ends a
+//! hold (one at a time).
 
 use crate::driver::Driver;
 use crate::sys::TimerFd;

@@ -588,6 +588,10 @@ impl Driver {
         ecfg.icrc = config.icrc;
         ecfg.port_mtu = active_mtu;
         ecfg.selective_repeat = config.selective_repeat;
+        // The peer's ACK hold is taken to be ours (the same defaults, and the same
+        // environment in every run of both ends here): the progress thread's hold of a
+        // lone WRITE's ACK, or a polling thread's until the progress thread wakes.
+        ecfg.peer_ack_hold = config.ack_hold.max(config.poll_handoff);
         // READ responses asked for past the in-flight cap must fit the receive
         // buffer: a quarter of what SO_RCVBUF reports (it reports twice the data it
         // holds), half the data, the rest left for other traffic.

@@ -51,7 +51,10 @@ impl Engine {
             init,
             cfg.send_window,
             cfg.read_budget,
-            cfg.min_rto,
+            crate::qp::RecoveryTiming {
+                min_rto: cfg.min_rto,
+                peer_ack_hold: cfg.peer_ack_hold,
+            },
             cfg.selective_repeat,
         );
         let h = self.qps.insert(qp).ok_or(ResourceError::LimitReached)?;

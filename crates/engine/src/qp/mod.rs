@@ -23,6 +23,7 @@ pub(crate) mod selective;
 pub mod state;
 
 pub use modify::ModifyQpError;
+pub(crate) use recovery::RecoveryTiming;
 
 use crate::node::Route;
 use crate::shared::Shared;
@@ -87,7 +88,7 @@ impl Qp {
         init: QpInitAttr,
         req_window: u32,
         read_budget: u32,
-        min_rto: core::time::Duration,
+        timing: RecoveryTiming,
         selective_repeat: bool,
     ) -> Qp {
         let cap = init.cap;
@@ -106,7 +107,7 @@ impl Qp {
             ),
             rq: RecvQueue::new(cap.max_recv_wr as usize, cap.max_recv_sge as usize),
             req: Requester::default(),
-            comp: Completer::new(min_rto, selective_repeat),
+            comp: Completer::new(timing, selective_repeat),
             resp: Responder::new(0),
             scheduled: false,
             timer_entry: None,
@@ -297,8 +298,11 @@ impl Qp {
                 fresh,
             } => {
                 if self.transport() == Transport::Rc {
+                    let in_flight =
+                        self.comp
+                            .timer_in_flight(&self.sq, self.req.started, self.req.frontier());
                     self.comp
-                        .on_request_sent(now, self.attr.timeout, psn, fresh);
+                        .on_request_sent(now, self.attr.timeout, psn, fresh, in_flight);
                 } else {
                     // UC and UD: nothing comes back; the WQE is done once its last
                     // packet is sent.

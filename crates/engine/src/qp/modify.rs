@@ -223,7 +223,7 @@ impl Qp {
         };
         self.req = Requester::default();
         self.req.reset(Psn::new(0), self.sq.head);
-        self.comp = Completer::new(self.comp.min_rto(), self.comp.offers_sr());
+        self.comp = Completer::new(self.comp.timing(), self.comp.offers_sr());
         self.comp.reset(Psn::new(0));
         self.resp = Responder::new(0);
         self.same_host = false;

@@ -129,20 +129,51 @@ pub(crate) struct Recovery {
     /// The early timer runs for that probe: the first packet sent once there is
     /// an estimate sets it again from the estimate.
     armed_unmeasured: bool,
+    /// How long the peer may hold an ACK back for its answer (configuration; see
+    /// [`Recovery::lone_pto`]).
+    peer_ack_hold: Duration,
+    /// The early timer runs for a probe of a lone packet, lengthened for the
+    /// peer's ACK hold: this is when it would fire otherwise, and it fires then
+    /// once a second packet goes out.
+    unlengthened: Option<Instant>,
+}
+
+/// What sets the early timer besides what it measures (configuration).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct RecoveryTiming {
+    /// The early timer's floor (`EngineConfig::min_rto`).
+    pub min_rto: Duration,
+    /// The longest the peer holds an ACK for its answer
+    /// (`EngineConfig::peer_ack_hold`).
+    pub peer_ack_hold: Duration,
 }
 
 impl Recovery {
-    /// Starts over (a QP reset or new PSNs), keeping nothing measured.
+    /// Starts over (a QP reset or new PSNs), keeping nothing measured, with a
+    /// peer that holds no ACK.
+    #[cfg(test)]
     pub fn new(min_rto: Duration) -> Recovery {
-        Recovery {
+        Recovery::with_timing(RecoveryTiming {
             min_rto,
+            peer_ack_hold: Duration::ZERO,
+        })
+    }
+
+    /// Starts over (a QP reset or new PSNs), keeping nothing measured.
+    pub fn with_timing(timing: RecoveryTiming) -> Recovery {
+        Recovery {
+            min_rto: timing.min_rto,
+            peer_ack_hold: timing.peer_ack_hold,
             ..Recovery::default()
         }
     }
 
-    /// The early timer's floor.
-    pub fn min_rto(&self) -> Duration {
-        self.min_rto
+    /// The configuration it was made with.
+    pub fn timing(&self) -> RecoveryTiming {
+        RecoveryTiming {
+            min_rto: self.min_rto,
+            peer_ack_hold: self.peer_ack_hold,
+        }
     }
 
     /// The smoothed RTT, once measured.
@@ -174,24 +205,56 @@ impl Recovery {
     }
 
     /// When the early timer fires next, armed at a time `until_ibta` before the
-    /// IBTA timer: a tail-loss probe after [`Recovery::pto`] (or, before any
+    /// IBTA timer with `in_flight` PSNs outstanding: a tail-loss probe after
+    /// [`Recovery::pto`] ([`Recovery::lone_pto`] for a lone packet; before any
     /// estimate, [`Recovery::initial_pto`]), then the RTO, doubled per expiry.
-    fn timeout(&self, until_ibta: Option<Duration>) -> Option<Duration> {
+    fn timeout(&self, until_ibta: Option<Duration>, in_flight: u32) -> Option<Duration> {
         if !self.rtt.sampled {
             return until_ibta
                 .filter(|_| self.backoff == 0 && !self.probed_unmeasured)
                 .map(|t| self.initial_pto(t));
         }
         if self.backoff == 0 {
-            return Some(self.pto());
+            return Some(if in_flight == 1 {
+                self.lone_pto()
+            } else {
+                self.pto()
+            });
         }
         self.rto()
     }
 
+    /// The probe's timeout when one PSN is in flight (a message of one packet, a
+    /// ping-pong's): at least 2 SRTT + the peer's ACK hold + the probe's floor,
+    /// RFC 8985 7.2's rule for a flight of one segment (PTO at least 2 SRTT +
+    /// WCDelAckT, as the receiver may delay its ACK). A softverbs responder holds
+    /// the ACK of a lone WRITE (up to `Config::ack_hold`, 50 µs by default) and a
+    /// polling thread's ACKs for its answer (until its next empty poll or the
+    /// progress thread's wake-up, the same 50 µs hand-off at most): a lone
+    /// packet's ACK may come that much after the round trip, and a probe at the
+    /// plain PTO (its 50 µs floor, when SRTT is small) fired about when the held
+    /// ACK would have left anyway — in a `perf write --lat` ping-pong under load
+    /// 654-1270 spurious probes per 20 000 round trips, each a duplicate, its
+    /// lone ACK, and a round whose completion came before the peer's data
+    /// (session 14, `docs/udp-latency.md`). The floor added is the margin for
+    /// the hold timer's lateness: it covers a host's wake-up jitter, as for
+    /// [`Recovery::min_pto`]. With more than one PSN in flight the ACK of the
+    /// others is not held for an answer (a stream's next request ends a hold),
+    /// and the plain PTO applies.
+    fn lone_pto(&self) -> Duration {
+        let pto = self.pto();
+        if self.peer_ack_hold.is_zero() {
+            return pto;
+        }
+        let held = Duration::from_nanos(2 * self.rtt.srtt) + self.peer_ack_hold + self.min_pto();
+        pto.max(held)
+    }
+
     /// The tail-loss probe's timeout: SRTT + max(4 RTTVAR, SRTT / 4), as QUIC's
-    /// PTO (RFC 9002 6.2.1; its max_ack_delay is 0 here: the responder does not
-    /// delay ACKs, and an ACK the driver holds for the application's answer is
-    /// inside every sample), at most RFC 8985's 2 SRTT, at least
+    /// PTO (RFC 9002 6.2.1; its max_ack_delay is 0 here: with more than one
+    /// packet in flight the responder's ACK is not held for an answer; a lone
+    /// packet's is, and [`Recovery::lone_pto`] waits for it), at most RFC 8985's
+    /// 2 SRTT, at least
     /// [`Recovery::min_pto`]. On a steady path the probe comes a quarter of a
     /// round trip after the answer was due instead of a whole one: in a
     /// ping-pong, where every lost last packet or ACK waits for the probe, that
@@ -262,13 +325,24 @@ impl Recovery {
 
     pub fn stop(&mut self) {
         self.deadline = None;
+        self.unlengthened = None;
     }
 
     /// A request packet went out at `now`; `fresh` if it was never sent before and
     /// asks for an ACK (so its answer times the round trip). The early timer runs
     /// if it did not, unless it would not fire before the IBTA timer does.
+    /// `in_flight` PSNs are outstanding with it (from the oldest unacknowledged
+    /// one to the newest sent): once a second one goes, a timer lengthened for a
+    /// lone packet (see [`Recovery::lone_pto`]) comes back to the plain PTO.
     #[inline]
-    pub fn on_sent(&mut self, now: Instant, psn: Psn, fresh: bool, ibta: Option<Instant>) {
+    pub fn on_sent(
+        &mut self,
+        now: Instant,
+        psn: Psn,
+        fresh: bool,
+        ibta: Option<Instant>,
+        in_flight: u32,
+    ) {
         if fresh && self.timed.is_none() {
             self.timed = Some(Timed {
                 psn,
@@ -279,27 +353,35 @@ impl Recovery {
             });
         }
         if self.deadline.is_none() || (self.armed_unmeasured && self.rtt.sampled) {
-            self.arm(now, ibta);
+            self.arm(now, ibta, in_flight);
+        } else if in_flight > 1 {
+            if let Some(plain) = self.unlengthened.take() {
+                self.deadline = self.deadline.map(|d| d.min(plain));
+            }
         }
     }
 
-    fn arm(&mut self, now: Instant, ibta: Option<Instant>) {
+    fn arm(&mut self, now: Instant, ibta: Option<Instant>, in_flight: u32) {
         self.armed_unmeasured = !self.rtt.sampled;
         let until_ibta = ibta.map(|ibta| ibta.saturating_duration_since(now));
-        self.deadline = self
-            .timeout(until_ibta)
-            .map(|t| now + t)
-            .filter(|&d| ibta.is_none_or(|ibta| d < ibta));
+        let at = |t: Duration| Some(now + t).filter(|&d| ibta.is_none_or(|ibta| d < ibta));
+        self.deadline = self.timeout(until_ibta, in_flight).and_then(at);
+        self.unlengthened = if self.deadline.is_some() && self.backoff == 0 && in_flight == 1 {
+            self.timeout(until_ibta, 2).and_then(at)
+        } else {
+            None
+        };
     }
 
     /// The oldest unacknowledged PSN moved on to `una`, `acked` PSNs: measure, and
-    /// restart the early timer if anything is still outstanding.
+    /// restart the early timer if anything is still outstanding (`in_flight` PSNs
+    /// from `una` to the newest sent).
     pub fn on_progress(
         &mut self,
         now: Instant,
         una: Psn,
         acked: u32,
-        outstanding: bool,
+        in_flight: u32,
         ibta: Option<Instant>,
     ) {
         self.delivered += u64::from(acked);
@@ -326,8 +408,9 @@ impl Recovery {
             }
         }
         self.deadline = None;
-        if outstanding {
-            self.arm(now, ibta);
+        self.unlengthened = None;
+        if in_flight > 0 {
+            self.arm(now, ibta, in_flight);
         }
     }
 
@@ -380,6 +463,7 @@ impl Recovery {
     /// timeout the first answer, from the peer waking up, estimated the stall.
     pub fn on_ibta_timeout(&mut self) {
         self.deadline = None;
+        self.unlengthened = None;
         self.backoff = 1;
         self.rtt.stale = true;
     }
@@ -485,7 +569,8 @@ impl Recovery {
             EarlyAction::Retransmit
         };
         self.backoff += 1;
-        self.arm(now, ibta);
+        // Backed off: the RTO, whatever is in flight.
+        self.arm(now, ibta, 0);
         Some(action)
     }
 }
@@ -502,15 +587,15 @@ mod tests {
     fn rtt_estimate_and_rto_follow_rfc_6298() {
         let mut r = Recovery::new(Duration::from_micros(10));
         assert_eq!(r.rto(), None, "no sample, no early timer");
-        r.on_sent(at(0), Psn::new(5), true, None);
+        r.on_sent(at(0), Psn::new(5), true, None, 1);
         assert_eq!(r.deadline(), None, "no IBTA timer (timeout 0), no probe");
-        r.on_progress(at(100), Psn::new(6), 1, false, None);
+        r.on_progress(at(100), Psn::new(6), 1, 0, None);
         assert_eq!(r.srtt(), Some(Duration::from_micros(100)));
         // SRTT 100, RTTVAR 50: the RTO is 100 + 200; the probe comes at 2 SRTT.
         assert_eq!(r.rto(), Some(Duration::from_micros(300)));
-        r.on_sent(at(200), Psn::new(6), true, None);
+        r.on_sent(at(200), Psn::new(6), true, None, 1);
         assert_eq!(r.deadline(), Some(at(400)));
-        r.on_progress(at(220), Psn::new(7), 1, false, None);
+        r.on_progress(at(220), Psn::new(7), 1, 0, None);
         // err 80: RTTVAR (150 + 80) / 4 = 57.5; SRTT (700 + 20) / 8 = 90.
         assert_eq!(r.srtt(), Some(Duration::from_micros(90)));
         assert_eq!(r.rtt.min_rtt, 20_000);
@@ -520,39 +605,39 @@ mod tests {
     #[test]
     fn karn_no_sample_from_a_resent_packet_but_a_first_estimate() {
         let mut r = Recovery::new(Duration::ZERO);
-        r.on_sent(at(0), Psn::new(1), true, None);
+        r.on_sent(at(0), Psn::new(1), true, None, 1);
         r.on_resend(at(30));
-        r.on_progress(at(50), Psn::new(2), 1, false, None);
+        r.on_progress(at(50), Psn::new(2), 1, 0, None);
         // No estimate yet: the ambiguous answer gives one, from the resend.
         assert_eq!(r.srtt(), Some(Duration::from_micros(20)));
-        r.on_sent(at(60), Psn::new(2), true, None);
+        r.on_sent(at(60), Psn::new(2), true, None, 1);
         r.on_resend(at(60));
-        r.on_progress(at(70), Psn::new(3), 1, false, None);
+        r.on_progress(at(70), Psn::new(3), 1, 0, None);
         assert_eq!(r.srtt(), Some(Duration::from_micros(20)), "Karn's rule");
     }
 
     #[test]
     fn probe_then_backed_off_retransmissions_before_the_ibta_timer() {
         let mut r = Recovery::new(Duration::from_micros(100));
-        r.on_sent(at(0), Psn::new(1), true, None);
-        r.on_progress(at(10), Psn::new(2), 1, false, None);
+        r.on_sent(at(0), Psn::new(1), true, None, 1);
+        r.on_progress(at(10), Psn::new(2), 1, 0, None);
         // SRTT 10 µs: the probe comes at its floor, a quarter of the RTO's 100 µs.
         let ibta = Some(at(1000));
-        r.on_sent(at(20), Psn::new(2), true, ibta);
+        r.on_sent(at(20), Psn::new(2), true, ibta, 1);
         assert_eq!(r.deadline(), Some(at(45)));
         assert_eq!(r.on_timeout(at(44), ibta), None);
         assert_eq!(r.on_timeout(at(45), ibta), Some(EarlyAction::Probe));
-        r.on_sent(at(45), Psn::new(2), false, ibta);
+        r.on_sent(at(45), Psn::new(2), false, ibta, 1);
         // Then the RTO (its floor, 100 µs), doubled per expiry.
         assert_eq!(r.deadline(), Some(at(145)));
         assert_eq!(r.on_timeout(at(145), ibta), Some(EarlyAction::Retransmit));
-        r.on_sent(at(145), Psn::new(2), false, ibta);
+        r.on_sent(at(145), Psn::new(2), false, ibta, 1);
         assert_eq!(r.deadline(), Some(at(345)));
         assert_eq!(r.on_timeout(at(345), ibta), Some(EarlyAction::Retransmit));
         assert_eq!(r.deadline(), Some(at(745)));
         assert_eq!(r.on_timeout(at(745), ibta), Some(EarlyAction::Retransmit));
         // 745 + 800 is past the IBTA timer: that one takes over.
-        r.on_sent(at(745), Psn::new(2), false, ibta);
+        r.on_sent(at(745), Psn::new(2), false, ibta, 1);
         assert_eq!(r.deadline(), None);
     }
 
@@ -561,13 +646,13 @@ mod tests {
         let mut r = Recovery::new(Duration::from_micros(200));
         // READ request PSN 10 (64 responses), sent at 0; its first response at 40,
         // its last (after recovering a loss among them) at 900.
-        r.on_sent(at(0), Psn::new(10), true, None);
+        r.on_sent(at(0), Psn::new(10), true, None, 1);
         r.on_read_response(at(40), Psn::new(10));
         assert_eq!(r.srtt(), Some(Duration::from_micros(40)));
-        r.on_progress(at(900), Psn::new(74), 64, false, None);
+        r.on_progress(at(900), Psn::new(74), 64, 0, None);
         assert_eq!(r.srtt(), Some(Duration::from_micros(40)), "one sample");
         // A response to another PSN times nothing.
-        r.on_sent(at(1000), Psn::new(74), true, None);
+        r.on_sent(at(1000), Psn::new(74), true, None, 1);
         r.on_read_response(at(1010), Psn::new(75));
         assert_eq!(r.srtt(), Some(Duration::from_micros(40)));
     }
@@ -578,26 +663,26 @@ mod tests {
     #[test]
     fn a_round_trip_across_the_requesters_own_stall_is_no_sample() {
         let mut r = Recovery::new(Duration::from_micros(200));
-        r.on_sent(at(0), Psn::new(10), true, None);
+        r.on_sent(at(0), Psn::new(10), true, None, 1);
         r.on_read_response(at(40), Psn::new(10));
-        r.on_progress(at(100), Psn::new(74), 64, false, None);
+        r.on_progress(at(100), Psn::new(74), 64, 0, None);
         assert_eq!(r.srtt(), Some(Duration::from_micros(40)));
         // READ 74 sent at 1000; the requester does not run until 141 ms, past
         // its early timer (armed at 1000 + a probe timeout).
-        r.on_sent(at(1000), Psn::new(74), true, None);
+        r.on_sent(at(1000), Psn::new(74), true, None, 1);
         assert!(r.deadline().is_some());
         r.on_read_response(at(141_000), Psn::new(74));
-        r.on_progress(at(141_001), Psn::new(138), 64, false, None);
+        r.on_progress(at(141_001), Psn::new(138), 64, 0, None);
         assert_eq!(r.srtt(), Some(Duration::from_micros(40)), "no sample");
         // On time again: the next READ is timed.
-        r.on_sent(at(142_000), Psn::new(138), true, None);
+        r.on_sent(at(142_000), Psn::new(138), true, None, 1);
         r.on_read_response(at(142_040), Psn::new(138));
         assert_eq!(r.srtt(), Some(Duration::from_micros(40)));
         assert_eq!(r.rtt.min_rtt, 40_000);
         // Late by less than an RTO (the driver reads the socket before it fires
         // timers): a sample.
-        r.on_progress(at(142_100), Psn::new(202), 64, false, None);
-        r.on_sent(at(143_000), Psn::new(202), true, None);
+        r.on_progress(at(142_100), Psn::new(202), 64, 0, None);
+        r.on_sent(at(143_000), Psn::new(202), true, None, 1);
         let due = r.deadline().expect("armed");
         let late = due + Duration::from_micros(100);
         r.on_read_response(late, Psn::new(202));
@@ -608,11 +693,11 @@ mod tests {
     fn an_ibta_timeout_makes_the_estimate_stale_and_a_shorter_answer_replaces_it() {
         let mut r = Recovery::new(Duration::from_micros(200));
         // A bogus estimate of 30 ms (a stalled host).
-        r.on_sent(at(0), Psn::new(1), true, None);
-        r.on_progress(at(30_000), Psn::new(2), 1, false, None);
+        r.on_sent(at(0), Psn::new(1), true, None, 1);
+        r.on_progress(at(30_000), Psn::new(2), 1, 0, None);
         assert_eq!(r.srtt(), Some(Duration::from_millis(30)));
         let ibta = Some(at(30_100 + 67_000));
-        r.on_sent(at(30_100), Psn::new(2), true, ibta);
+        r.on_sent(at(30_100), Psn::new(2), true, ibta, 1);
         // 2 SRTT = 60 ms: the probe just fits; the RTO after it does not.
         assert_eq!(r.on_timeout(at(90_100), ibta), Some(EarlyAction::Probe));
         assert_eq!(r.deadline(), None);
@@ -629,9 +714,9 @@ mod tests {
         r.on_answer(at(97_200), Psn::new(1));
         assert_eq!(r.srtt(), Some(Duration::from_micros(50)));
         // A clean sample starts a stale estimate over (no smoothing with it).
-        r.on_progress(at(97_300), Psn::new(3), 1, false, None);
-        r.on_sent(at(97_400), Psn::new(3), true, None);
-        r.on_progress(at(97_480), Psn::new(4), 1, false, None);
+        r.on_progress(at(97_300), Psn::new(3), 1, 0, None);
+        r.on_sent(at(97_400), Psn::new(3), true, None, 1);
+        r.on_progress(at(97_480), Psn::new(4), 1, 0, None);
         assert_eq!(r.srtt(), Some(Duration::from_micros(80)));
         // Nothing measured, nothing estimated from an answer: it needs a packet timed.
         let mut fresh = Recovery::new(Duration::ZERO);
@@ -646,15 +731,15 @@ mod tests {
     #[test]
     fn after_an_ibta_timeout_the_early_timer_runs_on_with_nothing_timed() {
         let mut r = Recovery::new(Duration::from_micros(200));
-        r.on_sent(at(0), Psn::new(1), true, None);
-        r.on_sent(at(10), Psn::new(2), true, None);
+        r.on_sent(at(0), Psn::new(1), true, None, 1);
+        r.on_sent(at(10), Psn::new(2), true, None, 1);
         let ibta = Some(at(1050));
-        r.on_progress(at(50), Psn::new(2), 1, true, ibta);
+        r.on_progress(at(50), Psn::new(2), 1, 1, ibta);
         assert_eq!(r.srtt(), Some(Duration::from_micros(50)));
         r.on_ibta_timeout();
         r.on_resend(at(1050));
         let ibta = Some(at(2100));
-        r.on_sent(at(1050), Psn::new(2), false, ibta);
+        r.on_sent(at(1050), Psn::new(2), false, ibta, 1);
         // Backed off to the RTO (its 200 µs floor), then doubling.
         assert_eq!(r.deadline(), Some(at(1250)));
         assert_eq!(r.on_timeout(at(1250), ibta), Some(EarlyAction::Retransmit));
@@ -669,16 +754,16 @@ mod tests {
     #[test]
     fn an_answer_after_a_stall_past_the_ibta_timeout_does_not_estimate_the_stall() {
         let mut r = Recovery::new(Duration::from_micros(200));
-        r.on_sent(at(0), Psn::new(1), true, None);
-        r.on_progress(at(50), Psn::new(2), 1, false, None);
-        r.on_sent(at(100), Psn::new(2), true, Some(at(67_100)));
+        r.on_sent(at(0), Psn::new(1), true, None, 1);
+        r.on_progress(at(50), Psn::new(2), 1, 0, None);
+        r.on_sent(at(100), Psn::new(2), true, Some(at(67_100)), 1);
         r.on_resend(at(300));
         r.on_ibta_timeout();
         r.on_resend(at(67_100));
         r.on_ibta_timeout();
         r.on_resend(at(134_100));
         r.on_answer(at(150_050), Psn::new(2));
-        r.on_progress(at(150_050), Psn::new(3), 1, false, None);
+        r.on_progress(at(150_050), Psn::new(3), 1, 0, None);
         assert_eq!(r.srtt(), Some(Duration::from_micros(50)));
     }
 
@@ -686,17 +771,17 @@ mod tests {
     fn before_any_estimate_one_probe_then_only_the_ibta_timer() {
         let mut r = Recovery::new(Duration::from_micros(200));
         let ibta = Some(at(67_200));
-        r.on_sent(at(0), Psn::new(7), true, ibta);
+        r.on_sent(at(0), Psn::new(7), true, ibta, 1);
         // A sixteenth of the IBTA period.
         assert_eq!(r.deadline(), Some(at(4200)));
         assert_eq!(r.on_timeout(at(4200), ibta), Some(EarlyAction::Probe));
-        r.on_sent(at(4200), Psn::new(7), false, ibta);
+        r.on_sent(at(4200), Psn::new(7), false, ibta, 1);
         assert_eq!(r.deadline(), None, "no RTO without an estimate");
         // Nothing came back: the IBTA timer goes back, and its period gets no
         // probe of its own (a dead peer: one packet more in all).
         r.on_ibta_timeout();
         r.on_resend(at(67_200));
-        r.on_sent(at(67_200), Psn::new(7), false, Some(at(134_400)));
+        r.on_sent(at(67_200), Psn::new(7), false, Some(at(134_400)), 1);
         assert_eq!(r.deadline(), None);
         // An answer to the go-back gives a first estimate, from it.
         r.on_answer(at(67_250), Psn::new(7));
@@ -706,15 +791,15 @@ mod tests {
     #[test]
     fn the_probe_comes_at_twice_the_srtt_above_its_floor() {
         let mut r = Recovery::new(Duration::from_micros(200));
-        r.on_sent(at(0), Psn::new(1), true, None);
-        r.on_progress(at(40), Psn::new(2), 1, false, None);
+        r.on_sent(at(0), Psn::new(1), true, None, 1);
+        r.on_progress(at(40), Psn::new(2), 1, 0, None);
         // 2 SRTT = 80 µs: above the probe's 50 µs floor, below the RTO's 200.
-        r.on_sent(at(100), Psn::new(2), true, None);
+        r.on_sent(at(100), Psn::new(2), true, None, 1);
         assert_eq!(r.deadline(), Some(at(180)));
         let mut r = Recovery::new(Duration::from_micros(200));
-        r.on_sent(at(0), Psn::new(1), true, None);
-        r.on_progress(at(10), Psn::new(2), 1, false, None);
-        r.on_sent(at(100), Psn::new(2), true, None);
+        r.on_sent(at(0), Psn::new(1), true, None, 1);
+        r.on_progress(at(10), Psn::new(2), 1, 0, None);
+        r.on_sent(at(100), Psn::new(2), true, None, 1);
         assert_eq!(r.deadline(), Some(at(150)), "the floor");
     }
 
@@ -724,28 +809,69 @@ mod tests {
         // Every round trip 100 µs: RTTVAR decays to nothing.
         let mut t = 0;
         for psn in 0..40 {
-            r.on_sent(at(t), Psn::new(psn), true, None);
+            r.on_sent(at(t), Psn::new(psn), true, None, 1);
             t += 100;
-            r.on_progress(at(t), Psn::new(psn + 1), 1, false, None);
+            r.on_progress(at(t), Psn::new(psn + 1), 1, 0, None);
             t += 10;
         }
         assert_eq!(r.srtt(), Some(Duration::from_micros(100)));
-        r.on_sent(at(t), Psn::new(40), true, None);
+        r.on_sent(at(t), Psn::new(40), true, None, 1);
         // SRTT + SRTT / 4, not 2 SRTT.
         assert_eq!(r.deadline(), Some(at(t + 125)));
         // A path whose round trips vary: 4 RTTVAR, up to 2 SRTT.
         let mut r = Recovery::new(Duration::from_micros(200));
         let mut t = 0;
         for (psn, rtt) in [100, 140, 60, 130, 70, 100].into_iter().enumerate() {
-            r.on_sent(at(t), Psn::new(psn as u32), true, None);
+            r.on_sent(at(t), Psn::new(psn as u32), true, None, 1);
             t += rtt;
-            r.on_progress(at(t), Psn::new(psn as u32 + 1), 1, false, None);
+            r.on_progress(at(t), Psn::new(psn as u32 + 1), 1, 0, None);
         }
         let (srtt, rttvar) = (r.rtt.srtt, r.rtt.rttvar);
-        r.on_sent(at(t), Psn::new(6), true, None);
+        r.on_sent(at(t), Psn::new(6), true, None, 1);
         let pto = (srtt + 4 * rttvar).min(2 * srtt);
         assert!(4 * rttvar > srtt / 4 && pto > srtt);
         assert_eq!(r.deadline(), Some(at(t) + Duration::from_nanos(pto)));
+    }
+
+    /// RFC 8985 7.2: with one packet in flight the probe waits 2 SRTT + the peer's
+    /// ACK hold + the probe's floor; a second packet sent brings the timer back to
+    /// the plain PTO (a stream's is unchanged), as does progress with more than
+    /// one in flight.
+    #[test]
+    fn a_lone_packets_probe_waits_out_the_peers_ack_hold() {
+        let mut r = Recovery::with_timing(RecoveryTiming {
+            min_rto: Duration::from_micros(200),
+            peer_ack_hold: Duration::from_micros(50),
+        });
+        r.on_sent(at(0), Psn::new(1), true, None, 1);
+        r.on_progress(at(10), Psn::new(2), 1, 0, None);
+        // SRTT 10 µs: the plain probe at its 50 µs floor; a lone packet's at
+        // 2 x 10 + 50 + 50.
+        r.on_sent(at(100), Psn::new(2), true, None, 1);
+        assert_eq!(r.deadline(), Some(at(220)));
+        // A second packet: the plain probe, from when the first went.
+        r.on_sent(at(101), Psn::new(3), true, None, 2);
+        assert_eq!(r.deadline(), Some(at(150)));
+        // Progress with two still in flight: the plain probe; with one, the lone one.
+        r.on_sent(at(102), Psn::new(4), true, None, 3);
+        r.on_progress(at(111), Psn::new(3), 1, 2, None);
+        assert_eq!(r.deadline(), Some(at(161)));
+        r.on_progress(at(112), Psn::new(4), 1, 1, None);
+        let srtt = r.rtt.srtt;
+        assert_eq!(
+            r.deadline(),
+            Some(at(112 + 100) + Duration::from_nanos(2 * srtt))
+        );
+        // The backed-off RTO after the probe is the plain one (its 200 µs floor).
+        let probe = r.deadline().unwrap();
+        assert_eq!(r.on_timeout(probe, None), Some(EarlyAction::Probe));
+        assert_eq!(r.deadline(), Some(probe + Duration::from_micros(200)));
+        // No hold configured: as before.
+        let mut r = Recovery::new(Duration::from_micros(200));
+        r.on_sent(at(0), Psn::new(1), true, None, 1);
+        r.on_progress(at(10), Psn::new(2), 1, 0, None);
+        r.on_sent(at(100), Psn::new(2), true, None, 1);
+        assert_eq!(r.deadline(), Some(at(150)));
     }
 
     #[test]
@@ -757,21 +883,21 @@ mod tests {
         let mut una = 0u32;
         for _ in 0..4 {
             let cap = r.cap();
-            r.on_sent(at(t), Psn::new(una), true, None);
+            r.on_sent(at(t), Psn::new(una), true, None, 1);
             una += cap;
             t += 100;
-            r.on_progress(at(t), Psn::new(una), cap, false, None);
+            r.on_progress(at(t), Psn::new(una), cap, 0, None);
             assert_eq!(r.cap(), 2 * cap);
         }
         // A path that delivers what the cap allows, but only by queueing (the round
         // trip grows with it): the rate stops growing, start-up ends.
         for _ in 0..3 {
             let cap = r.cap();
-            r.on_sent(at(t), Psn::new(una), true, None);
+            r.on_sent(at(t), Psn::new(una), true, None, 1);
             una += cap;
             // 512 packets per 100 µs, the last rate seen.
             t += 100 * u64::from(cap) / 512;
-            r.on_progress(at(t), Psn::new(una), cap, false, None);
+            r.on_progress(at(t), Psn::new(una), cap, 0, None);
         }
         assert!(
             r.stalls >= STARTUP_STALLS,
@@ -783,10 +909,10 @@ mod tests {
         // Now the path delivers only 100 packets per 100 µs round trip: the
         // fastest rate seen decays to it, and the cap comes down to 2 x 100.
         for _ in 0..40 {
-            r.on_sent(at(t), Psn::new(una), true, None);
+            r.on_sent(at(t), Psn::new(una), true, None, 1);
             una += 100;
             t += 100;
-            r.on_progress(at(t), Psn::new(una), 100, false, None);
+            r.on_progress(at(t), Psn::new(una), 100, 0, None);
         }
         assert!(r.cap() >= 200 && r.cap() < 260, "cap {}", r.cap());
     }
