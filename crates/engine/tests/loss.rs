@@ -1370,6 +1370,13 @@ const LOOPBACK_DELAY: Duration = Duration::from_micros(10);
 /// Up to 5 µs more per packet (a host's wake-up varies).
 const LOOPBACK_JITTER: Duration = Duration::from_micros(5);
 
+/// A lossless link with loopback's delay and jitter.
+fn loopback_link() -> Faults {
+    link(0.0)
+        .with_delay(LOOPBACK_DELAY)
+        .with_jitter(LOOPBACK_JITTER)
+}
+
 /// A ping-pong of one-packet messages (as `perf write --lat` and `ib_send_lat -s 8`
 /// run it) over a 10 µs path, both ends holding each ACK up to 50 µs for their
 /// answer, and B answering every tenth message 80 µs late: its ACK then leaves
@@ -1385,9 +1392,7 @@ fn a_lone_packets_probe_waits_out_the_peers_ack_hold() {
         let late = |i, n: usize| (i == 1 && n % 10 == 5).then_some(Duration::from_micros(80));
         let run = ping_pong_late(
             seed,
-            link(0.0)
-                .with_delay(LOOPBACK_DELAY)
-                .with_jitter(LOOPBACK_JITTER),
+            loopback_link(),
             200,
             8,
             |net| holding_acks(net, ACK_HOLD),
@@ -1418,9 +1423,7 @@ fn a_lost_lone_request_is_found_by_the_probe_after_the_peers_hold() {
     for seed in 1..=3 {
         let lossless = ping_pong_late(
             seed,
-            link(0.0)
-                .with_delay(LOOPBACK_DELAY)
-                .with_jitter(LOOPBACK_JITTER),
+            loopback_link(),
             200,
             8,
             |net| holding_acks(net, ACK_HOLD),
@@ -1428,9 +1431,7 @@ fn a_lost_lone_request_is_found_by_the_probe_after_the_peers_hold() {
         );
         let run = ping_pong_late(
             seed,
-            link(0.0)
-                .with_delay(LOOPBACK_DELAY)
-                .with_jitter(LOOPBACK_JITTER),
+            loopback_link(),
             200,
             8,
             |net| {
