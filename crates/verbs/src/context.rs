@@ -256,7 +256,7 @@ pub struct DeviceCounters {
     pub sock_writes_blocked: u64,
     /// Receives from the device's socket by a same-host stream writer about to hold a
     /// write back, for the ACK of the write in flight: one at a hold's first write, then
-    /// one per 256 KiB held.
+    /// one per 256 KiB held, or per eighth of the peer's ring if that is less.
     pub sock_ack_looks: u64,
     /// Stream socket buffer grants a writer took from its target area before their
     /// message arrived (`Config::sock_early_room`).

@@ -279,9 +279,7 @@ impl Completer {
         if n != 1 {
             return n;
         }
-        let una = self.una;
-        let read = (sq.head..started)
-            .find(|&seq| sq.get(seq).contains_psn(una))
+        let read = started_wqe_with_psn(sq, started, self.una)
             .is_some_and(|seq| sq.get(seq).op.is_read_or_atomic());
         if read {
             2
@@ -1238,5 +1236,11 @@ fn outstanding(una: Psn, next_psn: Psn, psn: Psn) -> bool {
 
 /// The started WQE whose PSN range holds `psn`.
 fn wqe_with_psn(ctx: &CompleteCtx<'_>, psn: Psn) -> Option<u64> {
-    (ctx.sq.head..ctx.started).find(|&seq| ctx.sq.get(seq).contains_psn(psn))
+    started_wqe_with_psn(ctx.sq, ctx.started, psn)
+}
+
+/// The WQE of `sq`, among those started (before `started`), whose PSN range holds
+/// `psn`.
+fn started_wqe_with_psn(sq: &SendQueue, started: u64, psn: Psn) -> Option<u64> {
+    (sq.head..started).find(|&seq| sq.get(seq).contains_psn(psn))
 }
