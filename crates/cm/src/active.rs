@@ -415,6 +415,7 @@ impl Cm {
                 mad: mad.clone(),
                 retries_left: self.config.max_cm_retries,
                 timeout: response_timeout,
+                linger_left: 0,
             }),
             last_reply: None,
             reply_param: None,

@@ -98,6 +98,10 @@ pub(crate) struct Outstanding {
     pub retries_left: u8,
     /// Wait after each (re)transmission.
     pub timeout: Duration,
+    /// Timer firings left in the linger of a DREQ whose id was destroyed before its
+    /// DREP came (`Cm::lingering`): each but the last sends a copy, the last ends the
+    /// linger. 0 when not lingering.
+    pub linger_left: u8,
 }
 
 #[derive(Debug, Clone)]

@@ -13,6 +13,21 @@ use softverbs_wire::cm::{
     CmMadRepr, CmMessage, DrepRepr, DreqRepr, RejReason, RejectedMessage, SidrStatus,
 };
 use std::net::SocketAddr;
+use std::time::Duration;
+
+/// Copies of an unanswered DREQ sent, [`Cm::linger_interval`] apart, once its id is
+/// destroyed (see [`Cm::lingering`]): with 2 % loss all four tries are lost once in 6
+/// million disconnects.
+const LINGER_COPIES: u8 = 3;
+
+/// The longest wait between lingering copies. Two packet life times are the path's
+/// round trip bound, but rdma_cm's default life time (18, about 1 s) is meant for
+/// fabrics; the paths softverbs runs on answer in well under a millisecond, and the
+/// copies are there to beat loss, not to wait for an answer (which the peer's
+/// application gives, whenever it calls `rdma_disconnect`: rsockets' peer only on its
+/// next call). A destroy held for 4 x 2 s would be worse than the hazard; so at most
+/// 4 x 10 ms = 40 ms.
+const LINGER_INTERVAL_CAP: Duration = Duration::from_millis(10);
 
 impl Cm {
     /// Disconnects (`rdma_disconnect`): a managed QP is moved to ERR, then a DREQ
@@ -84,6 +99,7 @@ impl Cm {
             mad: dreq.clone(),
             retries_left: conn.max_retries,
             timeout: conn.response_timeout,
+            linger_left: 0,
         });
         let (peer, timeout) = (conn.peer, conn.response_timeout);
         self.send(peer, &dreq);
@@ -302,6 +318,21 @@ impl Cm {
         let Some(out) = conn.outstanding.as_mut() else {
             return;
         };
+        if out.linger_left > 0 {
+            // A lingering DREQ (Cm::start_linger): a copy, or the end of the linger and
+            // back to the DREQ's own retransmissions.
+            out.linger_left -= 1;
+            let (mad, peer, timeout) = (out.mad.clone(), conn.peer, out.timeout);
+            if out.linger_left == 0 {
+                self.timers.set(TimerKey::Conn(local_id), now + timeout);
+                return;
+            }
+            self.counters.retransmits += 1;
+            self.send(peer, &mad);
+            let interval = self.linger_interval();
+            self.timers.set(TimerKey::Conn(local_id), now + interval);
+            return;
+        }
         if out.retries_left > 0 {
             out.retries_left -= 1;
             let (mad, peer) = (out.mad.clone(), conn.peer);
@@ -350,7 +381,8 @@ impl Cm {
     /// closes it (CM.md 3.5): an established one gets a DREQ, one with the peer's
     /// DREQ pending a DREP, an unanswered REQ a REJ "timeout", a request being set up
     /// a REJ "consumer defined". The connection then lives on without the id until
-    /// it is done. Queued events of the id are dropped.
+    /// it is done; a DREQ still unanswered lingers (see [`Cm::lingering`]). Queued
+    /// events of the id are dropped.
     pub fn destroy_id(&mut self, now: Instant, id: CmIdHandle) -> Result<(), CmError> {
         self.id(id)?;
         self.backlog_release(id);
@@ -429,9 +461,61 @@ impl Cm {
                 );
                 self.enter_timewait(now, local_id);
             }
-            IbState::Established => self.send_dreq(now, local_id),
+            IbState::Established => {
+                self.send_dreq(now, local_id);
+                self.start_linger(now, local_id);
+            }
             IbState::DreqRcvd => self.send_drep(now, local_id),
-            IbState::DreqSent | IbState::Timewait => {}
+            IbState::DreqSent => self.start_linger(now, local_id),
+            IbState::Timewait => {}
         }
+    }
+
+    /// The wait between the copies of a lingering DREQ: two packet life times of this
+    /// cm's paths, at most [`LINGER_INTERVAL_CAP`] (8.4 ms at life time 10, 10 ms at
+    /// the default 18).
+    fn linger_interval(&self) -> Duration {
+        (cm_timeout(self.config.packet_life_time) * 2).min(LINGER_INTERVAL_CAP)
+    }
+
+    /// The id of connection `local_id` was destroyed while its DREQ was unanswered.
+    /// This cm lives in the application's process, which usually exits right after
+    /// destroying its ids (rping: `rdma_disconnect`, `rdma_destroy_id`, exit), long
+    /// before the DREQ's own retransmission (2 packet life times + 4.1 s): a lost DREQ
+    /// would leave the peer connected and waiting for DISCONNECTED forever. Linux's
+    /// kernel cm does not retry either (its `cm_destroy_id` cancels the DREQ in
+    /// DREQ_SENT), so this goes beyond it: the DREQ is sent again [`LINGER_COPIES`]
+    /// times at [`Cm::linger_interval`], and [`Cm::lingering`] tells the driver to
+    /// hold the destroying caller until the DREP comes or the copies are out.
+    fn start_linger(&mut self, now: Instant, local_id: u32) {
+        let interval = self.linger_interval();
+        let Some(out) = self
+            .conns
+            .get_mut(&local_id)
+            .and_then(|c| c.outstanding.as_mut())
+        else {
+            return;
+        };
+        out.linger_left = LINGER_COPIES + 1;
+        self.timers.set(TimerKey::Conn(local_id), now + interval);
+    }
+
+    /// Whether destroying `id` now would start a linger (see [`Cm::lingering`]): its
+    /// connection is up, or its DREQ unanswered.
+    pub fn destroy_lingers(&self, id: CmIdHandle) -> bool {
+        let conn = self.ids.get(id).and_then(|rec| rec.conn);
+        conn.and_then(|local_id| self.conns.get(&local_id))
+            .is_some_and(|c| matches!(c.state, IbState::Established | IbState::DreqSent))
+    }
+
+    /// Whether a destroyed id's unanswered DREQ is still being sent again (see
+    /// [`Cm::destroy_id`]): `rdma_destroy_id` waits while this holds, at most
+    /// `(LINGER_COPIES + 1) x linger_interval` (34 ms at packet life time 10,
+    /// 40 ms at 18) unless the DREP (or ICMP port unreachable from the peer) ends it
+    /// sooner.
+    pub fn lingering(&self) -> bool {
+        self.conns
+            .values()
+            .any(|c| c.outstanding.as_ref().is_some_and(|o| o.linger_left > 0))
     }
 }

@@ -434,6 +434,7 @@ impl Cm {
             mad: mad.clone(),
             retries_left: conn.max_retries,
             timeout: conn.response_timeout,
+            linger_left: 0,
         });
         let (peer, timeout) = (conn.peer, conn.response_timeout);
         self.send(peer, &mad);

@@ -333,6 +333,96 @@ fn a_dreq_to_a_peer_that_went_away_disconnects_at_once() {
     assert_eq!(c.borrow().cm.connection_count(), 0);
 }
 
+/// How a client ends its connection before its process exits.
+#[derive(Debug, Clone, Copy)]
+enum Close {
+    /// `rdma_disconnect`, then `rdma_destroy_id` before the DREP came (rping -c).
+    DisconnectThenDestroy,
+    /// `rdma_destroy_id` of the established id (rsockets' rclose): destroy sends the DREQ.
+    Destroy,
+}
+
+impl Pair {
+    /// The client closes its connection as `how` says, with its first `lost` DREQs lost,
+    /// and its process exits once the destroying call returns: the call waits while the
+    /// cm lingers ([`Cm::lingering`], the driver's `rdma_destroy_id`), and from the exit
+    /// on nothing the client sends gets out. Returns how long the destroy waited.
+    fn close_and_exit(&mut self, how: Close, lost: usize) -> Duration {
+        let id = self.connect();
+        self.c.borrow_mut().filter = Some(drop_first(AttributeId::Dreq, lost));
+        if let Close::DisconnectThenDestroy = how {
+            self.net
+                .call(&self.c, |cm, now| cm.disconnect(now, id).unwrap());
+        }
+        assert!(self.c.borrow().cm.destroy_lingers(id), "{how:?}");
+        let destroyed = self.elapsed();
+        self.net
+            .call(&self.c, |cm, now| cm.destroy_id(now, id).unwrap());
+        let c = self.c.clone();
+        self.net
+            .run_until(|_| !c.borrow().cm.lingering())
+            .expect("the linger ends");
+        let waited = self.elapsed() - destroyed;
+        self.c.borrow_mut().filter = Some(Box::new(|_, _| Verdict::Drop));
+        self.net.run_for(Duration::from_secs(30));
+        waited
+    }
+}
+
+/// The flake of rdmacm-abi's `rping_1000_verified_with_2_percent_loss` (CI, session 14):
+/// the client's DREQ was lost and the client exited before its retransmission (6.1 s
+/// later), taking its cm along; the server waited for DISCONNECTED until it was killed.
+/// Now the destroy lingers: the DREQ goes again 10 ms later (2 packet life times, capped)
+/// and the DREP ends the wait.
+#[test]
+fn a_lost_dreq_still_reaches_the_peer_of_a_process_that_exits() {
+    for how in [Close::DisconnectThenDestroy, Close::Destroy] {
+        let mut p = Pair::new(8, None, None);
+        let waited = p.close_and_exit(how, 1);
+        let child = p.child();
+        assert_eq!(
+            p.s.borrow().count(child, CmEventKind::Disconnected),
+            1,
+            "{how:?}: the server heard the DREQ sent again"
+        );
+        assert_eq!(p.c.borrow().sent_count(AttributeId::Dreq), 1, "{how:?}");
+        assert!(
+            waited >= Duration::from_millis(10) && waited < Duration::from_millis(15),
+            "{how:?}: the copy 10 ms on, then the DREP: {waited:?}"
+        );
+    }
+}
+
+/// The linger is bounded: a DREQ lost every time holds the destroying caller for the
+/// copies (3, 10 ms apart at the default packet life time) and one more wait, 40 ms.
+/// A DREQ answered at once holds it not at all.
+#[test]
+fn the_linger_of_a_destroy_is_bounded_and_ends_with_the_drep() {
+    for how in [Close::DisconnectThenDestroy, Close::Destroy] {
+        let mut p = Pair::new(9, None, None);
+        let waited = p.close_and_exit(how, 1000);
+        assert_eq!(waited, Duration::from_millis(40), "{how:?}");
+        assert_eq!(
+            p.s.borrow().count(p.child(), CmEventKind::Disconnected),
+            0,
+            "{how:?}: every copy was lost"
+        );
+    }
+    let mut p = Pair::new(10, None, None);
+    let id = p.connect();
+    p.net.call(&p.c, |cm, now| cm.disconnect(now, id).unwrap());
+    let c = p.c.clone();
+    p.net
+        .run_until(|_| c.borrow().count(id, CmEventKind::Disconnected) == 1)
+        .unwrap();
+    assert!(!p.c.borrow().cm.destroy_lingers(id));
+    p.net.call(&p.c, |cm, now| cm.destroy_id(now, id).unwrap());
+    assert!(
+        !p.c.borrow().cm.lingering(),
+        "answered: nothing to wait for"
+    );
+}
+
 #[test]
 fn every_message_duplicated() {
     let dup_all = || -> Filter { Box::new(|_, _| Verdict::Duplicate) };
