@@ -190,6 +190,46 @@ fn rping_1000_verified_with_2_percent_loss() {
     assert_pings(&r, 1000, test);
 }
 
+/// The client's first DREQ lost (`SOFTVERBS_CM_DROP=dreq:1`): the loss that made
+/// `rping_1000_verified_with_2_percent_loss` fail once in CI (session 14), where the client
+/// printed its pings and exited 0 and the server waited for DISCONNECTED until killed.
+/// rping's client calls `rdma_disconnect`, then `rdma_destroy_id`, then exits, long before
+/// the DREQ's own retransmission (6.1 s on): its cm, in the process, went with it. The
+/// destroy now waits while the DREQ is sent again (`softverbs_cm::Cm::lingering`), so the
+/// server hears it and ends, at the test's packet life time (10) and at the default (18).
+#[test]
+fn rping_server_ends_although_the_clients_dreq_is_lost() {
+    let test = "rping_lost_dreq";
+    if !cm_run::have_tool("rping", "rdmacm-utils") {
+        return;
+    }
+    let _one_at_a_time = procs::serial();
+    let lib = cm_run::dropin(test);
+    for life_time in ["10", "18"] {
+        let r = cm_run::run_case(&lib, |port| {
+            let port = port.to_string();
+            Case::pair(
+                Side::new("/usr/bin/rping", &["-s", "-a", "127.0.0.1", "-p", &port])
+                    .env("SOFTVERBS_CM_PACKET_LIFE_TIME", life_time),
+                Side::new(
+                    "/usr/bin/rping",
+                    &["-c", "-a", "127.0.0.1", "-p", &port, "-C", "3", "-V", "-v"],
+                )
+                .env("SOFTVERBS_CM_DROP", "dreq:1")
+                .env("SOFTVERBS_CM_PACKET_LIFE_TIME", life_time),
+            )
+        });
+        let what = format!("{test} (packet life time {life_time})");
+        r.assert_ok(&what);
+        assert_pings(&r, 3, &what);
+        assert!(
+            r.servers[0].stderr.contains("server DISCONNECT EVENT"),
+            "{what}: the server heard the DREQ sent again\n{}",
+            r.report()
+        );
+    }
+}
+
 /// valgrind memcheck over both rping processes (5 verified pings): valgrind's own exit
 /// status (`--error-exitcode=99` with `--leak-check=full --errors-for-leak-kinds=definite`)
 /// is 0, so there was no invalid access, no use of uninitialised memory and no definite

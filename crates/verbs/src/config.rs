@@ -7,6 +7,7 @@
 //! | `SOFTVERBS_MTU` | active path MTU reported and used (256-4096) | `4096` |
 //! | `SOFTVERBS_BUSY_POLL` | progress thread spins this many µs before sleeping | `0` |
 //! | `SOFTVERBS_FAULTS` | fault injection, e.g. `loss=0.05,dup=0.01,reorder=0.01,corrupt=0.01,seed=7` | none |
+//! | `SOFTVERBS_CM_DROP` | fault injection for tests: drop the first N connection manager messages of a type this device sends, e.g. `dreq:1` or `dreq:1,drep:2` (types: req, mra, rej, rep, rtu, dreq, drep, sidr_req, sidr_rep) | none |
 //! | `SOFTVERBS_PCAP` | write every packet sent and received to this pcap file | none |
 //! | `SOFTVERBS_ICRC` | receive-side ICRC: `enforce`, `count` or `skip` | `enforce` |
 //! | `SOFTVERBS_GSO` | UDP GSO/GRO batching; `0` turns it off (injected faults act on GSO segments) | `1` |
@@ -21,6 +22,7 @@
 //! How the address and port become the device's GID and LID: [`crate::addressing`].
 
 use softverbs_engine::{IcrcPolicy, Mtu};
+use softverbs_wire::cm::AttributeId;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -128,6 +130,10 @@ pub struct Config {
     /// Fault injection for tests: the first this many same-host handshake datagrams
     /// the device sends are dropped (the handshake's resend must recover).
     pub drop_first_hellos: u32,
+    /// Fault injection for tests (`SOFTVERBS_CM_DROP`): of each CM message type listed,
+    /// the first this many the device sends are dropped (a teardown message exactly,
+    /// which seeded loss hits only by chance).
+    pub cm_drop: Vec<(AttributeId, u32)>,
     /// Notification coalescing of the stream sockets (`crate::sock`) on the same-host
     /// path: writes made while one is in flight go as plain WRITEs, announced together by
     /// one later WRITE WITH IMM.
@@ -202,6 +208,7 @@ impl Default for Config {
             cm_packet_life_time: 18,
             same_host: SameHostMode::Auto,
             drop_first_hellos: 0,
+            cm_drop: Vec::new(),
             sock_coalesce: true,
             sock_early_room: false,
             sock_placed_word: false,
@@ -308,6 +315,9 @@ impl Config {
         if let Some(v) = get("SOFTVERBS_FAULTS") {
             c.faults = Some(parse_faults(&v).map_err(|why| err("SOFTVERBS_FAULTS", &v, why))?);
         }
+        if let Some(v) = get("SOFTVERBS_CM_DROP") {
+            c.cm_drop = parse_cm_drop(&v).map_err(|why| err("SOFTVERBS_CM_DROP", &v, why))?;
+        }
         if let Some(v) = get("SOFTVERBS_PCAP") {
             if !v.is_empty() {
                 c.pcap = Some(PathBuf::from(v));
@@ -408,6 +418,38 @@ fn parse_faults(s: &str) -> Result<FaultConfig, &'static str> {
     Ok(f)
 }
 
+/// `SOFTVERBS_CM_DROP`: `type:count` pairs, comma-separated.
+fn parse_cm_drop(s: &str) -> Result<Vec<(AttributeId, u32)>, &'static str> {
+    const TYPES: [(&str, AttributeId); 9] = [
+        ("req", AttributeId::Req),
+        ("mra", AttributeId::Mra),
+        ("rej", AttributeId::Rej),
+        ("rep", AttributeId::Rep),
+        ("rtu", AttributeId::Rtu),
+        ("dreq", AttributeId::Dreq),
+        ("drep", AttributeId::Drep),
+        ("sidr_req", AttributeId::SidrReq),
+        ("sidr_rep", AttributeId::SidrRep),
+    ];
+    s.split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(|part| {
+            let (name, count) = part.split_once(':').ok_or("expected type:count pairs")?;
+            let kind = TYPES
+                .iter()
+                .find(|(n, _)| n.eq_ignore_ascii_case(name.trim()))
+                .ok_or("unknown type (req, mra, rej, rep, rtu, dreq, drep, sidr_req, sidr_rep)")?
+                .1;
+            let count = count
+                .trim()
+                .parse()
+                .map_err(|_| "counts must be integers")?;
+            Ok((kind, count))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -448,8 +490,14 @@ mod tests {
             ("SOFTVERBS_SOCK_PLACED_WORD", "1"),
             ("SOFTVERBS_SOCK_BUSY_HANDOFF", "0"),
             ("SOFTVERBS_GSO", "no"),
+            ("SOFTVERBS_CM_DROP", "dreq:1, DREP:2"),
         ])
         .unwrap();
+        assert_eq!(c.cm_drop, [(AttributeId::Dreq, 1), (AttributeId::Drep, 2)]);
+        assert!(Config::default().cm_drop.is_empty());
+        assert!(cfg(&[("SOFTVERBS_CM_DROP", "dreq")]).is_err());
+        assert!(cfg(&[("SOFTVERBS_CM_DROP", "lap:1")]).is_err());
+        assert!(cfg(&[("SOFTVERBS_CM_DROP", "dreq:-1")]).is_err());
         assert!(!c.sock_coalesce && !c.gso && c.sock_early_room && !c.sock_busy_handoff);
         assert!(Config::default().sock_coalesce && Config::default().gso);
         assert!(Config::default().sock_busy_handoff);

@@ -611,7 +611,7 @@ impl Driver {
         let driver = Arc::new(Driver {
             state: Mutex::new(state),
             socket,
-            cm_io: crate::cm::driver::CmIo::new(),
+            cm_io: crate::cm::driver::CmIo::new(&config.cm_drop),
             rx: Mutex::new(rx),
             outbox: Mutex::new(Outbox {
                 queue: VecDeque::new(),

@@ -28,10 +28,11 @@ use softverbs_cm::{
     ResolveError, ResolvedAddr,
 };
 use softverbs_engine::{AccessFlags, Engine, Instant, Mtu, QpAttr, QpAttrMask};
+use softverbs_wire::cm::{datagram::CmDatagram, AttributeId};
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Where an id's events go (see [`crate::cm::CmEventSink`]).
@@ -49,17 +50,41 @@ pub(crate) struct CmIo {
     events: Mutex<VecDeque<CmEvent>>,
     /// Each id's sink. Held while delivering: removing a sink waits for a delivery under way.
     sinks: Mutex<HashMap<CmIdHandle, Sink>>,
+    /// `Config::cm_drop`: per message type, how many more of it to drop.
+    drops_left: Vec<(u16, AtomicU32)>,
 }
 
 impl CmIo {
-    pub fn new() -> CmIo {
+    pub fn new(cm_drop: &[(AttributeId, u32)]) -> CmIo {
         CmIo {
             sockets: Mutex::new(Vec::new()),
             sockets_gen: AtomicU64::new(0),
             companion: Mutex::new(None),
             events: Mutex::new(VecDeque::new()),
             sinks: Mutex::new(HashMap::new()),
+            drops_left: cm_drop
+                .iter()
+                .map(|&(kind, n)| (kind.value(), AtomicU32::new(n)))
+                .collect(),
         }
+    }
+
+    /// Whether `Config::cm_drop` takes this datagram (a whole CM datagram, as the cm
+    /// emits it: BTH, DETH, MAD).
+    fn drop_by_type(&self, datagram: &[u8]) -> bool {
+        if self.drops_left.is_empty() {
+            return false;
+        }
+        let Ok(d) = CmDatagram::new_checked(datagram) else {
+            return false;
+        };
+        let kind = d.mad().attribute_id();
+        self.drops_left.iter().any(|(k, left)| {
+            *k == kind
+                && left
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+                    .is_ok()
+        })
     }
 }
 
@@ -304,7 +329,8 @@ impl Driver {
     /// Sends one CM datagram: from the device socket when the destination is of its
     /// family, else from the companion socket with the relay trailer.
     fn cm_send(&self, dst: SocketAddr, bytes: &[u8]) {
-        if self.cm_dropped() {
+        if self.cm_io.drop_by_type(bytes) || self.cm_dropped() {
+            tracing::debug!(%dst, "fault injection drops a CM datagram");
             return;
         }
         let dst = canonical(dst);

@@ -209,12 +209,34 @@ impl ConnectionManager {
 
     /// Destroys an id (`rdma_destroy_id`): a connection still up is disconnected, a
     /// listener's port released. When this returns, the id's sink is never called again.
+    /// A DREQ still unanswered holds the caller briefly while it is sent again
+    /// ([`softverbs_cm::Cm::lingering`]: until the DREP, at most 34 ms at packet life
+    /// time 10 and 40 ms at the default 18), because this process's exit, which
+    /// usually follows, takes the cm and its retransmissions with it.
     pub fn destroy_id(&self, id: CmIdHandle) -> Result<(), CmError> {
+        let lingers = self.query(|cm| Ok(cm.destroy_lingers(id))).unwrap_or(false);
         let r = self.call(|cm, now| cm.destroy_id(now, id));
         let d = self.core().driver()?;
         d.core_forget_qp(id, self.core());
         d.cm_remove_sink(id);
+        if r.is_ok() && lingers {
+            self.linger();
+        }
         r
+    }
+
+    /// Waits while the cm sends a destroyed id's unanswered DREQ again (the progress
+    /// thread does, on the cm's timers). The cm bounds the linger; `GIVE_UP` only guards
+    /// against a progress thread that cannot run (a caller on it, a stopped device).
+    fn linger(&self) {
+        const GIVE_UP: std::time::Duration = std::time::Duration::from_secs(1);
+        const POLL: std::time::Duration = std::time::Duration::from_millis(1);
+        let give_up = std::time::Instant::now() + GIVE_UP;
+        while self.query(|cm| Ok(cm.lingering())).unwrap_or(false)
+            && std::time::Instant::now() < give_up
+        {
+            std::thread::sleep(POLL);
+        }
     }
 
     /// Carries out a reservation (a rendezvous socket) the cm asked for, and the next
