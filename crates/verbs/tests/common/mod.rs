@@ -147,6 +147,27 @@ pub fn pair_with_handoff(poll_handoff: std::time::Duration) -> (End, End) {
     })
 }
 
+/// [`pair_with_handoff`] with a hand-off longer than any test, so that only the threads
+/// polling the CQs receive (the progress threads, which answer where pollers stop, never
+/// do), and a local ACK timeout of code 18 (1.07 s; `RtsAttr`'s default 14 is 67 ms) on
+/// both QPs: for a ping-pong of two threads, each spinning on its end's CQ, the only
+/// readers of their sockets. Beside busy loops such a poller waits long for a CPU
+/// (runnable, not run: 133-436 ms in traced runs at load 12; each of its `sched_yield`s
+/// costs it a whole slice under the kernel's EEVDF scheduler), and at code 14 a wait
+/// past eight timeouts (0.54 s) failed the peer's SEND with RetryExcErr
+/// (docs/loss-recovery.md, session 15). At code 18 the budget is 8.6 s, within the
+/// tests' 20 s wait.
+pub fn pollers_only_pair() -> (End, End) {
+    let config = Config {
+        poll_handoff: std::time::Duration::from_secs(3600),
+        ..Config::default()
+    };
+    let a = end(config.clone());
+    let b = end(config);
+    connect_with_timers(&a, &b, Mtu::Mtu4096, 1, 18);
+    (a, b)
+}
+
 /// Held by a test that asserts on the driver's counters (wake-ups, system calls, who
 /// received), so that such tests of one binary run one at a time: cargo runs a binary's
 /// tests in parallel, and a bulk transfer beside a counted ping-pong takes the cores the
