@@ -1559,7 +1559,9 @@ impl Driver {
     /// thread did for `poll_handoff`, so the peer's completions, other QPs' traffic and
     /// the timers wait no longer than that while the stream is in use; a stream that
     /// stops calling lets the hand-off lapse, then the progress thread watches again.
-    pub(crate) fn keep_handoff_busy(self: &Arc<Self>) {
+    /// Without `look` it only extends the hand-off: a caller that looked when it was due
+    /// at its start ([`Driver::busy_look_due`]) does not look again at its end.
+    pub(crate) fn keep_handoff_busy(self: &Arc<Self>, look: bool) {
         if self.poll_handoff.is_zero() || !self.busy_handoff {
             return;
         }
@@ -1573,12 +1575,27 @@ impl Driver {
             .min(Self::BUSY_HANDOFF_EXTRA_MAX);
         self.app_polled_at
             .fetch_max(now.saturating_add(ahead) + 1, Ordering::SeqCst);
-        let looked = self.app_looked_at.load(Ordering::Acquire);
-        if looked == 0 || now.saturating_sub(looked - 1) >= handoff {
+        if look && self.busy_look_due_at(now) {
             // Not as a spinner: what it receives is acknowledged at once (this thread's
             // answer, if any, is not coming now).
             self.try_progress(false);
         }
+    }
+
+    /// Whether [`Driver::keep_handoff_busy`] would receive now: no application thread
+    /// looked at the socket for `poll_handoff`. A same-host writer about to hold a write
+    /// receives at its start when it is, and not at its end (`crate::sock`): the ACK then
+    /// found completes the write in flight before the hold is decided, and the write
+    /// carries the announcement, where after it a separate one would follow.
+    pub(crate) fn busy_look_due(&self) -> bool {
+        !self.poll_handoff.is_zero()
+            && self.busy_handoff
+            && self.busy_look_due_at(self.now().as_nanos())
+    }
+
+    fn busy_look_due_at(&self, now: u64) -> bool {
+        let looked = self.app_looked_at.load(Ordering::Acquire);
+        looked == 0 || now.saturating_sub(looked - 1) >= self.poll_handoff.as_nanos() as u64
     }
 
     /// A poll by the calling thread found completions: its run of empty polls is over

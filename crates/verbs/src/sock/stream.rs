@@ -581,11 +581,15 @@ impl RdmaStream {
 
     /// Handles what has completed, without the wait or yield of an empty poll: with
     /// `receive`, what waits on a handed-over socket is received first (a writer about to
-    /// hold its data back looks whether the write in flight completed).
-    fn poll_now(&self, core: &mut StreamCore, receive: bool) {
+    /// hold its data back looks whether the write in flight completed), counted in
+    /// `sock_ack_looks` when it is the `ACK_LOOK_BYTES` look (`ack_look`), not the busy
+    /// hand-off's (`Driver::busy_look_due`).
+    fn poll_now(&self, core: &mut StreamCore, receive: bool, ack_look: bool) {
         if let Some(d) = self.cq.driver() {
             if receive && d.socket_handed_over() {
-                d.counters.sock_ack_looks.fetch_add(1, Ordering::Relaxed);
+                if ack_look {
+                    d.counters.sock_ack_looks.fetch_add(1, Ordering::Relaxed);
+                }
                 d.try_progress(false);
             }
         }
@@ -964,7 +968,7 @@ impl RdmaStream {
         }
         self.count_ahead(core);
         if got > 0 {
-            self.keep_socket_while_busy();
+            self.keep_socket_while_busy(true);
             // Reading freed room: the peer may be waiting for a grant.
             self.post_pending(core)?;
             return Ok(got);
@@ -979,15 +983,21 @@ impl RdmaStream {
         // Notification coalescing (`StreamCore::set_coalescing`) where a plain WRITE
         // costs no packet: same-host writes.
         core.set_coalescing(self.coalesce && self.qp.uses_same_host());
-        if core.would_hold() {
+        let holding = core.would_hold();
+        if holding {
             // This write would be held: unless the write in flight has completed
             // meanwhile, in which case what was held and this write go announced now. (A
             // writer that only looked when a hold began kept holding for a whole ring
             // while its reader starved: preloaded iperf3 lost a third.) The CQ is looked
             // at every time; the socket, a system call, at the first held write and once
-            // per `ACK_LOOK_BYTES` held.
-            let receive = self.ack_look_due(core);
-            self.poll_now(core, receive);
+            // per `ACK_LOOK_BYTES` held; and the busy hand-off's look, when due
+            // (`Driver::busy_look_due`), is here and not at the write's end: an ACK
+            // received there, after the hold, was announced by a write of its own (a
+            // 1-byte `process_vm_writev` and a work request: `docs/sockets.md`, session
+            // 15); received here, this write carries the announcement
+            // (`StreamCore::start_data`'s merge).
+            let ack_look = self.ack_look_due(core);
+            self.poll_now(core, ack_look || self.busy_look_due(), ack_look);
             self.post_control(core)?;
         }
         let was_reserved = core.announcement_reserved();
@@ -1017,7 +1027,7 @@ impl RdmaStream {
             }
         }
         if done > 0 {
-            self.keep_socket_while_busy();
+            self.keep_socket_while_busy(!holding);
         }
         Ok(done)
     }
@@ -1037,6 +1047,12 @@ impl RdmaStream {
         due
     }
 
+    /// Whether the device's busy hand-off would receive at the end of a write now
+    /// (`Driver::busy_look_due`); same-host streams only, the ones that hold writes.
+    fn busy_look_due(&self) -> bool {
+        self.qp.uses_same_host() && self.cq.driver().is_some_and(|d| d.busy_look_due())
+    }
+
     /// Posts the announcement of held data now, whatever is in flight.
     fn announce_now(&self, core: &mut StreamCore) {
         announce(&self.qp, core, true);
@@ -1045,10 +1061,11 @@ impl RdmaStream {
     /// A same-host stream that moves data keeps its device's socket for its threads
     /// (`Driver::keep_handoff_busy`): in a bulk transfer the peer's messages and ACKs
     /// wait there to be received in batches, where each would wake the progress thread.
-    fn keep_socket_while_busy(&self) {
+    /// `look`: it may receive, as `Driver::keep_handoff_busy` says.
+    fn keep_socket_while_busy(&self, look: bool) {
         if self.qp.uses_same_host() {
             if let Some(d) = self.cq.driver() {
-                d.keep_handoff_busy();
+                d.keep_handoff_busy(look);
             }
         }
     }
