@@ -256,38 +256,38 @@ fn bad_port_is_a_clear_error() {
     assert!(err.to_string().contains("192.0.2.1"), "{err}");
 }
 
-/// Counts pcap records (24-byte global header, then 16-byte record headers).
-fn pcap_records(bytes: &[u8]) -> usize {
+/// The frames of a pcap file's records (24-byte global header, then 16-byte record
+/// headers, each followed by its frame).
+fn pcap_frames(bytes: &[u8]) -> Vec<&[u8]> {
     assert_eq!(&bytes[..4], &0xa1b2_c3d4u32.to_le_bytes(), "pcap magic");
-    let (mut at, mut n) = (24, 0);
+    let (mut at, mut frames) = (24, Vec::new());
     while at + 16 <= bytes.len() {
         let incl = u32::from_le_bytes(bytes[at + 8..at + 12].try_into().unwrap()) as usize;
+        frames.push(&bytes[at + 16..(at + 16 + incl).min(bytes.len())]);
         at += 16 + incl;
-        n += 1;
     }
     assert_eq!(at, bytes.len(), "records end at the end of the file");
-    n
+    frames
+}
+
+/// Counts pcap records.
+fn pcap_records(bytes: &[u8]) -> usize {
+    pcap_frames(bytes).len()
 }
 
 /// One line per pcap record (Ethernet, IPv4, UDP): source and destination ports, the
 /// UDP payload's length and first byte (a BTH's opcode), for a failure's message.
 fn pcap_listing(bytes: &[u8]) -> String {
-    let mut at = 24;
     let mut lines = String::new();
-    while at + 16 <= bytes.len() {
-        let incl = u32::from_le_bytes(bytes[at + 8..at + 12].try_into().unwrap()) as usize;
-        let frame = &bytes[at + 16..(at + 16 + incl).min(bytes.len())];
-        if frame.len() > 42 {
-            let port = |i: usize| u16::from_be_bytes([frame[i], frame[i + 1]]);
-            lines += &format!(
-                "{} -> {}: {} bytes, first {:#04x}\n",
-                port(34),
-                port(36),
-                frame.len() - 42,
-                frame[42]
-            );
-        }
-        at += 16 + incl;
+    for frame in pcap_frames(bytes).into_iter().filter(|f| f.len() > 42) {
+        let port = |i: usize| u16::from_be_bytes([frame[i], frame[i + 1]]);
+        lines += &format!(
+            "{} -> {}: {} bytes, first {:#04x}\n",
+            port(34),
+            port(36),
+            frame.len() - 42,
+            frame[42]
+        );
     }
     lines
 }
