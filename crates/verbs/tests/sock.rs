@@ -34,24 +34,7 @@ fn listen(ctx: &Context, opts: StreamOptions) -> (RdmaListener, SocketAddr) {
 /// A connected stream between two devices of `cfg`, both ends with `opts`. Returns
 /// (server, server's device, client, client's device).
 fn connected_pair(cfg: Config, opts: StreamOptions) -> (RdmaStream, Context, RdmaStream, Context) {
-    connected_pair_of(cfg.clone(), cfg, opts)
-}
-
-/// [`connected_pair`] with the server's device of `server_cfg`, the client's of `client_cfg`.
-fn connected_pair_of(
-    server_cfg: Config,
-    client_cfg: Config,
-    opts: StreamOptions,
-) -> (RdmaStream, Context, RdmaStream, Context) {
-    let server_ctx = device(server_cfg);
-    let (listener, at) = listen(&server_ctx, opts.clone());
-    let client_ctx = device(client_cfg);
-    let t = std::thread::spawn(move || {
-        RdmaStream::connect_with(&client_ctx, at, &opts).map(|s| (s, client_ctx))
-    });
-    let (server, _) = listener.accept().unwrap();
-    let (client, client_ctx) = t.join().unwrap().unwrap();
-    (server, server_ctx, client, client_ctx)
+    mixed_pair(cfg.clone(), cfg, opts)
 }
 
 /// A connected stream between two devices whose poller hand-off (100 ms) outlasts a
@@ -436,7 +419,7 @@ fn a_held_write_found_acknowledged_is_announced_by_the_next_write() {
         ..Config::default()
     };
     let (server, _server_ctx, client, client_ctx) =
-        connected_pair_of(Config::default(), writer_cfg, StreamOptions::default());
+        mixed_pair(Config::default(), writer_cfg, StreamOptions::default());
     await_same_host(&server, &client);
     let data = pattern(SIZE, 7);
     let placed = || same_host_counter(&client_ctx, "same_host_writes");
