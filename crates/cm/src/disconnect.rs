@@ -422,6 +422,22 @@ impl Cm {
         Ok(())
     }
 
+    /// Destroys every id still alive, each as [`Cm::destroy_id`] does; returns them.
+    ///
+    /// For a process that exits with ids it never destroyed. Linux destroys them when
+    /// the process's rdma_cm file closes (`ucma_close` destroys each of its ids, and
+    /// `cm_destroy_id` sends an established connection's DREQ), so the peer of a program
+    /// that just returns from `main` still sees DISCONNECTED. This cm lives in the
+    /// process, so the driver calls this from an exit hook instead.
+    pub fn destroy_all(&mut self, now: Instant) -> Vec<CmIdHandle> {
+        let ids: Vec<CmIdHandle> = self.ids.iter().map(|(id, _)| id).collect();
+        for &id in &ids {
+            // Cannot fail: each id was alive a moment ago, under the same `&mut self`.
+            let _ = self.destroy_id(now, id);
+        }
+        ids
+    }
+
     /// The id of connection `local_id` is gone: close what the connection's state
     /// needs closing, and keep it only as long as it owes something.
     fn orphan_conn(&mut self, now: Instant, local_id: u32) {

@@ -423,6 +423,46 @@ fn the_linger_of_a_destroy_is_bounded_and_ends_with_the_drep() {
     );
 }
 
+/// A process that exits without destroying its ids: the driver's exit hook destroys them
+/// all, as Linux does when the rdma_cm file closes. The established connection's DREQ
+/// reaches the server (DISCONNECTED there), an id that never connected goes quietly, and
+/// no event reaches the destroyed ids.
+#[test]
+fn destroying_every_id_at_exit_disconnects_the_peer() {
+    let mut p = Pair::new(11, None, None);
+    let connected = p.connect();
+    let idle = p.net.call(&p.c, |cm, _| {
+        cm.create_id(PortSpace::Tcp, QpType::Rc).unwrap()
+    });
+    let events_before = p.c.borrow().events.len();
+    let destroyed = p.net.call(&p.c, |cm, now| cm.destroy_all(now));
+    assert_eq!(destroyed.len(), 2, "{destroyed:?}");
+    assert!(destroyed.contains(&connected) && destroyed.contains(&idle));
+    assert!(
+        p.c.borrow().cm.lingering(),
+        "the DREQ is sent again until answered"
+    );
+    let (c, s, child) = (p.c.clone(), p.s.clone(), p.child());
+    p.net
+        .run_until(|_| {
+            s.borrow().count(child, CmEventKind::Disconnected) == 1 && !c.borrow().cm.lingering()
+        })
+        .expect("the server hears the DREQ");
+    assert_eq!(p.c.borrow().sent_count(AttributeId::Dreq), 1);
+    assert_eq!(
+        p.c.borrow().events.len(),
+        events_before,
+        "nothing for the dead ids"
+    );
+    for id in [connected, idle] {
+        assert!(p.c.borrow().cm.state(id).is_err(), "{id:?} is gone");
+    }
+    p.net.run_for(Duration::from_secs(30));
+    assert_eq!(p.c.borrow().cm.connection_count(), 0);
+    assert_eq!(p.s.borrow().cm.connection_count(), 0);
+    assert!(p.net.call(&p.c, |cm, now| cm.destroy_all(now)).is_empty());
+}
+
 #[test]
 fn every_message_duplicated() {
     let dup_all = || -> Filter { Box::new(|_, _| Verdict::Duplicate) };

@@ -5,7 +5,9 @@
 //! `id->port_num` after resolution, `rdma_create_qp` on the id's PD, `rdma_init_qp_attr`,
 //! connect / accept with private data, the QP moved to RTS with the ACK timeout the option
 //! asked for, `rdma_migrate_id` of a connected id, disconnect, and `rdma_destroy_id` waiting
-//! for the event the program still holds (destroy semantics of rdma_destroy_id(3)).
+//! for the event the program still holds (destroy semantics of rdma_destroy_id(3)). A
+//! second program forks a peer that exits without destroying its ids, as programs may
+//! since the kernel destroys them when the process's rdma_cm file closes.
 //!
 //! Needs `cc`, librdmacm-dev and `cargo build --workspace`; skips loudly without the first
 //! two, or fails when `SOFTVERBS_REQUIRE_TOOLS=1` (CI).
@@ -233,4 +235,179 @@ fn the_same_under_memcheck_is_clean() {
     let out = run_on_under_memcheck(&exe, &dropin(name, true));
     assert_eq!(out.stdout, EXPECTED, "stderr:\n{}", out.stderr);
     assert!(out.success, "memcheck:\n{}", out.stderr);
+}
+
+/// Two processes (a fork): the child connects, or accepts, and exits without
+/// `rdma_disconnect` or `rdma_destroy_id`, holding a listener and an idle id besides;
+/// the parent, its peer, must see DISCONNECTED (10 s bound) and the child exit 0.
+const EXIT_PROGRAM: &str = r#"
+#include <sys/wait.h>
+
+static double now_ms(void) {
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    return tv.tv_sec * 1e3 + tv.tv_usec / 1e3;
+}
+
+/* The next event on the non-blocking channel within `ms`, or NULL. */
+static struct rdma_cm_event *within(struct rdma_event_channel *ch, double ms) {
+    double end = now_ms() + ms;
+    for (;;) {
+        struct rdma_cm_event *ev = NULL;
+        if (rdma_get_cm_event(ch, &ev) == 0)
+            return ev;
+        if (errno != EAGAIN) {
+            fprintf(stderr, "%d get_cm_event: %s\n", getpid(), e(errno));
+            exit(1);
+        }
+        if (now_ms() >= end)
+            return NULL;
+        struct pollfd p = { .fd = ch->fd, .events = POLLIN };
+        poll(&p, 1, 10);
+    }
+}
+
+static struct rdma_cm_event *expect(struct rdma_event_channel *ch, enum rdma_cm_event_type t) {
+    struct rdma_cm_event *ev = within(ch, 10000);
+    if (!ev || ev->event != t) {
+        fprintf(stderr, "%d wanted %s, got %s\n", getpid(), rdma_event_str(t),
+                ev ? rdma_event_str(ev->event) : "nothing in 10 s");
+        exit(1);
+    }
+    return ev;
+}
+
+static struct rdma_event_channel *channel(void) {
+    struct rdma_event_channel *ch = rdma_create_event_channel();
+    if (!ch || fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) | O_NONBLOCK)) {
+        fprintf(stderr, "channel: %s\n", e(errno));
+        exit(1);
+    }
+    return ch;
+}
+
+static void qp_for(struct rdma_cm_id *id) {
+    struct ibv_qp_init_attr qa = { .qp_type = IBV_QPT_RC,
+                                   .cap = { .max_send_wr = 1, .max_recv_wr = 1,
+                                            .max_send_sge = 1, .max_recv_sge = 1 } };
+    if (rdma_create_qp(id, NULL, &qa)) {
+        fprintf(stderr, "create_qp: %s\n", e(errno));
+        exit(1);
+    }
+}
+
+/* Listens on 127.0.0.1, an ephemeral port, and writes the port to `fd`; returns the
+   accepted id once established. */
+static struct rdma_cm_id *accept_one(struct rdma_event_channel *ch, int fd) {
+    struct rdma_cm_id *listener;
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(0x7f000001) };
+    if (rdma_create_id(ch, &listener, NULL, RDMA_PS_TCP) ||
+        rdma_bind_addr(listener, (struct sockaddr *)&a) || rdma_listen(listener, 4)) {
+        fprintf(stderr, "listen: %s\n", e(errno));
+        exit(1);
+    }
+    uint16_t port = rdma_get_src_port(listener);
+    if (write(fd, &port, sizeof port) != sizeof port)
+        exit(1);
+    struct rdma_cm_event *ev = expect(ch, RDMA_CM_EVENT_CONNECT_REQUEST);
+    struct rdma_cm_id *id = ev->id;
+    rdma_ack_cm_event(ev);
+    qp_for(id);
+    struct rdma_conn_param p = { .responder_resources = 1, .initiator_depth = 1 };
+    if (rdma_accept(id, &p)) {
+        fprintf(stderr, "accept: %s\n", e(errno));
+        exit(1);
+    }
+    rdma_ack_cm_event(expect(ch, RDMA_CM_EVENT_ESTABLISHED));
+    return id;
+}
+
+/* Reads the port from `fd` and connects to it. */
+static struct rdma_cm_id *connect_one(struct rdma_event_channel *ch, int fd) {
+    uint16_t port;
+    if (read(fd, &port, sizeof port) != sizeof port)
+        exit(1);
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = port,
+                             .sin_addr.s_addr = htonl(0x7f000001) };
+    struct rdma_cm_id *id;
+    if (rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) ||
+        rdma_resolve_addr(id, NULL, (struct sockaddr *)&a, 2000)) {
+        fprintf(stderr, "resolve: %s\n", e(errno));
+        exit(1);
+    }
+    rdma_ack_cm_event(expect(ch, RDMA_CM_EVENT_ADDR_RESOLVED));
+    if (rdma_resolve_route(id, 2000))
+        exit(1);
+    rdma_ack_cm_event(expect(ch, RDMA_CM_EVENT_ROUTE_RESOLVED));
+    qp_for(id);
+    struct rdma_conn_param p = { .responder_resources = 1, .initiator_depth = 1,
+                                 .retry_count = 7 };
+    if (rdma_connect(id, &p)) {
+        fprintf(stderr, "connect: %s\n", e(errno));
+        exit(1);
+    }
+    rdma_ack_cm_event(expect(ch, RDMA_CM_EVENT_ESTABLISHED));
+    return id;
+}
+
+int main(void) {
+    int port_pipe[2];
+    if (pipe(port_pipe))
+        return 1;
+    setvbuf(stdout, NULL, _IONBF, 0);
+    pid_t child = fork();
+    if (child < 0)
+        return 1;
+    struct rdma_event_channel *ch = channel();
+    if (child == 0) {
+        struct rdma_cm_id *idle;
+        if (rdma_create_id(ch, &idle, NULL, RDMA_PS_TCP))
+            return 1;
+        if (EXITING_SIDE_ACCEPTS)
+            accept_one(ch, port_pipe[1]);
+        else
+            connect_one(ch, port_pipe[0]);
+        /* Leaves without a word: what rdma_destroy_id would send, the exit must. */
+        exit(0);
+    }
+    struct rdma_cm_id *id = EXITING_SIDE_ACCEPTS ? connect_one(ch, port_pipe[0])
+                                                 : accept_one(ch, port_pipe[1]);
+    printf("established\n");
+    struct rdma_cm_event *ev = within(ch, 10000);
+    if (!ev) {
+        printf("no event in 10 s\n");
+    } else {
+        printf("%s status %d\n", rdma_event_str(ev->event), ev->status);
+        rdma_ack_cm_event(ev);
+    }
+    int status;
+    waitpid(child, &status, 0);
+    printf("child exit %d\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    rdma_disconnect(id);
+    rdma_destroy_qp(id);
+    rdma_destroy_id(id);
+    rdma_destroy_event_channel(ch);
+    return 0;
+}
+"#;
+
+/// A peer that exits without destroying its ids is disconnected, as the kernel's
+/// rdma_cm does when the exiting process's file closes: the exiting process's exit hook
+/// sends the DREQ. Both ways round (the exiting side connected, or accepted).
+#[test]
+fn a_peer_that_exits_without_destroying_its_id_is_disconnected() {
+    if !can_build_programs() {
+        return;
+    }
+    for (name, accepts) in [("c-cm-exit-active", 0), ("c-cm-exit-passive", 1)] {
+        let source = format!("{C_PRELUDE}#define EXITING_SIDE_ACCEPTS {accepts}\n{EXIT_PROGRAM}");
+        let exe = build_program(name, &source);
+        let out = run_on(&exe, &dropin(name, true));
+        assert_eq!(
+            out.stdout, "established\nRDMA_CM_EVENT_DISCONNECTED status 0\nchild exit 0\n",
+            "{name}; stderr:\n{}",
+            out.stderr
+        );
+        assert!(out.success, "{name}; stderr:\n{}", out.stderr);
+    }
 }

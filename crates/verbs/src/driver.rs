@@ -507,6 +507,12 @@ pub(crate) fn note_syscall() {
     }
 }
 
+/// Whether the calling thread holds a device lock (true when it cannot tell: its
+/// thread-locals are being torn down). An exit hook that would take one must not.
+pub(crate) fn holds_a_device_lock() -> bool {
+    HOLDING.try_with(|h| h.get() > 0).unwrap_or(true)
+}
+
 /// How many system calls this process's devices made while holding their device lock: 0
 /// is the design (sends, receives and event fds are touched only after the lock is
 /// released); tests check it.

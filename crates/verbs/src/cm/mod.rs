@@ -27,6 +27,7 @@
 //! How rdma_cm addresses map onto the device (IPv4 and IPv6, rendezvous sockets, what
 //! crosses the wire) is in `docs/connection-manager.md`.
 
+mod at_exit;
 mod channel;
 pub(crate) mod driver;
 mod id;
@@ -187,7 +188,8 @@ impl ConnectionManager {
     }
 
     /// Creates an id (`rdma_create_id`) in port space `ps` (TCP: RC, UDP: UD) whose events
-    /// go to `sink`.
+    /// go to `sink`. Ids the process never destroys are destroyed when it exits
+    /// (`at_exit`), as Linux does.
     pub fn create_id(
         &self,
         ps: PortSpace,
@@ -196,6 +198,7 @@ impl ConnectionManager {
     ) -> Result<CmIdHandle, CmError> {
         let id = self.call(|cm, _| cm.create_id(ps, qp_type))?;
         self.core().driver()?.cm_set_sink(id, sink);
+        at_exit::watch(self.core());
         Ok(id)
     }
 
@@ -220,23 +223,9 @@ impl ConnectionManager {
         d.core_forget_qp(id, self.core());
         d.cm_remove_sink(id);
         if r.is_ok() && lingers {
-            self.linger();
+            linger(self.core());
         }
         r
-    }
-
-    /// Waits while the cm sends a destroyed id's unanswered DREQ again (the progress
-    /// thread does, on the cm's timers). The cm bounds the linger; `GIVE_UP` only guards
-    /// against a progress thread that cannot run (a caller on it, a stopped device).
-    fn linger(&self) {
-        const GIVE_UP: std::time::Duration = std::time::Duration::from_secs(1);
-        const POLL: std::time::Duration = std::time::Duration::from_millis(1);
-        let give_up = std::time::Instant::now() + GIVE_UP;
-        while self.query(|cm| Ok(cm.lingering())).unwrap_or(false)
-            && std::time::Instant::now() < give_up
-        {
-            std::thread::sleep(POLL);
-        }
     }
 
     /// Carries out a reservation (a rendezvous socket) the cm asked for, and the next
@@ -460,5 +449,19 @@ impl crate::driver::Driver {
     /// Forgets the QP tied to a destroyed id.
     fn core_forget_qp(&self, id: CmIdHandle, core: &DeviceCore) {
         let _ = core.with(|st| st.cm.qps.retain(|_, v| *v != id));
+    }
+}
+
+/// Waits while `core`'s cm sends a destroyed id's unanswered DREQ again (the progress
+/// thread does, on the cm's timers). The cm bounds the linger; `GIVE_UP` only guards
+/// against a progress thread that cannot run (a caller on it, a stopped device).
+fn linger(core: &DeviceCore) {
+    const GIVE_UP: std::time::Duration = std::time::Duration::from_secs(1);
+    const POLL: std::time::Duration = std::time::Duration::from_millis(1);
+    let give_up = std::time::Instant::now() + GIVE_UP;
+    while core.read(|st| st.cm.cm.lingering()).unwrap_or(false)
+        && std::time::Instant::now() < give_up
+    {
+        std::thread::sleep(POLL);
     }
 }
