@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# CPU per GB of each end of a 64 KiB WRITE or READ stream on the UDP path, two builds
+# CPU per GB of each end of a 64 KiB (or --size) WRITE or READ stream on the UDP path, two builds
 # interleaved (issue 16's CPU row, measured per process so it holds on a loaded host
-# better than wall-clock bandwidth does). Per run: `softverbs perf OP --bw --size 65536
+# better than wall-clock bandwidth does). Per run: `softverbs perf OP --bw --size SIZE
 # --duration S`, server and client as two processes on loopback (SOFTVERBS_SAME_HOST=0),
 # each under `perf stat` (task-clock, context switches, its recvmmsg / sendmmsg / sendmsg /
 # sched_yield / ppoll calls), the kernel's UDP counters (/proc/net/snmp: RcvbufErrors,
@@ -10,13 +10,15 @@
 # GRO (bench-tools udp-gso, 15 x 4096 B per send) for as long, its receiver's and
 # sender's CPU s/GB. Prints each run, then per build the medians: GB/s, CPU s/GB of the
 # target (server), of the requester (client) and both, context switches and system calls
-# per 64 KiB message.
+# per message.
 #
-# Usage: bench/bw-cpu.sh BASELINE_DIR [--reps N] [--secs S] [--op write|read] [--env-b VAR=VALUE]...
+# Usage: bench/bw-cpu.sh BASELINE_DIR [--reps N] [--secs S] [--op write|read] [--size B]
+#        [--env-b VAR=VALUE]...
 #   BASELINE_DIR  holds the baseline's softverbs binary (A); B is this tree's release build
 #   --reps N      pairs (default 4; which build goes first alternates)
 #   --secs S      seconds per run (default 3)
 #   --op OP       write (default) or read
+#   --size B      message size in bytes (default 65536)
 #   --env-b V=X   set V=X in both processes of B only (e.g. a knob against its default,
 #                 with BASELINE_DIR this tree's target/release: an A/A of one build)
 #
@@ -27,12 +29,17 @@ set -euo pipefail
 BASE=""
 REPS=4
 SECS=3
+SIZE=65536
 OP=write
 ENV_B=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --reps)
             REPS="${2:?--reps needs a number}"
+            shift
+            ;;
+        --size)
+            SIZE="${2:?--size needs a number of bytes}"
             shift
             ;;
         --secs)
@@ -104,12 +111,12 @@ one_run() {
     srv=$!
     sleep 0.3
     perf stat -x, -e "$EVENTS" -o "$dir/cli.stat" -- "${env[@]}" timeout "$BOUND" "$bin" perf "$OP" --bw \
-        --size 65536 --duration "$SECS" -p "$port" --json 127.0.0.1 > "$dir/cli.out" 2> "$dir/cli.err"
+        --size "$SIZE" --duration "$SECS" -p "$port" --json 127.0.0.1 > "$dir/cli.out" 2> "$dir/cli.err"
     wait "$srv"
     after=$(udp_errors)
-    python3 - "$dir" "$RESULTS" "$OP-$build" "$before" "$after" << 'EOF'
+    python3 - "$dir" "$RESULTS" "$OP-$build" "$before" "$after" "$SIZE" << 'EOF'
 import json, sys
-d, results, key, before, after = sys.argv[1:]
+d, results, key, before, after, size = sys.argv[1:]
 def stat(path):
     r = {}
     for line in open(path):
@@ -120,7 +127,7 @@ def stat(path):
 out = json.load(open(f"{d}/cli.out"))
 bw, c = out["bw"][0], out["client_counters"]
 msgs = bw["iterations"]
-gb = msgs * 65536 / 1e9
+gb = msgs * int(size) / 1e9
 gbs = bw["bw_avg_mb_per_sec"] * 2**20 / 1e9
 srv, cli = stat(f"{d}/srv.stat"), stat(f"{d}/cli.stat")
 drops = [int(a) - int(b) for a, b in zip(after.split(), before.split())]
@@ -140,7 +147,7 @@ row = {
 }
 print(f"  {key:8} {gbs:.3f} GB/s  CPU s/GB target {row['srv_cpu']:.3f} requester {row['cli_cpu']:.3f}"
       f" both {row['cpu']:.3f}  cs/msg {row['srv_cs']:.2f} {row['cli_cs']:.2f}"
-      f"  recvmmsg/msg {row['srv_rx']:.2f} {row['cli_rx']:.2f}  send calls/msg {row['cli_tx']:.2f}"
+      f"  recvmmsg/msg {row['srv_rx']:.2f} {row['cli_rx']:.2f}  send calls/msg {row['srv_tx']:.2f} {row['cli_tx']:.2f}"
       f"  yields/msg {row['cli_yield']:.2f}  resent {c['retransmitted_packets']}"
       f" (early {c['early_retransmits']}, probes {c['tail_loss_probes']}, IBTA {c['ack_timeouts']})"
       f"  UDP RcvbufErrors/SndbufErrors/InErrors +{drops[1]}/+{drops[2]}/+{drops[0]}")
@@ -189,6 +196,7 @@ for b in ("A", "B"):
     m = {what: statistics.median(v) for (key, what), v in rows.items() if key == k}
     print(f"  {b}: {m['gbs']:.3f} GB/s  CPU s/GB target {m['srv_cpu']:.3f} requester {m['cli_cpu']:.3f}"
           f" both {m['cpu']:.3f}  cs/msg {m['srv_cs']:.2f} {m['cli_cs']:.2f}"
-          f"  recvmmsg/msg {m['srv_rx']:.2f} {m['cli_rx']:.2f}  yields/msg {m['cli_yield']:.2f}"
+          f"  recvmmsg/msg {m['srv_rx']:.2f} {m['cli_rx']:.2f}  send calls/msg {m['srv_tx']:.2f} {m['cli_tx']:.2f}"
+          f"  yields/msg {m['cli_yield']:.2f}"
           f"  resent/GB {m['resent_per_gb']:.0f}")
 EOF

@@ -19,11 +19,12 @@
 # then the medians per tool. The run-to-run spread on this 2-core host is large (WRITE
 # 0.4-1.8 GB/s in every build at load 4-6): judge medians of many runs.
 #
-# Usage: bench/bw-modes.sh [--reps N] [--op write|read] [--iters N] [--bin DIR] [--out DIR]
+# Usage: bench/bw-modes.sh [--reps N] [--op write|read] [--iters N] [--size B] [--bin DIR] [--out DIR]
 #   --reps N    runs of each tool (default 6)
 #   --op OP     write (default) or read
-#   --iters N   messages of 64 KiB per run, both tools (default 5000: ib_write_bw's and
-#               perf's default; ib_read_bw's own default is 1000)
+#   --iters N   messages per run, both tools (default 5000: ib_write_bw's and perf's
+#               default; ib_read_bw's own default is 1000)
+#   --size B    message size in bytes (default 65536)
 #   --bin DIR   the build to run (holds softverbs; default this tree's target/release,
 #               built first)
 #   --out DIR   keep every run's raw files in DIR
@@ -34,6 +35,7 @@ set -euo pipefail
 REPS=6
 OP=write
 ITERS=5000
+SIZE=65536
 BIN=""
 OUT=""
 while [ $# -gt 0 ]; do
@@ -44,6 +46,10 @@ while [ $# -gt 0 ]; do
             ;;
         --op)
             OP="${2:?--op needs write or read}"
+            shift
+            ;;
+        --size)
+            SIZE="${2:?--size needs a number of bytes}"
             shift
             ;;
         --iters)
@@ -148,18 +154,18 @@ one_run() {
     sampler=$!
     if [ "$tool" = pt ]; then
         stat_run "$dir/srv.stat" timeout "$BOUND" "$SV" run -- "ib_${OP}_bw" -F -p "$port" \
-            -s 65536 -n "$ITERS" > "$dir/srv.out" 2>&1 &
+            -s "$SIZE" -n "$ITERS" > "$dir/srv.out" 2>&1 &
         srv=$!
         sleep 0.3
         stat_run "$dir/cli.stat" timeout "$BOUND" "$SV" run -- "ib_${OP}_bw" -F -p "$port" \
-            -s 65536 -n "$ITERS" 127.0.0.1 > "$dir/cli.out" 2>&1 || ok=$?
+            -s "$SIZE" -n "$ITERS" 127.0.0.1 > "$dir/cli.out" 2>&1 || ok=$?
         awk '/#bytes/ { getline; print $4; exit }' "$dir/cli.out" > "$dir/mbs"
     else
         stat_run "$dir/srv.stat" timeout "$BOUND" "$SV" perf "$OP" --server -p "$port" \
             > "$dir/srv.out" 2>&1 &
         srv=$!
         sleep 0.3
-        stat_run "$dir/cli.stat" timeout "$BOUND" "$SV" perf "$OP" --bw --size 65536 \
+        stat_run "$dir/cli.stat" timeout "$BOUND" "$SV" perf "$OP" --bw --size "$SIZE" \
             --iters "$ITERS" -p "$port" --json 127.0.0.1 > "$dir/cli.out" 2>&1 || ok=$?
         python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["bw"][0]["bw_avg_mb_per_sec"])' \
             "$dir/cli.out" > "$dir/mbs" 2> /dev/null || ok=1

@@ -610,7 +610,11 @@ impl Driver {
             channels: HashMap::new(),
             owners: HashMap::new(),
             last_rx: Instant::from_nanos(0),
-            cm: crate::cm::driver::CmState::new(local, config.cm_packet_life_time),
+            cm: crate::cm::driver::CmState::new(
+                local,
+                config.cm_packet_life_time,
+                ecfg.max_qp_rd_atom,
+            ),
         };
         let rx = RecvBatch::new(if gro { sys::GRO_BUF } else { MAX_DATAGRAM + 64 });
         crate::fork::register_socket(socket.as_raw_fd());

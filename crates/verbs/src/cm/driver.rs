@@ -118,9 +118,9 @@ pub(crate) struct CmState {
 }
 
 impl CmState {
-    /// The cm of the device at `local` (its paths' packet life time `packet_life_time`),
-    /// seeded from the OS.
-    pub fn new(local: SocketAddr, packet_life_time: u8) -> CmState {
+    /// The cm of the device at `local` (its paths' packet life time `packet_life_time`,
+    /// its `max_qp_rd_atom` READs and atomics per QP), seeded from the OS.
+    pub fn new(local: SocketAddr, packet_life_time: u8, max_qp_rd_atom: u8) -> CmState {
         let mut seed = [0u8; 8];
         if std::fs::File::open("/dev/urandom")
             .and_then(|mut f| io::Read::read_exact(&mut f, &mut seed))
@@ -133,6 +133,10 @@ impl CmState {
         }
         let mut config = CmConfig::new(local, CmConfig::guid_for(local), u64::from_le_bytes(seed));
         config.packet_life_time = packet_life_time;
+        // What rdma_connect / rdma_accept may ask for is what ibv_query_device reports:
+        // perftest's `-R` passes the device's max_qp_rd_atom as both.
+        config.max_responder_resources = max_qp_rd_atom;
+        config.max_initiator_depth = max_qp_rd_atom;
         CmState {
             cm: Cm::new(config),
             qps: HashMap::new(),
