@@ -99,6 +99,14 @@ pub struct Config {
     /// idle host it made `perf send --lat` slower in 6 of 8 interleaved pairs (median
     /// 11.7 → 15.1 µs one way; docs/udp-latency.md, session 13). See `crate::spread`.
     pub poll_spread: Duration,
+    /// A `sched_yield` of a spinning poller's empty poll that kept it off its CPU this
+    /// long makes its next yields short sleeps on the socket for 10 ms (160 ms at most
+    /// while such yields go on), which cost no scheduler slice (zero, the default: it
+    /// always yields). Under EEVDF each yield charges a spinning poller a whole slice, and
+    /// beside busy tasks it got a thousandth of a CPU. Opt-in (1000 µs): beside two busy
+    /// loops it cut `perf send --lat`'s mean 8-13x, but at load 5-6 from other work it
+    /// made the median slower (docs/udp-latency.md, session 16). See `Cq::poll`.
+    pub poll_long_yield: Duration,
     /// The scheduler slice the progress thread asks for (Linux 6.12+ EEVDF,
     /// `sched_attr::sched_runtime`, which the kernel clamps to 0.1-100 ms; zero: the
     /// kernel's default). A short slice lets the thread run sooner when a datagram wakes
@@ -197,6 +205,7 @@ impl Default for Config {
             poll_wait_under_window: Duration::ZERO,
             poll_yield_under_window: false,
             poll_spread: Duration::ZERO,
+            poll_long_yield: Duration::ZERO,
             progress_slice: Duration::ZERO,
             faults: None,
             pcap: None,
@@ -308,6 +317,9 @@ impl Config {
         }
         if let Some(d) = micros("SOFTVERBS_POLL_SPREAD")? {
             c.poll_spread = d;
+        }
+        if let Some(d) = micros("SOFTVERBS_POLL_LONG_YIELD")? {
+            c.poll_long_yield = d;
         }
         if let Some(d) = micros("SOFTVERBS_PROGRESS_SLICE")? {
             c.progress_slice = d;
@@ -476,6 +488,7 @@ mod tests {
             ("SOFTVERBS_POLL_WAIT_WINDOW", "30"),
             ("SOFTVERBS_POLL_YIELD_WINDOW", "1"),
             ("SOFTVERBS_POLL_SPREAD", "20"),
+            ("SOFTVERBS_POLL_LONG_YIELD", "1000"),
             ("SOFTVERBS_PROGRESS_SLICE", "300"),
             ("SOFTVERBS_FAULTS", "loss=0.05, dup=0.01,seed=9"),
             ("SOFTVERBS_PCAP", "/tmp/x.pcap"),
@@ -523,6 +536,8 @@ mod tests {
         assert!(c.poll_yield_under_window && !Config::default().poll_yield_under_window);
         assert_eq!(c.poll_spread, Duration::from_micros(20));
         assert_eq!(Config::default().poll_spread, Duration::ZERO);
+        assert_eq!(c.poll_long_yield, Duration::from_millis(1));
+        assert_eq!(Config::default().poll_long_yield, Duration::ZERO);
         assert_eq!(c.progress_slice, Duration::from_micros(300));
         let f = c.faults.unwrap();
         assert_eq!((f.loss, f.duplicate, f.seed), (0.05, 0.01, 9));
