@@ -2132,7 +2132,9 @@ fn a_poll_loop_with_a_window_in_flight_keeps_the_plain_hand_off() {
     const AWAY: Duration = Duration::from_micros(300);
     const JUDGED_WITHIN: Duration = Duration::from_micros(450);
     const JUDGED: u64 = 10;
-    const MAX_ROUNDS: u64 = 300;
+    // Under heavy load few rounds are judged (3, 9 and 8 of 300 in the three batches of
+    // one run beside four busy loops, session 15): a batch may take ten times as many.
+    const MAX_ROUNDS: u64 = 3000;
     const WINDOW: u64 = 64;
     const BATCHES: usize = 3;
     const LEAVE_WITHIN: Duration = Duration::from_millis(1);
