@@ -100,12 +100,14 @@ pub struct Config {
     /// 11.7 → 15.1 µs one way; docs/udp-latency.md, session 13). See `crate::spread`.
     pub poll_spread: Duration,
     /// A `sched_yield` of a spinning poller's empty poll that kept it off its CPU this
-    /// long makes its next yields short sleeps on the socket for 10 ms (160 ms at most
-    /// while such yields go on), which cost no scheduler slice (zero, the default: it
-    /// always yields). Under EEVDF each yield charges a spinning poller a whole slice, and
-    /// beside busy tasks it got a thousandth of a CPU. Opt-in (1000 µs): beside two busy
-    /// loops it cut `perf send --lat`'s mean 8-13x, but at load 5-6 from other work it
-    /// made the median slower (docs/udp-latency.md, session 16). See `Cq::poll`.
+    /// long makes the poller stop yielding for 10 ms (160 ms at most while such yields go
+    /// on): it spins while its socket is busy and sleeps on it (40 µs at most) once quiet
+    /// for 15 µs, which costs no scheduler slice (zero, the default: it always yields).
+    /// Since Linux 6.17 each yield charges a spinning poller the rest of its slice, and
+    /// beside busy tasks it got a few thousandths of a CPU. Opt-in (1000 µs): beside two
+    /// busy loops `perf send --lat` pinned apart went from 1.4 ms one way to 5.9 µs; at
+    /// load 5-6 no change; the idle host not measured (docs/udp-latency.md, session 16).
+    /// See `Cq::poll`.
     pub poll_long_yield: Duration,
     /// The scheduler slice the progress thread asks for (Linux 6.12+ EEVDF,
     /// `sched_attr::sched_runtime`, which the kernel clamps to 0.1-100 ms; zero: the

@@ -76,16 +76,17 @@ fn empty_poll_yields(under_window: impl FnOnce() -> bool) -> bool {
 /// polls): the charge is made at the yield, and a sleep keeps the task's lag.
 ///
 /// Where `Config::poll_long_yield` asks for it (opt-in, 1 ms), a yield that gave the CPU
-/// away that long found such tasks on its CPU; its thread's next yields become short waits on the socket
-/// (`Driver::wait_for_datagram`: a datagram ends one at once) for a while
-/// ([`FIRST_HOLD`], doubled while long yields come soon after each hold, up to
-/// [`MAX_HOLD`]); a wait costs no slice, and lets the peer or the progress thread run as
-/// the yield did. A yield that comes back quickly (nobody else runnable, or a peer
+/// away that long found such tasks on its CPU; for a while ([`FIRST_HOLD`], doubled while
+/// long yields come soon after each hold, up to [`MAX_HOLD`]) its thread then never
+/// yields: it spins while its socket is busy ([`SPIN_QUIET`]) and, once quiet, makes each
+/// would-be yield a short wait on the socket (`Driver::wait_for_datagram`: a datagram
+/// ends one at once). A wait costs no slice, and lets the peer or the progress thread
+/// run as the yield did. A yield that comes back quickly (nobody else runnable, or a peer
 /// poller that takes its turn of a few microseconds: the two ends of a ping-pong on one
-/// CPU) changes nothing, so an idle host keeps the yield's latency. Opt-in: beside two
-/// busy loops `perf send --lat`'s mean fell 8-13x (536-938 → 52-70 µs), but at load 5-6
-/// from other work (builds), where yields are often long too, each message paid a
-/// wake-up: median 8.8 → 13.4 µs pinned apart (docs/udp-latency.md, session 16).
+/// CPU) changes nothing, so a host with idle CPUs keeps the yield's latency. Opt-in:
+/// beside two busy loops it took `perf send --lat` pinned apart from 1.4 ms one way
+/// (median) to 5.9 µs, mean 1190 -> 33 µs; at load 5-6 from other work no change beyond
+/// the spread (docs/udp-latency.md, session 16); the idle host was not measured.
 mod long_yield {
     use std::time::{Duration, Instant};
 
@@ -97,6 +98,10 @@ mod long_yield {
     /// the yield that ends the hold is long again.
     pub(super) const FIRST_HOLD: Duration = Duration::from_millis(10);
     pub(super) const MAX_HOLD: Duration = Duration::from_millis(160);
+    /// Within a hold a poll loop sleeps only once its socket has been quiet this long
+    /// (no datagram, no completion; see `quiet_for`): a little over a ping-pong's round
+    /// trip pinned apart here (about 12 µs); before that it spins, without yielding.
+    pub(super) const SPIN_QUIET: Duration = Duration::from_micros(15);
 
     /// A long yield this long after the last hold ended starts the holds over from
     /// [`FIRST_HOLD`].
@@ -443,6 +448,15 @@ impl Cq {
                             .map_or(Duration::ZERO, |(d, _)| d.poll_long_yield());
                         if let Ok((d, progressed)) = &progressed {
                             if spinning && !long.is_zero() && long_yield::waits_instead() {
+                                // Within a round trip of the last datagram or completion
+                                // it spins on, without the yield: a sleep there made every
+                                // message of a ping-pong a wake-up.
+                                if quiet_for(d, progressed.now)
+                                    < long_yield::SPIN_QUIET.as_nanos() as u64
+                                {
+                                    d.note_poll_ended_at(progressed.now);
+                                    return 0;
+                                }
                                 if d.wait_for_datagram(WAIT_MAX, progressed.now) {
                                     d.counters.poll_yield_waits.fetch_add(1, Ordering::Relaxed);
                                 }
