@@ -31,6 +31,7 @@ pub fn counters(ctx: &Context) -> Vec<(&'static str, u64)> {
         ("poll_yields", d.poll_yields),
         ("poll_cpu_moves", d.poll_cpu_moves),
         ("poll_waits", d.poll_waits),
+        ("poll_yield_waits", d.poll_yield_waits),
         ("handoff_pushes", d.handoff_pushes),
         ("socket_taken_from_progress", d.socket_taken_from_progress),
         ("acks_held", d.acks_held),

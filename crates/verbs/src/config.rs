@@ -99,6 +99,16 @@ pub struct Config {
     /// idle host it made `perf send --lat` slower in 6 of 8 interleaved pairs (median
     /// 11.7 → 15.1 µs one way; docs/udp-latency.md, session 13). See `crate::spread`.
     pub poll_spread: Duration,
+    /// A `sched_yield` of a spinning poller's empty poll that kept it off its CPU this
+    /// long makes the poller stop yielding for 10 ms (160 ms at most while such yields go
+    /// on): it spins while its socket is busy and sleeps on it (40 µs at most) once quiet
+    /// for 15 µs, which costs no scheduler slice (zero, the default: it always yields).
+    /// Since Linux 6.17 each yield charges a spinning poller the rest of its slice, and
+    /// beside busy tasks it got a few thousandths of a CPU. Opt-in (1000 µs): beside two
+    /// busy loops `perf send --lat` pinned apart went from 1.4 ms one way to 5.9 µs; at
+    /// load 5-6 no change; the idle host not measured (docs/udp-latency.md, session 16).
+    /// See `Cq::poll`.
+    pub poll_long_yield: Duration,
     /// The scheduler slice the progress thread asks for (Linux 6.12+ EEVDF,
     /// `sched_attr::sched_runtime`, which the kernel clamps to 0.1-100 ms; zero: the
     /// kernel's default). A short slice lets the thread run sooner when a datagram wakes
@@ -197,6 +207,7 @@ impl Default for Config {
             poll_wait_under_window: Duration::ZERO,
             poll_yield_under_window: false,
             poll_spread: Duration::ZERO,
+            poll_long_yield: Duration::ZERO,
             progress_slice: Duration::ZERO,
             faults: None,
             pcap: None,
@@ -308,6 +319,9 @@ impl Config {
         }
         if let Some(d) = micros("SOFTVERBS_POLL_SPREAD")? {
             c.poll_spread = d;
+        }
+        if let Some(d) = micros("SOFTVERBS_POLL_LONG_YIELD")? {
+            c.poll_long_yield = d;
         }
         if let Some(d) = micros("SOFTVERBS_PROGRESS_SLICE")? {
             c.progress_slice = d;
@@ -476,6 +490,7 @@ mod tests {
             ("SOFTVERBS_POLL_WAIT_WINDOW", "30"),
             ("SOFTVERBS_POLL_YIELD_WINDOW", "1"),
             ("SOFTVERBS_POLL_SPREAD", "20"),
+            ("SOFTVERBS_POLL_LONG_YIELD", "1000"),
             ("SOFTVERBS_PROGRESS_SLICE", "300"),
             ("SOFTVERBS_FAULTS", "loss=0.05, dup=0.01,seed=9"),
             ("SOFTVERBS_PCAP", "/tmp/x.pcap"),
@@ -523,6 +538,8 @@ mod tests {
         assert!(c.poll_yield_under_window && !Config::default().poll_yield_under_window);
         assert_eq!(c.poll_spread, Duration::from_micros(20));
         assert_eq!(Config::default().poll_spread, Duration::ZERO);
+        assert_eq!(c.poll_long_yield, Duration::from_millis(1));
+        assert_eq!(Config::default().poll_long_yield, Duration::ZERO);
         assert_eq!(c.progress_slice, Duration::from_micros(300));
         let f = c.faults.unwrap();
         assert_eq!((f.loss, f.duplicate, f.seed), (0.05, 0.01, 9));

@@ -233,6 +233,9 @@ pub struct DeviceCounters {
     pub poll_cpu_moves: u64,
     /// Times an empty CQ poll, quiet for long, slept on the socket instead of spinning.
     pub poll_waits: u64,
+    /// Times an empty CQ poll slept on the socket instead of yielding, its thread's last
+    /// yield having given the CPU away for a slice or longer.
+    pub poll_yield_waits: u64,
     /// Times a spinning poller moved the progress thread's hand-off timer later.
     pub handoff_pushes: u64,
     /// Times a poll loop woke the progress thread asleep on the socket to leave it to
@@ -513,6 +516,7 @@ impl Context {
             poll_yields: get(&c.poll_yields),
             poll_cpu_moves: get(&c.poll_cpu_moves),
             poll_waits: get(&c.poll_waits),
+            poll_yield_waits: get(&c.poll_yield_waits),
             handoff_pushes: get(&c.handoff_pushes),
             socket_taken_from_progress: get(&c.socket_taken_from_progress),
             acks_held: get(&c.acks_held),

@@ -61,6 +61,178 @@ fn empty_poll_yields(under_window: impl FnOnce() -> bool) -> bool {
     })
 }
 
+/// Why a spinning poller on a busy CPU waits instead of yielding for a while.
+///
+/// Under EEVDF since Linux 6.17 (`yield_task_fair`, 79104becf42b; this host runs 6.18)
+/// `sched_yield` by an eligible task forfeits the rest of its slice: its virtual runtime
+/// jumps to its virtual deadline (6.6-6.16 pushed only the deadline a slice ahead). So a
+/// spinner that runs a few microseconds between yields is charged a whole slice (the
+/// base slice, of the order of a millisecond) for each, and is picked again only once
+/// the other runnable tasks on its CPU have caught up. Beside two busy loops on its CPU an empty-poll loop
+/// (a `recv` on an empty socket, a yield at every 4th) got 0.25 % of the CPU, 0.2 %
+/// yielding at every one, against 19-21 % spinning without yields and 22 % sleeping
+/// 20 µs on the socket instead of each yield (docs/udp-latency.md, session 16). A sleep
+/// once in a while between yields does not help (0.25-0.27 % with one per 100 or 1000
+/// polls): the charge is made at the yield, and a sleep keeps the task's lag.
+///
+/// Where `Config::poll_long_yield` asks for it (opt-in, 1 ms), a yield that gave the CPU
+/// away that long found such tasks on its CPU; for a while ([`FIRST_HOLD`], doubled while
+/// long yields come soon after each hold, up to [`MAX_HOLD`]) its thread then never
+/// yields: it spins while its socket is busy ([`SPIN_QUIET`]) and, once quiet, makes each
+/// would-be yield a short wait on the socket (`Driver::wait_for_datagram`: a datagram
+/// ends one at once). A wait costs no slice, and lets the peer or the progress thread
+/// run as the yield did. A yield that comes back quickly (nobody else runnable, or a peer
+/// poller that takes its turn of a few microseconds: the two ends of a ping-pong on one
+/// CPU) changes nothing, so a host with idle CPUs keeps the yield's latency. Opt-in:
+/// beside two busy loops it took `perf send --lat` pinned apart from 1.4 ms one way
+/// (median) to 5.9 µs, mean 1190 -> 33 µs; at load 5-6 from other work no change beyond
+/// the spread (docs/udp-latency.md, session 16); the idle host was not measured.
+mod long_yield {
+    use std::time::{Duration, Instant};
+
+    /// A yield this long gave the CPU to tasks that ran out their slices (the opt-in
+    /// value of `Config::poll_long_yield`; in the tests here).
+    #[cfg(test)]
+    pub(super) const LONG_YIELD: Duration = Duration::from_millis(1);
+    /// How long a thread waits instead of yielding after a long yield; doubled while
+    /// the yield that ends the hold is long again.
+    pub(super) const FIRST_HOLD: Duration = Duration::from_millis(10);
+    pub(super) const MAX_HOLD: Duration = Duration::from_millis(160);
+    /// Within a hold a poll loop sleeps only once its socket has been quiet this long
+    /// (no datagram, no completion; see `quiet_for`): a little over a ping-pong's round
+    /// trip pinned apart here (about 12 µs); before that it spins, without yielding.
+    pub(super) const SPIN_QUIET: Duration = Duration::from_micros(15);
+
+    /// A long yield this long after the last hold ended starts the holds over from
+    /// [`FIRST_HOLD`].
+    pub(super) const HOLDS_FORGOTTEN: Duration = Duration::from_millis(100);
+
+    /// One thread's record of its yields.
+    #[derive(Clone, Copy, Debug)]
+    pub(super) struct Yields {
+        /// Its yields are waits until then.
+        wait_until: Option<Instant>,
+        /// When the last hold ended (or ends).
+        last_hold_end: Option<Instant>,
+        /// The last hold.
+        hold: Duration,
+    }
+
+    impl Yields {
+        pub(super) const NEW: Yields = Yields {
+            wait_until: None,
+            last_hold_end: None,
+            hold: FIRST_HOLD,
+        };
+
+        /// Whether a yield at `now` should be a wait instead.
+        pub(super) fn waits_instead(&self, now: Instant) -> bool {
+            self.wait_until.is_some_and(|until| now < until)
+        }
+
+        /// A yield ran from `start` to `end`; `long` is a long one's least length. A short one ends a hold but does not start
+        /// the next hold over: the first yield after a hold is often short even on a busy
+        /// CPU (the thread, having slept, is owed CPU time, and the kernel picks it
+        /// again at once), the next one long.
+        pub(super) fn yielded(&mut self, start: Instant, end: Instant, long: Duration) {
+            if end.saturating_duration_since(start) < long {
+                self.wait_until = None;
+                return;
+            }
+            self.hold = match self.last_hold_end {
+                Some(ended) if end.saturating_duration_since(ended) < HOLDS_FORGOTTEN => {
+                    (self.hold * 2).min(MAX_HOLD)
+                }
+                _ => FIRST_HOLD,
+            };
+            self.wait_until = Some(end + self.hold);
+            self.last_hold_end = self.wait_until;
+        }
+    }
+
+    thread_local! {
+        static YIELDS: std::cell::Cell<Yields> = const { std::cell::Cell::new(Yields::NEW) };
+    }
+
+    /// Whether the calling thread's next yield should be a wait on the socket instead.
+    /// (The clock is read only within a hold: an idle host's yields pay nothing for it.)
+    pub(super) fn waits_instead() -> bool {
+        let yields = YIELDS.with(|y| y.get());
+        yields.wait_until.is_some() && yields.waits_instead(Instant::now())
+    }
+
+    /// `sched_yield`, timed where `long` is not zero: one that lasts `long` or more makes
+    /// the thread's next yields waits.
+    pub(super) fn yield_now(long: Duration) {
+        if long.is_zero() {
+            std::thread::yield_now();
+            return;
+        }
+        let start = Instant::now();
+        std::thread::yield_now();
+        let end = Instant::now();
+        YIELDS.with(|y| {
+            let mut yields = y.get();
+            yields.yielded(start, end, long);
+            y.set(yields);
+        });
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        fn us(n: u64) -> Duration {
+            Duration::from_micros(n)
+        }
+
+        #[test]
+        fn a_long_yield_makes_the_next_yields_waits_for_a_hold() {
+            let t0 = Instant::now();
+            let mut y = Yields::NEW;
+            y.yielded(t0, t0 + us(30), LONG_YIELD);
+            assert!(
+                !y.waits_instead(t0 + us(31)),
+                "a short yield changes nothing"
+            );
+            y.yielded(t0, t0 + LONG_YIELD, LONG_YIELD);
+            let end = t0 + LONG_YIELD;
+            assert!(y.waits_instead(end));
+            assert!(y.waits_instead(end + FIRST_HOLD - us(1)));
+            assert!(
+                !y.waits_instead(end + FIRST_HOLD),
+                "the hold is over: yield again"
+            );
+        }
+
+        #[test]
+        fn holds_grow_while_yields_stay_long_and_start_over_once_forgotten() {
+            let mut now = Instant::now();
+            let mut y = Yields::NEW;
+            let mut holds = Vec::new();
+            for i in 0..7 {
+                if i % 2 == 1 {
+                    // The first yield after a hold may be short: the holds go on growing.
+                    y.yielded(now, now + us(20), LONG_YIELD);
+                    assert!(!y.waits_instead(now + us(20)));
+                    now += us(20);
+                }
+                y.yielded(now, now + us(3000), LONG_YIELD);
+                now += us(3000);
+                let until = y.wait_until.unwrap();
+                holds.push(until.duration_since(now).as_millis());
+                now = until;
+            }
+            assert_eq!(holds, [10, 20, 40, 80, 160, 160, 160]);
+            // Short yields for longer than HOLDS_FORGOTTEN: the next hold is the first.
+            y.yielded(now, now + us(5), LONG_YIELD);
+            now += HOLDS_FORGOTTEN;
+            y.yielded(now, now + us(2000), LONG_YIELD);
+            assert_eq!(y.wait_until, Some(now + us(2000) + FIRST_HOLD));
+        }
+    }
+}
+
 /// The calling thread's poll found completions: its run of empty polls starts over.
 fn found_completions() {
     crate::trace::stamp(crate::trace::Step::Polled);
@@ -258,7 +430,9 @@ impl Cq {
                                 quiet_for(d, progressed.now) >= after.as_nanos() as u64
                             })
                         {
-                            d.wait_for_datagram(WAIT_MAX, progressed.now);
+                            if d.wait_for_datagram(WAIT_MAX, progressed.now) {
+                                d.counters.poll_waits.fetch_add(1, Ordering::Relaxed);
+                            }
                             d.note_poll_ended();
                             return 0;
                         }
@@ -269,7 +443,28 @@ impl Cq {
                             .is_ok_and(|(d, _)| d.yields_under_window())
                     });
                     if yields {
-                        std::thread::yield_now();
+                        let long = progressed
+                            .as_ref()
+                            .map_or(Duration::ZERO, |(d, _)| d.poll_long_yield());
+                        if let Ok((d, progressed)) = &progressed {
+                            if spinning && !long.is_zero() && long_yield::waits_instead() {
+                                // Within a round trip of the last datagram or completion
+                                // it spins on, without the yield: a sleep there made every
+                                // message of a ping-pong a wake-up.
+                                if quiet_for(d, progressed.now)
+                                    < long_yield::SPIN_QUIET.as_nanos() as u64
+                                {
+                                    d.note_poll_ended_at(progressed.now);
+                                    return 0;
+                                }
+                                if d.wait_for_datagram(WAIT_MAX, progressed.now) {
+                                    d.counters.poll_yield_waits.fetch_add(1, Ordering::Relaxed);
+                                }
+                                d.note_poll_ended();
+                                return 0;
+                            }
+                        }
+                        long_yield::yield_now(long);
                     }
                     if let Ok((d, progressed)) = progressed {
                         if yields {

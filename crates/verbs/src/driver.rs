@@ -91,6 +91,9 @@ pub struct DriverCounters {
     /// Times an empty CQ poll, quiet for long, slept on the socket instead of spinning
     /// (see `Cq::poll` and [`Driver::wait_for_datagram`]).
     pub poll_waits: AtomicU64,
+    /// Times an empty CQ poll slept on the socket instead of yielding, its thread's last
+    /// yield having given the CPU away for a slice or longer (see `Cq::poll`).
+    pub poll_yield_waits: AtomicU64,
     /// Times a spinning poller moved the progress thread's hand-off timer later (see
     /// [`Driver::push_handoff_timer`]).
     pub handoff_pushes: AtomicU64,
@@ -264,6 +267,8 @@ pub(crate) struct Driver {
     poll_yield_under_window: bool,
     /// `Config::poll_spread`.
     poll_spread: Duration,
+    /// `Config::poll_long_yield`.
+    poll_long_yield: Duration,
     /// How long the progress thread holds the ACK of a lone WRITE into memory (see
     /// `crate::ack_hold`); zero: not at all.
     ack_hold: Duration,
@@ -656,6 +661,7 @@ impl Driver {
             read_response_at: AtomicU64::new(0),
             poll_yield_under_window: config.poll_yield_under_window,
             poll_spread: config.poll_spread,
+            poll_long_yield: config.poll_long_yield,
             ack_hold: config.ack_hold,
             app_polled_at: AtomicU64::new(0),
             app_looked_at: AtomicU64::new(0),
@@ -1700,8 +1706,9 @@ impl Driver {
     /// (which pollers fire, see [`Driver::try_progress`]) is due, whichever comes first;
     /// `now` is the driver's clock (ns). For a poller whose
     /// socket has been quiet for long: a bandwidth sender between ACKs spun through
-    /// some 9 empty polls per 64 KiB message, each a `recvmmsg` or a `sched_yield`.
-    pub(crate) fn wait_for_datagram(&self, max: Duration, now: u64) {
+    /// some 9 empty polls per 64 KiB message, each a `recvmmsg` or a `sched_yield`; and
+    /// instead of the yield of a poller on a busy CPU. Returns whether it slept.
+    pub(crate) fn wait_for_datagram(&self, max: Duration, now: u64) -> bool {
         let until_timer = self.next_timer.load(Ordering::Acquire).saturating_sub(now);
         // Within the hand-off the progress thread sleeps to (a poll loop pushes it later,
         // `Driver::push_handoff_timer`): past it the progress thread would wake and
@@ -1714,9 +1721,8 @@ impl Driver {
             .min(Duration::from_nanos(until_timer))
             .min(Duration::from_nanos(until_handoff_ends));
         if timeout.is_zero() {
-            return;
+            return false;
         }
-        self.counters.poll_waits.fetch_add(1, Ordering::Relaxed);
         let mut pfd = [libc::pollfd {
             fd: self.socket.as_raw_fd(),
             events: libc::POLLIN,
@@ -1729,6 +1735,7 @@ impl Driver {
         // against 1.21-1.36).
         let on_socket = usize::from(self.socket_unwatched.load(Ordering::SeqCst));
         let _ = sys::poll(&mut pfd[..on_socket], Some(timeout));
+        true
     }
 
     /// The calling thread's empty poll (of this device's CQs) ends: see
@@ -1760,6 +1767,12 @@ impl Driver {
     /// How long a spinning poller that shares its CPU sleeps to move (`Config::poll_spread`).
     pub(crate) fn poll_spread(&self) -> Duration {
         self.poll_spread
+    }
+
+    /// How long a yield of a spinning poller's empty poll must keep it off its CPU to
+    /// make its next yields sleeps (`Config::poll_long_yield`; zero: never).
+    pub(crate) fn poll_long_yield(&self) -> Duration {
+        self.poll_long_yield
     }
 
     /// Tells this device apart from others in a thread's [`PollStreak`].
@@ -2145,6 +2158,7 @@ impl Driver {
         lines.push(("poll_yields", get(&dc.poll_yields)));
         lines.push(("poll_cpu_moves", get(&dc.poll_cpu_moves)));
         lines.push(("poll_waits", get(&dc.poll_waits)));
+        lines.push(("poll_yield_waits", get(&dc.poll_yield_waits)));
         lines.push(("handoff_pushes", get(&dc.handoff_pushes)));
         lines.push((
             "socket_taken_from_progress",

@@ -255,3 +255,34 @@ impl Drop for TestChild {
         let _ = self.child.wait();
     }
 }
+
+/// The calling thread's id (as `/proc/self/task/TID`) and the CPUs it may run on (a list
+/// such as `0-1`).
+pub fn this_thread() -> (String, String) {
+    let link = std::fs::read_link("/proc/thread-self").unwrap();
+    let tid = link.file_name().unwrap().to_str().unwrap().to_string();
+    let status = std::fs::read_to_string("/proc/thread-self/status").unwrap();
+    let cpus = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .unwrap()
+        .trim()
+        .to_string();
+    (tid, cpus)
+}
+
+/// Sets the CPUs thread `tid` may run on (`taskset`, a CPU list such as `0` or `0-1`).
+pub fn allow_cpus(tid: &str, cpus: &str) {
+    let out = std::process::Command::new("taskset")
+        .args(["-p", "-c", cpus, tid])
+        .output()
+        .expect("taskset (util-linux)");
+    assert!(out.status.success(), "taskset -p -c {cpus} {tid}: {out:?}");
+}
+
+/// The CPU time (ns) thread `tid` of this process has run so far (the first field of
+/// its `schedstat`).
+pub fn thread_cpu_ns(tid: &str) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).unwrap();
+    stat.split_whitespace().next().unwrap().parse().unwrap()
+}
