@@ -40,6 +40,8 @@ pub fn counters(ctx: &Context) -> Vec<(&'static str, u64)> {
         ("ack_holds_expired", d.ack_holds_expired),
         ("sock_writes_blocked", d.sock_writes_blocked),
         ("sock_ack_looks", d.sock_ack_looks),
+        ("sock_cpu_moves", d.sock_cpu_moves),
+        ("sock_cpu_looks", d.sock_cpu_looks),
         ("sock_grants_from_memory", d.sock_grants_from_memory),
         ("sock_grants_from_message", d.sock_grants_from_message),
         ("sock_bytes_read_ahead", d.sock_bytes_read_ahead),

@@ -165,6 +165,11 @@ pub struct Config {
     /// (`Driver::keep_handoff_busy`); off, only the plain poller hand-off applies. On by
     /// default; the switch lets a test compare both in one run.
     pub sock_busy_handoff: bool,
+    /// A blocked stream reader that finds itself on the CPU its same-host peer's bulk
+    /// writer last ran on moves to another CPU that idled half the time since its last
+    /// look, once (`crate::sock::apart`), with a backoff while moves do not help. Off by
+    /// default: no gain shown on this session's loaded host (docs/sockets.md, session 16).
+    pub sock_apart: bool,
 }
 
 /// Whether RC QPs whose peer is a softverbs process on this host move RDMA WRITE and
@@ -223,6 +228,7 @@ impl Default for Config {
             sock_coalesce: true,
             sock_early_room: false,
             sock_placed_word: false,
+            sock_apart: false,
             sock_busy_handoff: true,
         }
     }
@@ -359,6 +365,9 @@ impl Config {
         }
         if let Some(on) = switch("SOFTVERBS_SOCK_PLACED_WORD")? {
             c.sock_placed_word = on;
+        }
+        if let Some(on) = switch("SOFTVERBS_SOCK_APART")? {
+            c.sock_apart = on;
         }
         if let Some(on) = switch("SOFTVERBS_SOCK_BUSY_HANDOFF")? {
             c.sock_busy_handoff = on;
@@ -503,6 +512,7 @@ mod tests {
             ("SOFTVERBS_SOCK_COALESCE", "off"),
             ("SOFTVERBS_SOCK_EARLY_ROOM", "1"),
             ("SOFTVERBS_SOCK_PLACED_WORD", "1"),
+            ("SOFTVERBS_SOCK_APART", "1"),
             ("SOFTVERBS_SOCK_BUSY_HANDOFF", "0"),
             ("SOFTVERBS_GSO", "no"),
             ("SOFTVERBS_CM_DROP", "dreq:1, DREP:2"),
@@ -518,6 +528,7 @@ mod tests {
         assert!(Config::default().sock_busy_handoff);
         assert!(!Config::default().sock_early_room);
         assert!(c.sock_placed_word && !Config::default().sock_placed_word);
+        assert!(c.sock_apart);
         assert_eq!(c.same_host, SameHostMode::Off);
         assert_eq!(Config::default().same_host, SameHostMode::Auto);
         assert!(cfg(&[("SOFTVERBS_SAME_HOST", "maybe")]).is_err());

@@ -261,6 +261,12 @@ pub struct DeviceCounters {
     /// write back, for the ACK of the write in flight: one at a hold's first write, then
     /// one per 256 KiB held, or per eighth of the peer's ring if that is less.
     pub sock_ack_looks: u64,
+    /// Times a blocked stream reader found itself on its same-host bulk writer's CPU and
+    /// moved to an idle one (`Config::sock_apart`).
+    pub sock_cpu_moves: u64,
+    /// Times such a reader looked for an idle CPU to move to (it moves only where one
+    /// idled half the time since its last look).
+    pub sock_cpu_looks: u64,
     /// Stream socket buffer grants a writer took from its target area before their
     /// message arrived (`Config::sock_early_room`).
     pub sock_grants_from_memory: u64,
@@ -525,6 +531,8 @@ impl Context {
             ack_holds_expired: get(&c.ack_holds_expired),
             sock_writes_blocked: get(&c.sock_writes_blocked),
             sock_ack_looks: get(&c.sock_ack_looks),
+            sock_cpu_moves: get(&c.sock_cpu_moves),
+            sock_cpu_looks: get(&c.sock_cpu_looks),
             sock_grants_from_memory: get(&c.sock_grants_from_memory),
             sock_grants_from_message: get(&c.sock_grants_from_message),
             sock_bytes_read_ahead: get(&c.sock_bytes_read_ahead),

@@ -117,6 +117,11 @@ pub struct DriverCounters {
     /// Receives from the socket by a same-host stream writer about to hold a write back,
     /// looking for the ACK of the write in flight (`sock::stream`'s `ACK_LOOK_BYTES`).
     pub sock_ack_looks: AtomicU64,
+    /// Times a blocked stream reader found itself on its same-host bulk writer's CPU and
+    /// moved to an idle one (`sock::apart`).
+    pub sock_cpu_moves: AtomicU64,
+    /// Times such a reader looked for an idle CPU to move to (`sock::apart`).
+    pub sock_cpu_looks: AtomicU64,
     /// Stream socket buffer grants taken from the target area before their message
     /// arrived (`StreamCore::set_early_grants`).
     pub sock_grants_from_memory: AtomicU64,
@@ -2170,6 +2175,8 @@ impl Driver {
         lines.push(("ack_holds_expired", get(&dc.ack_holds_expired)));
         lines.push(("sock_writes_blocked", get(&dc.sock_writes_blocked)));
         lines.push(("sock_ack_looks", get(&dc.sock_ack_looks)));
+        lines.push(("sock_cpu_moves", get(&dc.sock_cpu_moves)));
+        lines.push(("sock_cpu_looks", get(&dc.sock_cpu_looks)));
         lines.push(("sock_grants_from_memory", get(&dc.sock_grants_from_memory)));
         lines.push((
             "sock_grants_from_message",

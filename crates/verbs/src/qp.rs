@@ -431,6 +431,13 @@ impl Qp {
         self.places()
     }
 
+    /// Where the same-host peer's bulk stream writer last ran (`crate::sock::apart`), if
+    /// this QP places into it.
+    pub(crate) fn peer_bulk_writer(&self) -> Option<u64> {
+        let d = self.ctx.device.driver().ok()?;
+        d.same_host.peer_bulk_writer(self.qp)
+    }
+
     /// Whether this QP has the same-host path now.
     fn places(&self) -> bool {
         self.ctx

@@ -1152,6 +1152,69 @@ pub fn allowed_cpus() -> usize {
     (unsafe { libc::CPU_COUNT(&set) }).max(1) as usize
 }
 
+/// The CPU the calling thread runs on now (`sched_getcpu`: the kernel's rseq area or the
+/// vDSO, no system call on this kernel), if it can say.
+pub fn current_cpu() -> Option<u32> {
+    // SAFETY: sched_getcpu has no preconditions.
+    let cpu = unsafe { libc::sched_getcpu() };
+    u32::try_from(cpu).ok()
+}
+
+/// The host's monotonic clock (`CLOCK_MONOTONIC`, the same for every process of the
+/// host's time namespace) in milliseconds: a time other processes can compare.
+pub fn monotonic_ms() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one `timespec` into the live `ts`.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec.max(0) as u64 * 1000 + ts.tv_nsec.max(0) as u64 / 1_000_000
+}
+
+/// `/proc/stat`'s time unit: ticks per second (`sysconf(_SC_CLK_TCK)`, 100 where it
+/// cannot say).
+pub fn clock_ticks_per_s() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    u64::try_from(t).ok().filter(|&t| t > 0).unwrap_or(100)
+}
+
+/// Moves the calling thread to `cpu` once: narrows its affinity to that CPU (the kernel
+/// migrates it at once), then gives the old set back (it stays where it went until the
+/// scheduler moves it). False, and no change, when `cpu` is not one it may run on or a
+/// call fails.
+pub fn move_to_cpu(cpu: u32) -> bool {
+    let size = std::mem::size_of::<libc::cpu_set_t>();
+    let cpu = cpu as usize;
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return false;
+    }
+    // SAFETY: an all-zero `cpu_set_t` is the empty set, a valid value.
+    let mut allowed: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: sched_getaffinity writes at most `size` bytes into the live `allowed`.
+    if unsafe { libc::sched_getaffinity(0, size, &mut allowed) } != 0 {
+        return false;
+    }
+    // SAFETY: `cpu` is inside the set (checked above); CPU_ISSET only reads it.
+    if !unsafe { libc::CPU_ISSET(cpu, &allowed) } {
+        return false;
+    }
+    // SAFETY: as above.
+    let mut there: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `cpu` is inside the set; CPU_SET writes only `there`.
+    unsafe { libc::CPU_SET(cpu, &mut there) };
+    // SAFETY: both calls read `size` bytes of live sets; they change only this thread's
+    // affinity, and the second puts back exactly the set the thread had.
+    unsafe {
+        if libc::sched_setaffinity(0, size, &there) != 0 {
+            return false;
+        }
+        libc::sched_setaffinity(0, size, &allowed);
+    }
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1653,3 +1653,167 @@ fn rings_sized_by_the_program_keep_their_size() {
         "only {blocked} blocked writes: the rings were larger"
     );
 }
+
+/// The calling thread's id and the CPUs it may run on (`Cpus_allowed_list`).
+fn this_thread() -> (String, String) {
+    let link = std::fs::read_link("/proc/thread-self").unwrap();
+    let tid = link.file_name().unwrap().to_str().unwrap().to_string();
+    let status = std::fs::read_to_string("/proc/thread-self/status").unwrap();
+    let cpus = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .unwrap()
+        .trim()
+        .to_string();
+    (tid, cpus)
+}
+
+/// Sets the CPUs thread `tid` may run on (`taskset`, a CPU list such as `0` or `0-1`).
+fn allow_cpus(tid: &str, cpus: &str) {
+    let out = std::process::Command::new("taskset")
+        .args(["-p", "-c", cpus, tid])
+        .output()
+        .expect("taskset (util-linux)");
+    assert!(out.status.success(), "taskset -p -c {cpus} {tid}: {out:?}");
+}
+
+/// `Config::sock_apart` on.
+fn apart_on() -> Config {
+    Config {
+        sock_apart: true,
+        ..Config::default()
+    }
+}
+
+/// The server's looks for an idle CPU and moves to one (`sock_cpu_looks`,
+/// `sock_cpu_moves`) while `server_side` runs
+/// on a thread of its own and `client_side` on this one: this thread pinned to the first
+/// CPU this process may use, the server's started there and then allowed every CPU
+/// (still on that one: nothing moves it but the scheduler and the stream). None where this
+/// process may use one CPU only.
+fn moves_starting_on_one_cpu(
+    server: RdmaStream,
+    server_ctx: &Context,
+    server_side: impl FnOnce(RdmaStream) -> RdmaStream + Send,
+    client_side: impl FnOnce(),
+) -> Option<(RdmaStream, [u64; 2])> {
+    let (tid, allowed) = this_thread();
+    let one = allowed.split([',', '-']).next().unwrap().to_string();
+    if one == allowed {
+        return None;
+    }
+    let count = || {
+        let c = server_ctx.device_counters();
+        [c.sock_cpu_looks, c.sock_cpu_moves]
+    };
+    let before = count();
+    allow_cpus(&tid, &one);
+    let started = std::sync::Barrier::new(2);
+    let server = std::thread::scope(|s| {
+        let peer = s.spawn(|| {
+            let (peer_tid, _) = this_thread();
+            allow_cpus(&peer_tid, &one);
+            allow_cpus(&peer_tid, &allowed);
+            started.wait();
+            server_side(server)
+        });
+        started.wait();
+        client_side();
+        peer.join().unwrap()
+    });
+    allow_cpus(&tid, &allowed);
+    let after = count();
+    Some((server, [after[0] - before[0], after[1] - before[1]]))
+}
+
+/// A bulk stream's blocked reader that finds itself on the CPU its same-host writer last
+/// wrote on looks for an idle CPU to move to (`Config::sock_apart`; with free placement
+/// the pair of `bench/sockets.sh` shared one CPU most of the time, each copy waiting for
+/// the other: `docs/sockets.md`, session 16). Writer pinned to one CPU, reader started
+/// there: it looks at least once per transfer of 300 messages of 64 KiB (and moves if
+/// another CPU idled; beside busy loops none does), and its backoff keeps the looks few.
+/// With the mechanism off, none.
+#[test]
+fn a_bulk_reader_on_its_writers_cpu_looks_for_an_idle_one() {
+    const SIZE: usize = 64 * 1024;
+    let _counted = common::counted();
+    let (mut server, server_ctx, client, _client_ctx) =
+        connected_pair(apart_on(), StreamOptions::default());
+    await_same_host(&server, &client);
+    let data = pattern(SIZE, 5);
+    let mut seen = Vec::new();
+    for _ in 0..TRANSFERS {
+        let Some((back, [looks, moves])) = moves_starting_on_one_cpu(
+            server,
+            &server_ctx,
+            |server| {
+                let (mut got, expected) = (vec![0u8; SIZE], pattern(SIZE, 5));
+                for i in 0..BULK_MESSAGES {
+                    (&server).read_exact(&mut got).unwrap();
+                    assert!(got == expected, "message {i} damaged");
+                }
+                server
+            },
+            || {
+                for _ in 0..BULK_MESSAGES {
+                    (&client).write_all(&data).unwrap();
+                }
+            },
+        ) else {
+            eprintln!("SKIPPED a_bulk_reader_on_its_writers_cpu_looks: one CPU only");
+            return;
+        };
+        server = back;
+        println!("reader on its writer's CPU: {looks} looks, {moves} moves");
+        // (Backoff: a look that found no idle CPU waits 50 ms for the next; a move that
+        // did not help doubles the wait before the next, from 10 ms. Without it a reader
+        // looked at nearly every blocked read, hundreds.)
+        assert!(looks <= 64, "{looks} looks in one transfer: no backoff?");
+        assert!(moves <= looks);
+        if looks >= 1 {
+            return;
+        }
+        seen.push(looks);
+    }
+    panic!("a reader started on its writer's CPU never looked for another: {seen:?}");
+}
+
+/// ... but a ping-pong of small messages does not move (its writes never publish their
+/// CPU: latency must not pay for it), though both ends start on one CPU and each blocked
+/// read there sees its peer's last write from that CPU.
+#[test]
+fn a_small_message_ping_pong_on_one_cpu_never_moves() {
+    const ROUNDS: usize = 2000;
+    let _counted = common::counted();
+    let (server, server_ctx, client, client_ctx) =
+        connected_pair(apart_on(), StreamOptions::default());
+    await_same_host(&server, &client);
+    let Some((_server, looks_and_moves)) = moves_starting_on_one_cpu(
+        server,
+        &server_ctx,
+        |server| {
+            let mut buf = [0u8; 64];
+            for _ in 0..ROUNDS {
+                (&server).read_exact(&mut buf).unwrap();
+                (&server).write_all(&buf).unwrap();
+            }
+            server
+        },
+        || {
+            let mut buf = [7u8; 64];
+            for _ in 0..ROUNDS {
+                (&client).write_all(&buf).unwrap();
+                (&client).read_exact(&mut buf).unwrap();
+            }
+        },
+    ) else {
+        eprintln!("SKIPPED a_small_message_ping_pong_on_one_cpu_never_moves: one CPU only");
+        return;
+    };
+    let c = client_ctx.device_counters();
+    assert_eq!(
+        (looks_and_moves, [c.sock_cpu_looks, c.sock_cpu_moves]),
+        ([0, 0], [0, 0]),
+        "a 64-byte ping-pong's readers looked for another CPU (server, client)"
+    );
+}

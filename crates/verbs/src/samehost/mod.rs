@@ -482,6 +482,19 @@ impl SameHost {
         out
     }
 
+    /// Publishes `word` as this device's bulk writer's place (`crate::sock::apart`).
+    pub fn set_bulk_writer(&self, word: u64) {
+        if let Some(t) = &self.table {
+            t.set_bulk_writer(word);
+        }
+    }
+
+    /// The bulk writer's place `qp`'s peer published (`crate::sock::apart`), if `qp`
+    /// places into it.
+    pub fn peer_bulk_writer(&self, qp: QpHandle) -> Option<u64> {
+        lock(&self.qps).get(&qp).map(|l| l.peer.bulk_writer())
+    }
+
     /// Whether `qp` places into its peer.
     pub fn places(&self, qp: QpHandle) -> bool {
         self.table.is_some() && lock(&self.qps).contains_key(&qp)

@@ -5,7 +5,8 @@
 //!
 //! A file of 64-bit little-endian words (`<stats dir>/<address>-<port>.mrt`, mode
 //! 0600: only processes of the same user, the ones the kernel lets read our memory
-//! anyway, can open it). Header words: magic, capacity, pid, `accessing`, nonce. Then
+//! anyway, can open it). Header words: magic, capacity, pid, `accessing`, nonce, the
+//! bulk writer's CPU (`crate::sock::apart`: a hint, zero in tables of older builds). Then
 //! [`SLOTS`] entries of [`ENTRY_WORDS`] words, entry `i` for the memory region whose
 //! key has slot index `i` (key >> 8): seq (a seqlock: odd while the owner rewrites
 //! the entry), rkey (0: empty), base, length, access flags, PD id, generation.
@@ -71,6 +72,7 @@ const H_CAPACITY: usize = 1;
 const H_PID: usize = 2;
 const H_ACCESSING: usize = 3;
 const H_NONCE: usize = 4;
+const H_BULK_WRITER: usize = 5;
 
 // Entry words.
 const E_SEQ: usize = 0;
@@ -256,6 +258,12 @@ impl OwnTable {
         })
     }
 
+    /// Publishes where this process's bulk stream writer last ran
+    /// (`crate::sock::apart`'s word): a hint for its peers, no fence.
+    pub fn set_bulk_writer(&self, word: u64) {
+        self.map.word(H_BULK_WRITER).store(word, Ordering::Relaxed);
+    }
+
     /// Where the table file is.
     pub fn path(&self) -> &Path {
         &self.path
@@ -418,6 +426,12 @@ impl PeerTable {
     /// The nonce the file holds (compare with what `process_vm_readv` finds).
     pub fn nonce(&self) -> u64 {
         self.map.word(H_NONCE).load(Ordering::Relaxed)
+    }
+
+    /// Where the peer's bulk stream writer last ran (`OwnTable::set_bulk_writer`; zero:
+    /// never, or an older build).
+    pub fn bulk_writer(&self) -> u64 {
+        self.map.word(H_BULK_WRITER).load(Ordering::Relaxed)
     }
 
     /// Whether the peer process still exists.

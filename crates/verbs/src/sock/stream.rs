@@ -68,6 +68,17 @@ const ACK_LOOK_BYTES: u32 = 256 << 10;
 /// such a writer looks before every write, as before the gate.
 const ACK_LOOK_GRANT_SHARE: u32 = 4;
 
+/// Which call waits in [`RdmaStream::wait_until_as`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Waiter {
+    /// A data write: counted in `sock_writes_blocked`.
+    Write,
+    /// A data read: may move off its bulk writer's CPU before sleeping.
+    Read,
+    /// Anything else (shutdown, flush, riowrite).
+    Other,
+}
+
 /// A stream socket over RDMA speaking the rsockets protocol: `std::io::Read` and
 /// `Write` like a `TcpStream`, blocking by default, non-blocking on request.
 ///
@@ -91,6 +102,8 @@ pub struct RdmaStream {
     coalescer: Arc<Coalescer>,
     // Notification coalescing on same-host writes (`Config::sock_coalesce`).
     coalesce: bool,
+    // A blocked reader moves off its bulk writer's CPU (`Config::sock_apart`).
+    apart: bool,
     nonblocking: AtomicBool,
     // The held bytes (`StreamCore::held_bytes`) at the writer's last look for the ACK of
     // the write in flight (`ACK_LOOK_BYTES`); written under the core's lock.
@@ -162,6 +175,8 @@ pub(crate) struct Resources {
     coalesce: bool,
     // The device's `Config::sock_early_room`.
     early_room: bool,
+    // The device's `Config::sock_apart`.
+    apart: bool,
     // The device's `Config::sock_placed_word`: the target area holds the word after its
     // slots, and the connection data says where.
     placed_word: bool,
@@ -209,6 +224,7 @@ impl Resources {
             core,
             coalesce: ctx.config().sock_coalesce,
             early_room: ctx.config().sock_early_room,
+            apart: ctx.config().sock_apart,
             placed_word,
         })
     }
@@ -293,6 +309,7 @@ impl Resources {
             core,
             coalescer,
             coalesce: self.coalesce,
+            apart: self.apart,
             nonblocking: AtomicBool::new(false),
             held_at_ack_look: AtomicU32::new(0),
             handled: AtomicU64::new(0),
@@ -841,23 +858,29 @@ impl RdmaStream {
         limit: Option<Duration>,
         nonblocking: bool,
     ) -> io::Result<CoreGuard<'_>> {
-        self.wait_until_as(ready, limit, nonblocking, false)
+        self.wait_until_as(ready, limit, nonblocking, Waiter::Other)
     }
 
     /// [`Self::wait_until`] for a data write: one that finds no room counts in the
     /// device's `sock_writes_blocked` (a writer ahead of its reader waits once per
     /// receive half it is granted).
     fn wait_to_write(&self, nonblocking: bool) -> io::Result<CoreGuard<'_>> {
-        self.wait_until_as(|c| c.write_ready(), None, nonblocking, true)
+        self.wait_until_as(|c| c.write_ready(), None, nonblocking, Waiter::Write)
     }
 
-    /// [`Self::wait_until`]; `writing`: counted as a data write that waits.
+    /// [`Self::wait_until`] for data to read: a reader about to sleep may move off its
+    /// bulk writer's CPU (`super::apart`).
+    fn wait_to_read(&self, nonblocking: bool) -> io::Result<CoreGuard<'_>> {
+        self.wait_until_as(|c| c.read_ready(), None, nonblocking, Waiter::Read)
+    }
+
+    /// [`Self::wait_until`], for the call `waiter` says.
     fn wait_until_as(
         &self,
         ready: impl Fn(&StreamCore) -> bool,
         limit: Option<Duration>,
         nonblocking: bool,
-        writing: bool,
+        waiter: Waiter,
     ) -> io::Result<CoreGuard<'_>> {
         // Ready already (data queued, room to send): go on without polling, as rsocket.c's
         // rsend and rrecv look at the CQ only when they cannot. A write that polled first
@@ -872,7 +895,7 @@ impl RdmaStream {
         if ready(&core) {
             return Ok(core);
         }
-        if writing {
+        if waiter == Waiter::Write {
             if let Some(d) = self.cq.driver() {
                 d.counters
                     .sock_writes_blocked
@@ -931,6 +954,9 @@ impl RdmaStream {
                 sleep = sleep.min(due.saturating_sub(self.epoch.elapsed()));
             }
             drop(core);
+            if waiter == Waiter::Read {
+                self.step_off_writer_cpu();
+            }
             let socket = watch.as_ref().map_or(-1, |w| w.fd());
             let mut fds =
                 [self.channel.fd(), self.id.channel().fd(), socket].map(|fd| libc::pollfd {
@@ -1029,7 +1055,42 @@ impl RdmaStream {
         if done > 0 {
             self.keep_socket_while_busy(!holding);
         }
+        if done >= super::apart::BULK_WRITE {
+            self.publish_bulk_writer();
+        }
         Ok(done)
+    }
+
+    /// A same-host write in bulk tells the peer's reader where its writer runs
+    /// (`super::apart`).
+    fn publish_bulk_writer(&self) {
+        if !self.apart || !self.qp.uses_same_host() {
+            return;
+        }
+        if let (Some(d), Some(word)) = (self.cq.driver(), super::apart::writer_word()) {
+            d.same_host.set_bulk_writer(word);
+        }
+    }
+
+    /// A reader about to sleep moves off its same-host bulk writer's CPU to an idle one,
+    /// if it is on the writer's (`super::apart`).
+    fn step_off_writer_cpu(&self) {
+        if !self.apart {
+            return;
+        }
+        let Some(d) = self.cq.driver() else { return };
+        let Some(word) = self.qp.peer_bulk_writer() else {
+            return;
+        };
+        let counter = match super::apart::step_off_writer(word) {
+            super::apart::Step::None => return,
+            super::apart::Step::Looked => &d.counters.sock_cpu_looks,
+            super::apart::Step::Moved => {
+                d.counters.sock_cpu_looks.fetch_add(1, Ordering::Relaxed);
+                &d.counters.sock_cpu_moves
+            }
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Whether a write about to be held receives from the socket first (`ACK_LOOK_BYTES`):
@@ -1137,7 +1198,7 @@ impl RdmaStream {
         if buf.is_empty() {
             return Ok(0);
         }
-        let mut core = self.wait_until(|c| c.read_ready(), None, nonblocking)?;
+        let mut core = self.wait_to_read(nonblocking)?;
         if !peek {
             return self.read_locked(&mut core, buf);
         }
@@ -1307,7 +1368,7 @@ impl io::Read for &RdmaStream {
         if buf.is_empty() {
             return Ok(0);
         }
-        let mut core = self.wait(|c| c.read_ready(), None, false)?;
+        let mut core = self.wait_to_read(self.nonblocking.load(Ordering::Relaxed))?;
         self.read_locked(&mut core, buf)
     }
 }
