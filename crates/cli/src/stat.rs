@@ -25,6 +25,7 @@ pub fn counters(ctx: &Context) -> Vec<(&'static str, u64)> {
         ("udp_tx_errors", d.tx_errors),
         ("udp_tx_syscalls", d.tx_syscalls),
         ("udp_tx_single_sends", d.tx_single_sends),
+        ("posts_joined_batch", d.posts_joined_batch),
         ("progress_timer_wakeups", d.timer_wakeups),
         ("progress_wakes", d.progress_wakes),
         ("progress_sleeps", d.progress_sleeps),

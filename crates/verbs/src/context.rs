@@ -220,6 +220,8 @@ pub struct DeviceCounters {
     pub tx_single_sends: u64,
     /// Times a full socket buffer made sending wait.
     pub tx_backpressure: u64,
+    /// Send WRs posted without a send call of their own: they left with the next batch.
+    pub posts_joined_batch: u64,
     /// Times a thread moved the progress thread's wake-up earlier for a timer.
     pub timer_wakeups: u64,
     /// Times another thread woke the progress thread at once (its eventfd).
@@ -516,6 +518,7 @@ impl Context {
             tx_syscalls: get(&c.tx_syscalls),
             tx_single_sends: get(&c.tx_single_sends),
             tx_backpressure: get(&c.tx_backpressure),
+            posts_joined_batch: get(&c.posts_joined_batch),
             timer_wakeups: get(&c.timer_wakeups),
             progress_wakes: get(&c.progress_wakes),
             progress_sleeps: get(&c.progress_sleeps),

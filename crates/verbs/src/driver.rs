@@ -76,6 +76,9 @@ pub struct DriverCounters {
     pub tx_single_sends: AtomicU64,
     /// Times the socket's send buffer was full (`EAGAIN`/`ENOBUFS`) and sending waited.
     pub tx_backpressure: AtomicU64,
+    /// Send WRs posted without a send call of their own: their QP had many packets
+    /// unacknowledged, so they left with the next batch (`Poster::post_send`).
+    pub posts_joined_batch: AtomicU64,
     /// Times a thread moved the progress thread's wake-up earlier for a timer (it arms
     /// the progress thread's timerfd: no wake-up now, one when the timer is due).
     pub timer_wakeups: AtomicU64,
@@ -2157,6 +2160,7 @@ impl Driver {
         lines.push(("udp_tx_syscalls", get(&dc.tx_syscalls)));
         lines.push(("udp_tx_single_sends", get(&dc.tx_single_sends)));
         lines.push(("udp_tx_backpressure", get(&dc.tx_backpressure)));
+        lines.push(("posts_joined_batch", get(&dc.posts_joined_batch)));
         lines.push(("progress_timer_wakeups", get(&dc.timer_wakeups)));
         lines.push(("progress_wakes", get(&dc.progress_wakes)));
         lines.push(("progress_sleeps", get(&dc.progress_sleeps)));

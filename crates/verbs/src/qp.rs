@@ -9,10 +9,11 @@ use crate::events::Source;
 use crate::gid::Gid;
 use crate::pd::{Pd, PdInner};
 use softverbs_engine::{
-    AccessFlags, Mtu, QpAttr, QpAttrMask, QpCap, QpHandle, QpInitAttr, QpState, QpType, Qpn,
-    RecvWr, SendWr, Sge,
+    AccessFlags, Mtu, Payload, QpAttr, QpAttrMask, QpCap, QpHandle, QpInitAttr, QpState, QpType,
+    Qpn, RecvWr, SendWr, Sge,
 };
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// Builds a QP.
@@ -209,20 +210,70 @@ impl Drop for Qp {
     }
 }
 
+/// Request packets an RC QP must have unacknowledged for a posted send WR to wait for the
+/// next batch (see [`Poster::post_send`]): their ACKs, coalesced per batch the target
+/// reads, come within a round trip and pump the engine.
+const POST_JOINS_NEXT_BATCH_ABOVE: u32 = 8;
+
+/// The largest send WR that waits for the next batch: one packet at the largest MTU. A
+/// larger one makes a batch of its own (a 64 KiB WRITE: 16 packets, one GSO send of
+/// 15 and one of 1), and holding it back left a stream of them with fewer packets in
+/// flight: ib_write_bw at 64 KiB lost some 12 % (2 pairs, load 4).
+const POST_JOINS_NEXT_BATCH_MAX_LEN: u64 = 4096;
+
+/// The bytes a WR sends, or, for READ, receives.
+fn payload_len(payload: &Payload<'_>) -> u64 {
+    match payload {
+        Payload::Sges(sges) => sges.iter().map(|s| u64::from(s.length)).sum(),
+        Payload::Inline(bytes) => bytes.len() as u64,
+        Payload::InlineParts(parts) => parts.iter().map(|p| p.len() as u64).sum(),
+    }
+}
+
 /// Posts work requests to one QP under one device lock: see [`Qp::post_sends`].
 pub struct Poster<'a> {
     st: &'a mut State,
     qp: QpHandle,
     /// A post may have produced something to send or deliver (the engine is pumped).
     produced: bool,
+    /// Send WRs that posted fine and may leave their packets to the next batch.
+    joined_batch: u64,
+    /// Send WRs posted.
+    sends: u64,
 }
 
 impl Poster<'_> {
     /// Posts one send WR (as `ibv_post_send` does for one element of its list).
+    ///
+    /// A call that posts a single WR of at most one packet
+    /// ([`POST_JOINS_NEXT_BATCH_MAX_LEN`]) to an RC QP in RTS with more than
+    /// [`POST_JOINS_NEXT_BATCH_ABOVE`] request packets unacknowledged sends nothing by
+    /// itself: the WR's packet leaves with the next batch, which the next ACK's reader (a
+    /// polling thread or the progress thread) sends when it pumps the engine, and at
+    /// least one ACK is due without a hold (the peer holds at most one). Such posts come
+    /// back to back from programs that post one WR per `ibv_post_send`, as perftest
+    /// does: sending each at once cost ib_write_bw at 4 KiB one send call per 2.2-2.5
+    /// packets against `softverbs perf`'s 20 (lists of 64), 0.47x its bandwidth
+    /// (docs/udp-bandwidth.md, session 16). A list of WRs is a batch already and goes at
+    /// once; a ping-pong never has that many packets in flight, so no latency changes.
     pub fn post_send(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
         crate::trace::stamp(crate::trace::Step::PostEntered);
-        self.produced = true;
-        self.st.engine.post_send(self.qp, wr)
+        let r = self.st.engine.post_send(self.qp, wr);
+        let joins_next_batch = r.is_ok()
+            && payload_len(&wr.payload) <= POST_JOINS_NEXT_BATCH_MAX_LEN
+            && self.st.engine.qp_state(self.qp) == Some(QpState::Rts)
+            && self
+                .st
+                .engine
+                .qp_outstanding(self.qp)
+                .is_some_and(|n| n > POST_JOINS_NEXT_BATCH_ABOVE);
+        self.sends += 1;
+        if joins_next_batch {
+            self.joined_batch += 1;
+        } else {
+            self.produced = true;
+        }
+        r
     }
 
     /// Posts one receive WR. In RTR and RTS it produces nothing to send and no event
@@ -476,18 +527,34 @@ impl Qp {
     /// one lock, one pump of the engine and one batch of `sendmmsg`, not N.
     pub fn post_sends<R>(&self, f: impl FnOnce(&mut Poster<'_>) -> R) -> Result<R, Inherited> {
         // A thread back from its poll loop (see `PollStreak`).
-        if let Ok(d) = self.ctx.device.driver() {
+        let driver = self.ctx.device.driver().ok();
+        if let Some(d) = driver {
             d.note_post();
         }
-        self.ctx.device.with_pump_if(|st| {
+        let mut joined_batch = 0;
+        let r = self.ctx.device.with_pump_if(|st| {
             let mut poster = Poster {
                 st,
                 qp: self.qp,
                 produced: false,
+                joined_batch: 0,
+                sends: 0,
             };
             let r = f(&mut poster);
+            if poster.sends > 1 {
+                // A list: a batch of its own.
+                poster.produced = true;
+                poster.joined_batch = 0;
+            }
+            joined_batch = poster.joined_batch;
             (r, poster.produced)
-        })
+        });
+        if let (Some(d), 1..) = (driver, joined_batch) {
+            d.counters
+                .posts_joined_batch
+                .fetch_add(joined_batch, Ordering::Relaxed);
+        }
+        r
     }
 
     /// Posts a receive WR.

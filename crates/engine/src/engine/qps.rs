@@ -203,6 +203,12 @@ impl Engine {
         Ok(())
     }
 
+    /// The QP's request PSNs sent and not yet acknowledged (RC; 0 for the other
+    /// transports, whose requests nobody acknowledges; `None`: no such QP).
+    pub fn qp_outstanding(&self, qp: QpHandle) -> Option<u32> {
+        self.qps.get(qp.0).map(|q| q.outstanding())
+    }
+
     /// The QP's current state (`None`: no such QP).
     pub fn qp_state(&self, qp: QpHandle) -> Option<QpState> {
         self.qps.get(qp.0).map(|q| q.state())
