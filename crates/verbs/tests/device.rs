@@ -6,6 +6,9 @@ use softverbs::error::{RegMrError, ResourceError};
 use softverbs::*;
 use std::time::Duration;
 
+mod common;
+use common::{allow_cpus, this_thread};
+
 const WAIT: Duration = Duration::from_secs(20);
 const QKEY: u32 = 0x1234_5678;
 
@@ -555,29 +558,6 @@ fn the_progress_thread_asks_for_the_configured_slice() {
         "no progress thread asked for {SLICE} ns: {found:?}"
     );
     drop(ctx);
-}
-
-/// The calling thread's id and the CPUs it may run on (`Cpus_allowed_list`).
-fn this_thread() -> (String, String) {
-    let link = std::fs::read_link("/proc/thread-self").unwrap();
-    let tid = link.file_name().unwrap().to_str().unwrap().to_string();
-    let status = std::fs::read_to_string("/proc/thread-self/status").unwrap();
-    let cpus = status
-        .lines()
-        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
-        .unwrap()
-        .trim()
-        .to_string();
-    (tid, cpus)
-}
-
-/// Sets the CPUs thread `tid` may run on (`taskset`, a CPU list such as `0` or `0-1`).
-fn allow_cpus(tid: &str, cpus: &str) {
-    let out = std::process::Command::new("taskset")
-        .args(["-p", "-c", cpus, tid])
-        .output()
-        .expect("taskset (util-linux)");
-    assert!(out.status.success(), "taskset -p -c {cpus} {tid}: {out:?}");
 }
 
 /// The first CPU of a list such as `0-1` or `3,5`.

@@ -10,6 +10,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 mod common;
+use common::{allow_cpus, this_thread};
 
 fn device(cfg: Config) -> Context {
     Device::with_config("sock-test", cfg).open().unwrap()
@@ -1652,29 +1653,6 @@ fn rings_sized_by_the_program_keep_their_size() {
         blocked >= 16,
         "only {blocked} blocked writes: the rings were larger"
     );
-}
-
-/// The calling thread's id and the CPUs it may run on (`Cpus_allowed_list`).
-fn this_thread() -> (String, String) {
-    let link = std::fs::read_link("/proc/thread-self").unwrap();
-    let tid = link.file_name().unwrap().to_str().unwrap().to_string();
-    let status = std::fs::read_to_string("/proc/thread-self/status").unwrap();
-    let cpus = status
-        .lines()
-        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
-        .unwrap()
-        .trim()
-        .to_string();
-    (tid, cpus)
-}
-
-/// Sets the CPUs thread `tid` may run on (`taskset`, a CPU list such as `0` or `0-1`).
-fn allow_cpus(tid: &str, cpus: &str) {
-    let out = std::process::Command::new("taskset")
-        .args(["-p", "-c", cpus, tid])
-        .output()
-        .expect("taskset (util-linux)");
-    assert!(out.status.success(), "taskset -p -c {cpus} {tid}: {out:?}");
 }
 
 /// `Config::sock_apart` on.
