@@ -86,7 +86,10 @@ impl EngineConfig {
             max_qp_wr: 1 << 15,
             max_sge: 32,
             max_inline_data: 512,
-            max_qp_rd_atom: 16,
+            // rxe offers 128, mlx5 16. 64 one-packet READs keep a 4 KiB READ stream's
+            // pipe full (perftest takes this as its outstanding count); 64 KiB READs are
+            // held by the 256-PSN window at 16 anyway (docs/udp-bandwidth.md, session 16).
+            max_qp_rd_atom: 64,
             max_msg_size: 1 << 31,
             send_window: 1024,
             ack_req_interval: 64,
