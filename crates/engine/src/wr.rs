@@ -160,6 +160,22 @@ pub enum Payload<'a> {
     InlineParts(&'a [&'a [u8]]),
 }
 
+impl Payload<'_> {
+    /// The bytes it names in all (for READ: where the data read lands).
+    pub fn len(&self) -> usize {
+        match self {
+            Payload::Sges(sges) => sges.iter().map(|s| s.length as usize).sum(),
+            Payload::Inline(bytes) => bytes.len(),
+            Payload::InlineParts(parts) => parts.iter().map(|p| p.len()).sum(),
+        }
+    }
+
+    /// Whether it names no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 impl fmt::Debug for Payload<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -9,8 +9,8 @@ use crate::events::Source;
 use crate::gid::Gid;
 use crate::pd::{Pd, PdInner};
 use softverbs_engine::{
-    AccessFlags, Mtu, Payload, QpAttr, QpAttrMask, QpCap, QpHandle, QpInitAttr, QpState, QpType,
-    Qpn, RecvWr, SendWr, Sge,
+    AccessFlags, Mtu, QpAttr, QpAttrMask, QpCap, QpHandle, QpInitAttr, QpState, QpType, Qpn,
+    RecvWr, SendWr, Sge,
 };
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -219,16 +219,7 @@ const POST_JOINS_NEXT_BATCH_ABOVE: u32 = 8;
 /// larger one makes a batch of its own (a 64 KiB WRITE: 16 packets, one GSO send of
 /// 15 and one of 1), and holding it back left a stream of them with fewer packets in
 /// flight: ib_write_bw at 64 KiB lost some 12 % (2 pairs, load 4).
-const POST_JOINS_NEXT_BATCH_MAX_LEN: u64 = 4096;
-
-/// The bytes a WR sends, or, for READ, receives.
-fn payload_len(payload: &Payload<'_>) -> u64 {
-    match payload {
-        Payload::Sges(sges) => sges.iter().map(|s| u64::from(s.length)).sum(),
-        Payload::Inline(bytes) => bytes.len() as u64,
-        Payload::InlineParts(parts) => parts.iter().map(|p| p.len() as u64).sum(),
-    }
-}
+const POST_JOINS_NEXT_BATCH_MAX_LEN: usize = 4096;
 
 /// Posts work requests to one QP under one device lock: see [`Qp::post_sends`].
 pub struct Poster<'a> {
@@ -260,7 +251,7 @@ impl Poster<'_> {
         crate::trace::stamp(crate::trace::Step::PostEntered);
         let r = self.st.engine.post_send(self.qp, wr);
         let joins_next_batch = r.is_ok()
-            && payload_len(&wr.payload) <= POST_JOINS_NEXT_BATCH_MAX_LEN
+            && wr.payload.len() <= POST_JOINS_NEXT_BATCH_MAX_LEN
             && self.st.engine.qp_state(self.qp) == Some(QpState::Rts)
             && self
                 .st

@@ -134,11 +134,7 @@ impl PlacedTarget {
             SendOp::RdmaRead { remote_addr, rkey } => (remote_addr, rkey, false),
             _ => return None,
         };
-        let len = match wr.payload {
-            Payload::Sges(list) => list.iter().map(|s| s.length as usize).sum(),
-            Payload::Inline(d) => d.len(),
-            Payload::InlineParts(parts) => parts.iter().map(|p| p.len()).sum(),
-        };
+        let len = wr.payload.len();
         Some(PlacedTarget {
             remote_addr,
             rkey: rkey.0,
