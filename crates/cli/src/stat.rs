@@ -43,6 +43,7 @@ pub fn counters(ctx: &Context) -> Vec<(&'static str, u64)> {
         ("sock_ack_looks", d.sock_ack_looks),
         ("sock_cpu_moves", d.sock_cpu_moves),
         ("sock_cpu_looks", d.sock_cpu_looks),
+        ("sock_small_in_packet", d.sock_small_in_packet),
         ("sock_grants_from_memory", d.sock_grants_from_memory),
         ("sock_grants_from_message", d.sock_grants_from_message),
         ("sock_bytes_read_ahead", d.sock_bytes_read_ahead),

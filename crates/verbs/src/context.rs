@@ -269,6 +269,11 @@ pub struct DeviceCounters {
     /// Times such a reader looked for an idle CPU to move to (it moves only where one
     /// idled half the time since its last look).
     pub sock_cpu_looks: u64,
+    /// Small same-host stream messages sent with their bytes in their one packet rather
+    /// than placed with `process_vm_writev` behind a header-only packet: a data write of
+    /// at most 4 KiB carrying its announcement, after a read, when the stream's previous
+    /// data write was no larger (a request/response exchange of small messages).
+    pub sock_small_in_packet: u64,
     /// Stream socket buffer grants a writer took from its target area before their
     /// message arrived (`Config::sock_early_room`).
     pub sock_grants_from_memory: u64,
@@ -536,6 +541,7 @@ impl Context {
             sock_ack_looks: get(&c.sock_ack_looks),
             sock_cpu_moves: get(&c.sock_cpu_moves),
             sock_cpu_looks: get(&c.sock_cpu_looks),
+            sock_small_in_packet: get(&c.sock_small_in_packet),
             sock_grants_from_memory: get(&c.sock_grants_from_memory),
             sock_grants_from_message: get(&c.sock_grants_from_message),
             sock_bytes_read_ahead: get(&c.sock_bytes_read_ahead),

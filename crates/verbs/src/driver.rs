@@ -123,6 +123,9 @@ pub struct DriverCounters {
     /// Times a blocked stream reader found itself on its same-host bulk writer's CPU and
     /// moved to an idle one (`sock::apart`).
     pub sock_cpu_moves: AtomicU64,
+    /// Small same-host stream messages of an exchange sent with their bytes in their
+    /// packet rather than placed (`sock::stream`'s `IN_PACKET_MAX`).
+    pub sock_small_in_packet: AtomicU64,
     /// Times such a reader looked for an idle CPU to move to (`sock::apart`).
     pub sock_cpu_looks: AtomicU64,
     /// Stream socket buffer grants taken from the target area before their message
@@ -2181,6 +2184,7 @@ impl Driver {
         lines.push(("sock_ack_looks", get(&dc.sock_ack_looks)));
         lines.push(("sock_cpu_moves", get(&dc.sock_cpu_moves)));
         lines.push(("sock_cpu_looks", get(&dc.sock_cpu_looks)));
+        lines.push(("sock_small_in_packet", get(&dc.sock_small_in_packet)));
         lines.push(("sock_grants_from_memory", get(&dc.sock_grants_from_memory)));
         lines.push((
             "sock_grants_from_message",

@@ -452,6 +452,15 @@ impl Qp {
         self.post_sends(|p| p.post_send(wr))?
     }
 
+    /// Posts `wr` the usual way, its bytes in its packets, even where the QP has the
+    /// same-host path (`crate::samehost`): for a small RDMA WRITE WITH IMM, whose
+    /// placement would cost a `process_vm_writev` besides the header-only packet it
+    /// sends anyway. Later WRITEs and READs go by UDP (or are held) until it is
+    /// acknowledged, as after any packet-borne request (ordering, `engine/placed.rs`).
+    pub(crate) fn post_send_in_packet(&self, wr: &SendWr<'_>) -> Result<(), PostError> {
+        self.post_sends(|p| p.post_send(wr))?
+    }
+
     /// Posts several send WRs; stops at the first that fails (index, error).
     pub fn post_send_list(&self, wrs: &[SendWr<'_>]) -> Result<(), (usize, PostError)> {
         if let Some(r) = self.post_same_host(wrs) {

@@ -290,6 +290,96 @@ fn a_same_host_write_is_one_placed_write() {
     assert!(got == data);
 }
 
+/// On the same-host path the small messages of an exchange (each written after a read,
+/// the previous write small too) go with their bytes in their packet: placing one would
+/// cost a `process_vm_writev` besides the packet that announces it. A bulk stream's
+/// writes (no read between them) and a large write after a small one (a header, then its
+/// body) are still placed, bytes straight into the peer's ring, and every byte arrives.
+#[test]
+fn small_messages_of_an_exchange_go_in_their_packets() {
+    const ROUNDS: usize = 200;
+    let (server, server_ctx, client, client_ctx) = same_host_pair(StreamOptions::default());
+    let in_packet = |ctx: &Context| ctx.device_counters().sock_small_in_packet;
+    let placed = |ctx: &Context| same_host_counter(ctx, "same_host_bytes_written");
+
+    // A ping-pong of 64-byte and 1 KiB messages.
+    let (s0, c0) = (in_packet(&server_ctx), in_packet(&client_ctx));
+    let echo = std::thread::spawn(move || {
+        for round in 0..ROUNDS {
+            let mut buf = vec![0u8; if round % 2 == 0 { 64 } else { 1024 }];
+            (&server).read_exact(&mut buf).unwrap();
+            buf.reverse();
+            (&server).write_all(&buf).unwrap();
+        }
+        server
+    });
+    for round in 0..ROUNDS {
+        let len = if round % 2 == 0 { 64 } else { 1024 };
+        let sent = pattern(len, round as u8);
+        (&client).write_all(&sent).unwrap();
+        let mut got = vec![0u8; len];
+        (&client).read_exact(&mut got).unwrap();
+        assert!(
+            got.iter().eq(sent.iter().rev()),
+            "round {round}: wrong bytes"
+        );
+    }
+    let server = echo.join().unwrap();
+    let (server_n, client_n) = (in_packet(&server_ctx) - s0, in_packet(&client_ctx) - c0);
+    // Every answer, and every request but the first, is written after a read; a write
+    // may still go without its announcement (coalesced behind one in flight) and so be
+    // placed: half is the floor.
+    assert!(
+        server_n >= ROUNDS as u64 / 2 && client_n >= ROUNDS as u64 / 2,
+        "of {ROUNDS} rounds, {server_n} answers and {client_n} requests went in their packets"
+    );
+
+    // A bulk stream of 64 KiB writes, then a header and its body each round: the large
+    // writes are placed.
+    const BULK: usize = 64;
+    let body = pattern(65_536, 3);
+    let (c1, p1) = (in_packet(&client_ctx), placed(&client_ctx));
+    let expected = body.clone();
+    let reader = std::thread::spawn(move || {
+        let mut got = vec![0u8; expected.len()];
+        for _ in 0..BULK {
+            (&server).read_exact(&mut got).unwrap();
+            assert!(got == expected, "bulk: wrong bytes");
+        }
+        for _ in 0..BULK {
+            let mut header = [0u8; 16];
+            (&server).read_exact(&mut header).unwrap();
+            (&server).read_exact(&mut got).unwrap();
+            assert!(got == expected, "header and body: wrong bytes");
+            (&server).write_all(&header).unwrap();
+        }
+        server
+    });
+    for _ in 0..BULK {
+        (&client).write_all(&body).unwrap();
+    }
+    for round in 0..BULK {
+        let header = [round as u8; 16];
+        (&client).write_all(&header).unwrap();
+        (&client).write_all(&body).unwrap();
+        let mut answer = [0u8; 16];
+        (&client).read_exact(&mut answer).unwrap();
+        assert_eq!(answer, header);
+    }
+    let _server = reader.join().unwrap();
+    let placed_bytes = placed(&client_ctx) - p1;
+    assert_eq!(
+        in_packet(&client_ctx) - c1,
+        0,
+        "a bulk stream's or a header's write went in its packet"
+    );
+    assert!(
+        placed_bytes >= (2 * BULK * body.len()) as u64,
+        "only {placed_bytes} bytes of {} large writes were placed",
+        2 * BULK
+    );
+}
+
 /// A bulk transfer on the same-host path, as `rstream -S 65536 -T b`: a stream that moves
 /// data keeps its device's socket, so each side's own thread receives what arrives for it
 /// (the peer's messages at the reader, the ACKs and grants at the writer) in batches, and
