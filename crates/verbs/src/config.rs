@@ -106,8 +106,9 @@ pub struct Config {
     /// Since Linux 6.17 each yield charges a spinning poller the rest of its slice, and
     /// beside busy tasks it got a few thousandths of a CPU. Opt-in (1000 µs): beside two
     /// busy loops `perf send --lat` pinned apart went from 1.4 ms one way to 5.9 µs; at
-    /// load 5-6 no change; the idle host not measured (docs/udp-latency.md, session 16).
-    /// See `Cq::poll`.
+    /// load 5-6 no change; on the idle host no gain (pinned apart perf send, perf write,
+    /// ib_send_lat, ib_write_lat 5.83 → 6.93, 6.46 → 7.57, 10.68 → 5.92, 6.00 → 6.68 µs;
+    /// free perf write 11.05 → 14.27; docs/udp-latency.md, session 16). See `Cq::poll`.
     pub poll_long_yield: Duration,
     /// The scheduler slice the progress thread asks for (Linux 6.12+ EEVDF,
     /// `sched_attr::sched_runtime`, which the kernel clamps to 0.1-100 ms; zero: the
@@ -168,7 +169,9 @@ pub struct Config {
     /// A blocked stream reader that finds itself on the CPU its same-host peer's bulk
     /// writer last ran on moves to another CPU that idled half the time since its last
     /// look, once (`crate::sock::apart`), with a backoff while moves do not help. Off by
-    /// default: no gain shown on this session's loaded host (docs/sockets.md, session 16).
+    /// default: no gain shown on a loaded host, and too little on the idle one (rstream /
+    /// `perf write` free, 8 interleaved pairs: median 0.69 off, 0.75 on, higher in 5 of 8;
+    /// docs/sockets.md, session 16).
     pub sock_apart: bool,
 }
 
