@@ -70,12 +70,7 @@ fn destroy_what_is_left() {
             continue;
         }
         tracing::debug!(ids = destroyed.len(), "destroyed the ids left at exit");
-        let _ = core.with(|st| st.cm.qps.clear());
-        if let Ok(d) = core.driver() {
-            for id in destroyed {
-                d.cm_remove_sink(id);
-            }
-        }
+        super::forget_destroyed_ids(&core, &destroyed);
         left_ids.push(core);
     }
     // One wait for all: their DREQs went out together.

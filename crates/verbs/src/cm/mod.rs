@@ -219,9 +219,8 @@ impl ConnectionManager {
     pub fn destroy_id(&self, id: CmIdHandle) -> Result<(), CmError> {
         let lingers = self.query(|cm| Ok(cm.destroy_lingers(id))).unwrap_or(false);
         let r = self.call(|cm, now| cm.destroy_id(now, id));
-        let d = self.core().driver()?;
-        d.core_forget_qp(id, self.core());
-        d.cm_remove_sink(id);
+        self.core().driver()?;
+        forget_destroyed_ids(self.core(), &[id]);
         if r.is_ok() && lingers {
             linger(self.core());
         }
@@ -445,10 +444,18 @@ impl ConnectionManager {
     }
 }
 
-impl crate::driver::Driver {
-    /// Forgets the QP tied to a destroyed id.
-    fn core_forget_qp(&self, id: CmIdHandle, core: &DeviceCore) {
-        let _ = core.with(|st| st.cm.qps.retain(|_, v| *v != id));
+/// Forgets what `core` keeps beside its cm for `ids`, which the cm has destroyed: the QPs
+/// tied to them and their event sinks (no event reaches a destroyed id's sink). The one
+/// place for it, used by `rdma_destroy_id` ([`ConnectionManager::destroy_id`]) and by the
+/// exit hook (`at_exit`), so the two cannot drift. An inherited device's cm belongs to
+/// the parent: nothing to forget here.
+fn forget_destroyed_ids(core: &DeviceCore, ids: &[CmIdHandle]) {
+    let Ok(d) = core.driver() else {
+        return;
+    };
+    let _ = core.with(|st| st.cm.qps.retain(|_, id| !ids.contains(id)));
+    for &id in ids {
+        d.cm_remove_sink(id);
     }
 }
 
