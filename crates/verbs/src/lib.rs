@@ -29,6 +29,7 @@ mod events;
 mod faults;
 mod fork;
 mod gid;
+mod move_backoff;
 mod mw;
 mod pd;
 pub mod published;

@@ -17,12 +17,14 @@
 //! briefly: its wake-up goes through the kernel's wake-up placement, which picks an idle
 //! CPU if there is one. Where no CPU is idle (a loaded host) it wakes where it was and
 //! has lost a few tens of microseconds; it then waits longer and longer before the next
-//! try, so a loaded host pays at most a sleep per [`MAX_BACKOFF`] and thread.
+//! try, so a loaded host pays at most a sleep per second and thread
+//! ([`crate::move_backoff::MAX_WAIT`]; the spacing is shared with `crate::sock::apart`).
 //!
 //! Off by default (`Config::poll_spread` is zero): on the idle host it made `perf send
 //! --lat` slower (median 11.7 → 15.1 µs in 8 interleaved pairs), its sleeps coming at
 //! nearly every chance in the transients of a run's start (docs/udp-latency.md, session 13).
 
+use crate::move_backoff::MoveBackoff;
 use std::cell::Cell;
 use std::time::{Duration, Instant};
 
@@ -35,10 +37,6 @@ const SHARED_SWITCHES_PER_CPU_MS: u64 = 20;
 /// A check more than this after the last one judges nothing (the thread was not spinning
 /// meanwhile): it only takes a new count.
 const STALE: Duration = Duration::from_millis(50);
-/// The wait before the next move after one that did not help, doubled each time it did
-/// not, up to [`MAX_BACKOFF`].
-const FIRST_BACKOFF: Duration = Duration::from_millis(10);
-const MAX_BACKOFF: Duration = Duration::from_secs(1);
 
 /// A thread's count: involuntary switches and CPU time (ns) so far.
 #[derive(Clone, Copy, Debug)]
@@ -47,15 +45,19 @@ struct Usage {
     cpu_ns: u64,
 }
 
-/// One thread's watch over its switch count.
+/// One thread's watch over its switch count. The spacing of moves is [`MoveBackoff`]'s,
+/// shared with `crate::sock::apart`; what counts as a move that did not help is this
+/// poller's own. It checks its CPU every millisecond while it spins, so a move that helped
+/// shows at the next check (the CPU is not shared) and starts the spacing over at once,
+/// wait lifted; a move that no check found helped by the time the next is due did not.
+/// `apart`'s reader sees its CPU only when about to sleep on its writer's: it judges by
+/// time instead.
 #[derive(Clone, Copy, Debug)]
 struct Watch {
     /// When the last count was taken, and the count.
     at: Option<(Instant, Usage)>,
-    /// No move before this.
-    not_before: Option<Instant>,
-    /// The wait after the next move.
-    backoff: Duration,
+    /// When the next move may come.
+    spacing: MoveBackoff,
     /// The last move has not yet been judged by a check.
     just_moved: bool,
 }
@@ -63,8 +65,7 @@ struct Watch {
 impl Watch {
     const NEW: Watch = Watch {
         at: None,
-        not_before: None,
-        backoff: FIRST_BACKOFF,
+        spacing: MoveBackoff::NEW,
         just_moved: false,
     };
 
@@ -87,21 +88,18 @@ impl Watch {
         };
         self.at = Some((now, usage));
         if !shared {
-            // Alone on its CPU (again): a later move starts from the first wait.
-            self.backoff = FIRST_BACKOFF;
-            self.not_before = None;
+            // Alone on its CPU (again): a later move may come at once and starts from
+            // the first wait.
+            self.spacing.reset();
             self.just_moved = false;
             return false;
         }
-        if self.not_before.is_some_and(|t| now < t) || cpus() < 2 {
+        if !self.spacing.may_move(now) || cpus() < 2 {
             return false;
         }
-        if self.just_moved {
-            // The last move did not help (no idle CPU): wait longer before the next.
-            self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
-        }
+        // A move still unjudged did not help (no idle CPU): the next waits longer.
+        self.spacing.moved(now, !self.just_moved);
         self.just_moved = true;
-        self.not_before = Some(now + self.backoff);
         true
     }
 
@@ -218,6 +216,9 @@ mod tests {
         let t1 = t0 + ms(2001);
         assert!(!w.check(t1, u(200_001, 1001), || 2));
         assert!(w.check(t1 + ms(1), u(200_101, 1002), || 2));
-        assert_eq!(w.not_before, Some(t1 + ms(1) + FIRST_BACKOFF));
+        assert_eq!(
+            w.spacing.not_before(),
+            Some(t1 + ms(1) + crate::move_backoff::FIRST_WAIT)
+        );
     }
 }

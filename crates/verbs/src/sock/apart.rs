@@ -24,6 +24,7 @@
 //! A ping-pong of small messages never publishes, and a word older than [`FRESH_MS`]
 //! says nothing, so only a stream that flows moves its reader.
 
+use crate::move_backoff::MoveBackoff;
 use std::cell::{Cell, RefCell};
 use std::time::{Duration, Instant};
 
@@ -31,9 +32,6 @@ use std::time::{Duration, Instant};
 pub(crate) const BULK_WRITE: usize = 16 << 10;
 /// A published place older than this (ms) is stale: the writer stopped writing in bulk.
 const FRESH_MS: u64 = 5;
-/// The wait before the next move after one, doubled while moves do not help.
-const FIRST_BACKOFF: Duration = Duration::from_millis(10);
-const MAX_BACKOFF: Duration = Duration::from_secs(1);
 /// The shortest time over which a CPU's idle share is judged (`/proc/stat` counts in
 /// 10 ms ticks).
 const IDLE_WINDOW: Duration = Duration::from_millis(50);
@@ -56,13 +54,17 @@ pub(crate) fn fresh_cpu(word: u64, now_ms: u64) -> Option<u32> {
     (cpu != 0 && now_ms.saturating_sub(at) <= FRESH_MS && at <= now_ms + 1).then(|| cpu - 1)
 }
 
-/// When a reader found on its writer's CPU may move.
+/// When a reader found on its writer's CPU may move: the spacing of moves is
+/// [`MoveBackoff`]'s, shared with `crate::spread`; what counts as a move that did not
+/// help is this reader's own. `spread`'s poller checks its CPU every millisecond and
+/// starts over as soon as it is alone; this reader sees its CPU only when it is about to
+/// sleep on its writer's, never where it went, so a move failed if it is found back within
+/// [`HELPED_AFTER`], and one that helped is only known at the next move (a wait already
+/// set stands).
 #[derive(Clone, Copy, Debug)]
 struct Backoff {
-    /// No move before this.
-    not_before: Option<Instant>,
-    /// The wait after the next move.
-    wait: Duration,
+    /// When the next move may come.
+    spacing: MoveBackoff,
     /// The last move.
     moved_at: Option<Instant>,
     /// The reader was found on its writer's CPU within [`HELPED_AFTER`] of the last move.
@@ -71,8 +73,7 @@ struct Backoff {
 
 impl Backoff {
     const NEW: Backoff = Backoff {
-        not_before: None,
-        wait: FIRST_BACKOFF,
+        spacing: MoveBackoff::NEW,
         moved_at: None,
         failed: false,
     };
@@ -85,25 +86,20 @@ impl Backoff {
         {
             self.failed = true;
         }
-        self.not_before.is_none_or(|t| now >= t)
+        self.spacing.may_move(now)
     }
 
     /// It moved at `now`: the next move waits, twice as long as the last time if the
     /// last move did not help.
     fn moved(&mut self, now: Instant) {
-        self.wait = if self.failed {
-            (self.wait * 2).min(MAX_BACKOFF)
-        } else {
-            FIRST_BACKOFF
-        };
+        self.spacing.moved(now, !self.failed);
         self.failed = false;
         self.moved_at = Some(now);
-        self.not_before = Some(now + self.wait);
     }
 
     /// It found no idle CPU to move to at `now`: it looks again after a window.
     fn stayed(&mut self, now: Instant) {
-        self.not_before = Some(now + IDLE_WINDOW);
+        self.spacing.hold_until(now + IDLE_WINDOW);
     }
 
     /// [`Self::may_move`], then [`Self::moved`] (the tests' whole step).
@@ -326,8 +322,11 @@ mod tests {
         // A move that kept it apart for a while helped: the next one may come soon.
         let t1 = t0 + ms(5000);
         assert!(b.shared(t1), "the wait is over");
-        let t2 = t1 + MAX_BACKOFF;
+        let t2 = t1 + crate::move_backoff::MAX_WAIT;
         assert!(b.shared(t2), "not found on the writer's CPU since the move");
-        assert_eq!(b.not_before, Some(t2 + FIRST_BACKOFF));
+        assert_eq!(
+            b.spacing.not_before(),
+            Some(t2 + crate::move_backoff::FIRST_WAIT)
+        );
     }
 }
