@@ -210,10 +210,21 @@ impl Drop for Qp {
     }
 }
 
-/// Request packets an RC QP must have unacknowledged for a posted send WR to wait for the
-/// next batch (see [`Poster::post_send`]): their ACKs, coalesced per batch the target
-/// reads, come within a round trip and pump the engine.
-const POST_JOINS_NEXT_BATCH_ABOVE: u32 = 8;
+/// Request packets an RC QP must have unacknowledged for a posted WRITE or SEND to wait
+/// for the next batch (see [`Poster::post_send`]): their ACKs, coalesced per batch the
+/// target reads, come within a round trip and pump the engine. Two, not one: the
+/// target's progress thread holds the ACK of a lone WRITE into memory for a while
+/// (`crate::ack_hold`) and the next WRITE ends that hold. It was 8 (session 16): a
+/// program that waits for a drained window before posting again (ib_write_bw with its
+/// defaults, a completion every 100 WRs of 128, the ACK of the 100th covering the
+/// rest) then sent the first 9 posts of each round alone, 9 of its 12 send calls per
+/// 100 packets (docs/udp-bandwidth.md, session 17).
+const POST_JOINS_NEXT_BATCH_ABOVE: u32 = 2;
+
+/// [`POST_JOINS_NEXT_BATCH_ABOVE`] for a READ or an atomic, whose answers pump the
+/// engine: with 2, ib_read_bw at 4 KiB lost in 4 of 4 pairs (469 against 390 MB/s,
+/// medians, load 5; docs/udp-bandwidth.md, session 17), so READs keep session 16's 8.
+const POST_READ_JOINS_NEXT_BATCH_ABOVE: u32 = 8;
 
 /// The largest send WR that waits for the next batch: one packet at the largest MTU. A
 /// larger one makes a batch of its own (a 64 KiB WRITE: 16 packets, one GSO send of
@@ -250,6 +261,11 @@ impl Poster<'_> {
     pub fn post_send(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
         crate::trace::stamp(crate::trace::Step::PostEntered);
         let r = self.st.engine.post_send(self.qp, wr);
+        let joins_above = if wr.op.is_read_or_atomic() {
+            POST_READ_JOINS_NEXT_BATCH_ABOVE
+        } else {
+            POST_JOINS_NEXT_BATCH_ABOVE
+        };
         let joins_next_batch = r.is_ok()
             && wr.payload.len() <= POST_JOINS_NEXT_BATCH_MAX_LEN
             && self.st.engine.qp_state(self.qp) == Some(QpState::Rts)
@@ -257,7 +273,7 @@ impl Poster<'_> {
                 .st
                 .engine
                 .qp_outstanding(self.qp)
-                .is_some_and(|n| n > POST_JOINS_NEXT_BATCH_ABOVE);
+                .is_some_and(|n| n > joins_above);
         self.sends += 1;
         if joins_next_batch {
             self.joined_batch += 1;
