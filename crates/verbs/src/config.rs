@@ -99,6 +99,13 @@ pub struct Config {
     /// idle host it made `perf send --lat` slower in 6 of 8 interleaved pairs (median
     /// 11.7 → 15.1 µs one way; docs/udp-latency.md, session 13). See `crate::spread`.
     pub poll_spread: Duration,
+    /// A lone WRITE or SEND of at most 4096 bytes posted to an RC QP with more than this
+    /// many packets unacknowledged joins the next batch instead of a send call of its own
+    /// (`Poster::post_send`; READs and atomics always use 8). 8, the default; 2 halves the
+    /// lone sends of a program that posts onto a drained QP (ib_write_bw at 4 KiB: 12 500
+    /// -> 8 200 send calls per 100 000 packets) but its bandwidth gain was not shown at
+    /// load 4-8 (ahead in 11 of 18 interleaved pairs; docs/udp-bandwidth.md, session 17).
+    pub post_join_above: u32,
     /// A `sched_yield` of a spinning poller's empty poll that kept it off its CPU this
     /// long makes the poller stop yielding for 10 ms (160 ms at most while such yields go
     /// on): it spins while its socket is busy and sleeps on it (40 µs at most) once quiet
@@ -215,6 +222,7 @@ impl Default for Config {
             poll_wait_under_window: Duration::ZERO,
             poll_yield_under_window: false,
             poll_spread: Duration::ZERO,
+            post_join_above: 8,
             poll_long_yield: Duration::ZERO,
             progress_slice: Duration::ZERO,
             faults: None,
@@ -328,6 +336,12 @@ impl Config {
         }
         if let Some(d) = micros("SOFTVERBS_POLL_SPREAD")? {
             c.poll_spread = d;
+        }
+        if let Some(v) = get("SOFTVERBS_POST_JOIN_ABOVE") {
+            c.post_join_above = v
+                .trim()
+                .parse()
+                .map_err(|_| err("SOFTVERBS_POST_JOIN_ABOVE", &v, "not a number"))?;
         }
         if let Some(d) = micros("SOFTVERBS_POLL_LONG_YIELD")? {
             c.poll_long_yield = d;
@@ -502,6 +516,7 @@ mod tests {
             ("SOFTVERBS_POLL_WAIT_WINDOW", "30"),
             ("SOFTVERBS_POLL_YIELD_WINDOW", "1"),
             ("SOFTVERBS_POLL_SPREAD", "20"),
+            ("SOFTVERBS_POST_JOIN_ABOVE", "2"),
             ("SOFTVERBS_POLL_LONG_YIELD", "1000"),
             ("SOFTVERBS_PROGRESS_SLICE", "300"),
             ("SOFTVERBS_FAULTS", "loss=0.05, dup=0.01,seed=9"),
@@ -552,6 +567,8 @@ mod tests {
         assert!(c.poll_yield_under_window && !Config::default().poll_yield_under_window);
         assert_eq!(c.poll_spread, Duration::from_micros(20));
         assert_eq!(Config::default().poll_spread, Duration::ZERO);
+        assert_eq!(c.post_join_above, 2);
+        assert_eq!(Config::default().post_join_above, 8);
         assert_eq!(c.poll_long_yield, Duration::from_millis(1));
         assert_eq!(Config::default().poll_long_yield, Duration::ZERO);
         assert_eq!(c.progress_slice, Duration::from_micros(300));

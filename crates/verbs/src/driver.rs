@@ -278,6 +278,8 @@ pub(crate) struct Driver {
     poll_yield_under_window: bool,
     /// `Config::poll_spread`.
     poll_spread: Duration,
+    /// `Config::post_join_above` (see `Poster::post_send`).
+    pub(crate) post_join_above: u32,
     /// `Config::poll_long_yield`.
     poll_long_yield: Duration,
     /// How long the progress thread holds the ACK of a lone WRITE into memory (see
@@ -672,6 +674,7 @@ impl Driver {
             read_response_at: AtomicU64::new(0),
             poll_yield_under_window: config.poll_yield_under_window,
             poll_spread: config.poll_spread,
+            post_join_above: config.post_join_above,
             poll_long_yield: config.poll_long_yield,
             ack_hold: config.ack_hold,
             app_polled_at: AtomicU64::new(0),

@@ -210,10 +210,15 @@ impl Drop for Qp {
     }
 }
 
-/// Request packets an RC QP must have unacknowledged for a posted send WR to wait for the
-/// next batch (see [`Poster::post_send`]): their ACKs, coalesced per batch the target
-/// reads, come within a round trip and pump the engine.
-const POST_JOINS_NEXT_BATCH_ABOVE: u32 = 8;
+/// Request packets an RC QP must have unacknowledged for a posted READ or atomic to wait
+/// for the next batch (see [`Poster::post_send`]): their ACKs, coalesced per batch the
+/// target reads, come within a round trip and pump the engine. A WRITE or SEND waits above
+/// `Config::post_join_above`, 8 by default like this; 2 halves the lone sends of
+/// ib_write_bw at 4 KiB, which starts every round of posts from a drained QP (a
+/// completion every 100 WRs of 128, the ACK of the 100th covering the rest), without a
+/// bandwidth gain shown (docs/udp-bandwidth.md, session 17); for READs 2 lost:
+/// ib_read_bw at 4 KiB in 4 of 4 pairs (469 against 390 MB/s, medians, load 5).
+const POST_READ_JOINS_NEXT_BATCH_ABOVE: u32 = 8;
 
 /// The largest send WR that waits for the next batch: one packet at the largest MTU. A
 /// larger one makes a batch of its own (a 64 KiB WRITE: 16 packets, one GSO send of
@@ -231,6 +236,8 @@ pub struct Poster<'a> {
     joined_batch: u64,
     /// Send WRs posted.
     sends: u64,
+    /// `Config::post_join_above`.
+    join_above: u32,
 }
 
 impl Poster<'_> {
@@ -238,7 +245,9 @@ impl Poster<'_> {
     ///
     /// A call that posts a single WR of at most one packet
     /// ([`POST_JOINS_NEXT_BATCH_MAX_LEN`]) to an RC QP in RTS with more than
-    /// [`POST_JOINS_NEXT_BATCH_ABOVE`] request packets unacknowledged sends nothing by
+    /// `Config::post_join_above` (a WRITE or SEND; 8 by default) or
+    /// [`POST_READ_JOINS_NEXT_BATCH_ABOVE`] (a READ or atomic) request packets
+    /// unacknowledged sends nothing by
     /// itself: the WR's packet leaves with the next batch, which the next ACK's reader (a
     /// polling thread or the progress thread) sends when it pumps the engine, and at
     /// least one ACK is due without a hold (the peer holds at most one). Such posts come
@@ -250,6 +259,11 @@ impl Poster<'_> {
     pub fn post_send(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
         crate::trace::stamp(crate::trace::Step::PostEntered);
         let r = self.st.engine.post_send(self.qp, wr);
+        let joins_above = if wr.op.is_read_or_atomic() {
+            POST_READ_JOINS_NEXT_BATCH_ABOVE
+        } else {
+            self.join_above
+        };
         let joins_next_batch = r.is_ok()
             && wr.payload.len() <= POST_JOINS_NEXT_BATCH_MAX_LEN
             && self.st.engine.qp_state(self.qp) == Some(QpState::Rts)
@@ -257,7 +271,7 @@ impl Poster<'_> {
                 .st
                 .engine
                 .qp_outstanding(self.qp)
-                .is_some_and(|n| n > POST_JOINS_NEXT_BATCH_ABOVE);
+                .is_some_and(|n| n > joins_above);
         self.sends += 1;
         if joins_next_batch {
             self.joined_batch += 1;
@@ -539,6 +553,7 @@ impl Qp {
                 produced: false,
                 joined_batch: 0,
                 sends: 0,
+                join_above: driver.map_or(POST_READ_JOINS_NEXT_BATCH_ABOVE, |d| d.post_join_above),
             };
             let r = f(&mut poster);
             if poster.sends > 1 {

@@ -236,6 +236,68 @@ fn small_writes_posted_one_by_one_leave_in_batches() {
     );
 }
 
+/// A program that posts a burst of small WRITEs one WR per `post_send` onto a drained
+/// QP and only then polls (ib_write_bw with its defaults: 128 outstanding, a completion
+/// every 100, whose ACK covers the rest, so every round starts from nothing in flight):
+/// only the first few posts of a burst go alone, the rest join the next batch
+/// (`Config::post_join_above` 2, opt-in; with the default 8 the first 9 of every burst
+/// go alone, 9 of ib_write_bw's 12 send calls per 100 packets). Best of eight bursts, so
+/// a progress thread that reads an ACK between two posts (the QP has fewer in flight
+/// then) does not decide; every byte checked.
+#[test]
+fn a_burst_posted_onto_a_drained_qp_sends_few_posts_alone() {
+    const BURST: u64 = 64;
+    const SIZE: u32 = 4096;
+    let _counted = counted();
+    let (a, b) = pair(Config {
+        post_join_above: 2,
+        ..Config::default()
+    });
+    let mut fewest_alone = u64::MAX;
+    for burst in 0..8u8 {
+        for k in 0..BURST as usize {
+            a.mr.write(
+                k * SIZE as usize,
+                &pattern(SIZE as usize, burst.wrapping_add(k as u8)),
+            );
+        }
+        let before = a.ctx.device_counters();
+        for k in 0..BURST {
+            let at = k as usize * SIZE as usize;
+            post_write(&a, &b, k, at, at, SIZE);
+        }
+        let joined = a.ctx.device_counters().posts_joined_batch - before.posts_joined_batch;
+        let mut wcs = [WorkCompletion::default(); 64];
+        let (mut completed, deadline) = (0u64, std::time::Instant::now() + Duration::from_secs(30));
+        while completed < BURST {
+            let n = a.cq.poll(&mut wcs);
+            for wc in &wcs[..n] {
+                assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+                completed += 1;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{completed} of {BURST} done"
+            );
+        }
+        let alone = BURST - joined;
+        eprintln!("burst {burst}: {alone} of {BURST} posts went alone");
+        fewest_alone = fewest_alone.min(alone);
+        for k in 0..BURST as usize {
+            let mut got = vec![0u8; SIZE as usize];
+            b.mr.read(k * SIZE as usize, &mut got);
+            assert!(
+                got == pattern(SIZE as usize, burst.wrapping_add(k as u8)),
+                "WRITE {k} of burst {burst}"
+            );
+        }
+    }
+    assert!(
+        fewest_alone <= 4,
+        "at best {fewest_alone} of {BURST} posts of a burst went alone"
+    );
+}
+
 #[test]
 fn a_receiver_without_gro_takes_gso_segments() {
     let _counted = counted();
