@@ -151,18 +151,6 @@ fn eight_half_mib_writes(a: &End, b: &End) {
     assert!(got == data, "WRITE data differs");
 }
 
-/// A receiver without UDP GRO (SOFTVERBS_GSO=0) reads a GSO sender's segments one by
-/// one: segment k carries IPv4 ID k, which it cannot know, so it solves for it from
-/// the ICRC. Nothing is dropped, and no IBTA timeout passes. (Before, it tried ID 0 only:
-/// the same WRITEs took about 2 s with some 17 000 retransmissions.) A few early
-/// retransmissions may still happen: a receiver without GRO takes one segment per system
-/// call, and on a loaded machine its ACK can come later than the sender's early timer
-/// (2 SRTT, from 50 µs) expects; such resends are duplicates, not repairs. For the same
-/// reason an IBTA timeout or two may pass there (a receiver that lost its CPU for longer
-/// than the local ACK timeout: 1 in 20 runs of the binary beside two busy loops and two
-/// builds; once 5 timeouts and 321 resends of 1 345 packets); without the solving every
-/// segment but the first was dropped (`drop_icrc`). So nothing may be dropped in any
-/// round of eight WRITEs, and the best of up to five rounds judges timeouts and resends.
 /// A stream of small WRITEs posted one WR per `post_send`, as perftest posts them: while
 /// the QP has many packets unacknowledged a post sends nothing itself and its packet
 /// leaves with the next batch (`Poster::post_send`, counter `posts_joined_batch`).
@@ -187,7 +175,6 @@ fn small_writes_posted_one_by_one_leave_in_batches() {
         }
         let before = a.ctx.device_counters();
         let (mut posted, mut completed) = (0u64, 0u64);
-        let mut wcs = [WorkCompletion::default(); 32];
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         while completed < WRITES {
             while posted < WRITES && posted - completed < IN_FLIGHT {
@@ -195,15 +182,7 @@ fn small_writes_posted_one_by_one_leave_in_batches() {
                 post_write(&a, &b, posted, at, at, SIZE);
                 posted += 1;
             }
-            let n = a.cq.poll(&mut wcs);
-            for wc in &wcs[..n] {
-                assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
-                completed += 1;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "{completed} of {WRITES} done"
-            );
+            reap_successes(&a.cq, &mut completed, WRITES, deadline);
         }
         let after = a.ctx.device_counters();
         let joined = after.posts_joined_batch - before.posts_joined_batch;
@@ -267,18 +246,9 @@ fn a_burst_posted_onto_a_drained_qp_sends_few_posts_alone() {
             post_write(&a, &b, k, at, at, SIZE);
         }
         let joined = a.ctx.device_counters().posts_joined_batch - before.posts_joined_batch;
-        let mut wcs = [WorkCompletion::default(); 64];
         let (mut completed, deadline) = (0u64, std::time::Instant::now() + Duration::from_secs(30));
         while completed < BURST {
-            let n = a.cq.poll(&mut wcs);
-            for wc in &wcs[..n] {
-                assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
-                completed += 1;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "{completed} of {BURST} done"
-            );
+            reap_successes(&a.cq, &mut completed, BURST, deadline);
         }
         let alone = BURST - joined;
         eprintln!("burst {burst}: {alone} of {BURST} posts went alone");
@@ -298,6 +268,18 @@ fn a_burst_posted_onto_a_drained_qp_sends_few_posts_alone() {
     );
 }
 
+/// A receiver without UDP GRO (SOFTVERBS_GSO=0) reads a GSO sender's segments one by
+/// one: segment k carries IPv4 ID k, which it cannot know, so it solves for it from
+/// the ICRC. Nothing is dropped, and no IBTA timeout passes. (Before, it tried ID 0 only:
+/// the same WRITEs took about 2 s with some 17 000 retransmissions.) A few early
+/// retransmissions may still happen: a receiver without GRO takes one segment per system
+/// call, and on a loaded machine its ACK can come later than the sender's early timer
+/// (2 SRTT, from 50 µs) expects; such resends are duplicates, not repairs. For the same
+/// reason an IBTA timeout or two may pass there (a receiver that lost its CPU for longer
+/// than the local ACK timeout: 1 in 20 runs of the binary beside two busy loops and two
+/// builds; once 5 timeouts and 321 resends of 1 345 packets); without the solving every
+/// segment but the first was dropped (`drop_icrc`). So nothing may be dropped in any
+/// round of eight WRITEs, and the best of up to five rounds judges timeouts and resends.
 #[test]
 fn a_receiver_without_gro_takes_gso_segments() {
     let _counted = counted();
@@ -796,6 +778,20 @@ fn memory_windows_grant_and_revoke_remote_access() {
         "access after invalidation"
     );
     drop((mw1, mw2));
+}
+/// One poll of `cq`: counts its completions into `completed`, each of which must be a
+/// success, and fails once `deadline` passed with fewer than `total` completed.
+fn reap_successes(cq: &Cq, completed: &mut u64, total: u64, deadline: std::time::Instant) {
+    let mut wcs = [WorkCompletion::default(); 64];
+    let n = cq.poll(&mut wcs);
+    for wc in &wcs[..n] {
+        assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+        *completed += 1;
+    }
+    assert!(
+        std::time::Instant::now() < deadline,
+        "{completed} of {total} done"
+    );
 }
 
 /// Spins on `cq` until it yields one completion.
