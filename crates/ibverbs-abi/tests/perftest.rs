@@ -246,3 +246,38 @@ fn atomic_bw_all_sizes_is_rejected() {
 fn atomic_bw_all_sizes_gid0_is_rejected() {
     atomic_bw_all_sizes_rejected_by_perftest("atomic_bw_all_gid0", &["-a", "-x", "0"]);
 }
+
+/// The harness runs a pair again when perftest failed its own clock calibration (the fit
+/// of TSC cycles against `gettimeofday` it makes before its report; a preempted step fails
+/// it on a VM): a stand-in client that prints perftest's message and exits 1 once, then
+/// succeeds, makes a pair that succeeds on its second run; one that always fails is run
+/// three times and reported failed. Any other failure is not run again.
+#[test]
+fn a_pair_whose_perftest_clock_check_failed_runs_again() {
+    let dir = common::scratch("clock_check_rerun");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let flag = dir.join("failed-once");
+    let once = format!(
+        "if [ -e {f} ]; then exit 0; fi; touch {f}; echo 'Correlation coefficient r^2: 0.8 < 0.9' >&2; echo \"Can't produce a report\" >&2; exit 1",
+        f = flag.display()
+    );
+    let server = Side::new("/bin/sh", &["-c", "exit 0"]);
+    let pair = |client: &str| {
+        common::run_pair(
+            &dir,
+            &server,
+            &Side::new("/bin/sh", &["-c", client]),
+            std::time::Duration::from_secs(20),
+        )
+    };
+    let r = pair(&once);
+    assert!(r.both_ok(), "the second run must succeed\n{}", r.report());
+    assert_eq!(r.clock_check_reruns, 1, "{}", r.report());
+    let r = pair("echo 'Correlation coefficient r^2: 0.8 < 0.9' >&2; exit 1");
+    assert!(!r.both_ok());
+    assert_eq!(r.clock_check_reruns, 2, "{}", r.report());
+    let r = pair("echo 'Failed to exchange data' >&2; exit 1");
+    assert!(!r.both_ok());
+    assert_eq!(r.clock_check_reruns, 0, "{}", r.report());
+}

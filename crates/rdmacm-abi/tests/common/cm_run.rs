@@ -11,7 +11,8 @@
 //! listener while the client, past the same handshake, already connects; perftest's own
 //! retry loop reuses the ids it has just destroyed). So a case whose client failed that way
 //! while its server still ran is run again from scratch, on a new port and with a longer head
-//! start for the servers, a few times; the report says how many attempts it took.
+//! start for the servers, a few times; the report says how many attempts it took. So is a
+//! case where a perftest failed its own clock calibration (`procs::CLOCK_CHECK_FAILED`).
 
 use super::procs::{self, Outcome, Running, Side};
 use std::path::{Path, PathBuf};
@@ -202,13 +203,26 @@ pub fn run_case(dropin: &Path, make: impl Fn(u16) -> Case) -> CaseOutcome {
         attempt += 1;
         let case = make(procs::free_udp_port());
         let (outcome, retry) = run_once(dropin, &case, attempt);
-        if !retry || attempt == ATTEMPTS {
+        let clock_failed = outcome
+            .servers
+            .iter()
+            .chain(&outcome.clients)
+            .any(|o| !o.success() && o.output().contains(procs::CLOCK_CHECK_FAILED));
+        if !(retry || clock_failed) || attempt == ATTEMPTS {
             return outcome;
         }
-        eprintln!(
-            "a client reached its server before it listened; again (attempt {})",
-            attempt + 1
-        );
+        if clock_failed {
+            eprintln!(
+                "perftest's clock calibration failed; again (attempt {})\n{}",
+                attempt + 1,
+                outcome.report()
+            );
+        } else {
+            eprintln!(
+                "a client reached its server before it listened; again (attempt {})",
+                attempt + 1
+            );
+        }
     }
 }
 
