@@ -765,54 +765,53 @@ impl RdmaStream {
             payload,
             flags: SendFlags::SIGNALED,
         };
-        if self.small_in_packet(w) {
-            if let SendStage::Ring { offset, first, .. } = w.stage {
-                let (head, tail) = data.split_at(first as usize);
-                self.sbuf.write(offset as usize, head);
-                self.sbuf.write(0, tail);
-            }
-            if let Some(d) = self.cq.driver() {
-                d.counters
-                    .sock_small_in_packet
-                    .fetch_add(1, Ordering::Relaxed);
-            }
-            return self.qp.post_send_in_packet(&wr).map_err(|e| {
-                let _ = core.handle_send_completion(w.wr_id, false);
-                reset(e)
-            });
-        }
+        // A small message of an exchange goes in its packet (`IN_PACKET_MAX`): staged,
+        // never placed.
+        let in_packet = self.small_in_packet(w);
         if let SendStage::Ring { offset, first, .. } = w.stage {
             // The same-host path moves the bytes straight from the caller's buffer into
             // the peer's ring (one copy, as a TCP send's into the kernel); the send ring
             // is only staged when the write must go by packets.
-            if core.early_grants_on() {
-                // (`Config::sock_early_room`.)
-                wr.wr_id = core.unstage(w);
-            }
-            // The "bytes placed" word after the bytes, in the same copy.
-            let word = core.placed_word_after(w).map(|(remote_addr, rkey, value)| {
-                crate::samehost::WordAfter {
-                    remote_addr,
-                    rkey,
-                    value,
-                    check: softverbs_sock::placed_word_check(value),
+            if !in_packet {
+                if core.early_grants_on() {
+                    // (`Config::sock_early_room`.)
+                    wr.wr_id = core.unstage(w);
                 }
-            });
-            if let Some(r) = self.qp.post_write_from(&wr, &[data], word) {
-                return r.map_err(|e| {
-                    let _ = core.handle_send_completion(wr.wr_id, false);
-                    reset(e)
+                // The "bytes placed" word after the bytes, in the same copy.
+                let word = core.placed_word_after(w).map(|(remote_addr, rkey, value)| {
+                    crate::samehost::WordAfter {
+                        remote_addr,
+                        rkey,
+                        value,
+                        check: softverbs_sock::placed_word_check(value),
+                    }
                 });
-            }
-            if wr.wr_id != w.wr_id {
-                core.restage(w);
-                wr.wr_id = w.wr_id;
+                if let Some(r) = self.qp.post_write_from(&wr, &[data], word) {
+                    return r.map_err(|e| {
+                        let _ = core.handle_send_completion(wr.wr_id, false);
+                        reset(e)
+                    });
+                }
+                if wr.wr_id != w.wr_id {
+                    core.restage(w);
+                    wr.wr_id = w.wr_id;
+                }
             }
             let (head, tail) = data.split_at(first as usize);
             self.sbuf.write(offset as usize, head);
             self.sbuf.write(0, tail);
         }
-        self.qp.post_send(&wr).map_err(|e| {
+        let posted = if in_packet {
+            if let Some(d) = self.cq.driver() {
+                d.counters
+                    .sock_small_in_packet
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            self.qp.post_send_in_packet(&wr)
+        } else {
+            self.qp.post_send(&wr)
+        };
+        posted.map_err(|e| {
             let _ = core.handle_send_completion(w.wr_id, false);
             reset(e)
         })
