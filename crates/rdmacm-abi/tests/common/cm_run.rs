@@ -207,7 +207,7 @@ pub fn run_case(dropin: &Path, make: impl Fn(u16) -> Case) -> CaseOutcome {
             .servers
             .iter()
             .chain(&outcome.clients)
-            .any(|o| !o.success() && o.output().contains(procs::CLOCK_CHECK_FAILED));
+            .any(Outcome::failed_clock_check);
         if !(retry || clock_failed) || attempt == ATTEMPTS {
             return outcome;
         }
