@@ -15,6 +15,7 @@
 
 mod closed;
 mod config;
+pub mod copy;
 mod counters;
 mod cq;
 mod engine;

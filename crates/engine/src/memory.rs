@@ -60,7 +60,7 @@ impl MemorySpan {
         // SAFETY: the range is inside the span (checked above), which `new`'s caller
         // promised valid for reads; `out` is a distinct Rust buffer, so they do not
         // overlap.
-        unsafe { std::ptr::copy_nonoverlapping(src, out.as_mut_ptr(), out.len()) };
+        unsafe { crate::copy::copy_bytes(src, out.as_mut_ptr(), out.len()) };
         true
     }
 
@@ -72,7 +72,7 @@ impl MemorySpan {
         // SAFETY: the range is inside the span (checked above), valid for writes by
         // `new`'s contract; `data` is a Rust slice the engine owns or borrowed from a
         // received datagram, never registered memory, so they do not overlap.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len()) };
+        unsafe { crate::copy::copy_bytes(data.as_ptr(), dst, data.len()) };
         true
     }
 

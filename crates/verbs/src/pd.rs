@@ -376,7 +376,7 @@ impl<T: StableBuffer> Mr<T> {
         // source may be written concurrently by the engine (like DMA), which can
         // only make the copied bytes stale, never unsafe for u8 data.
         unsafe {
-            std::ptr::copy_nonoverlapping(
+            softverbs_engine::copy::copy_bytes(
                 (self.info.addr as *const u8).add(offset),
                 out.as_mut_ptr(),
                 out.len(),
@@ -393,7 +393,7 @@ impl<T: StableBuffer> Mr<T> {
         // SAFETY: in range of the owned, registered buffer; no Rust reference to
         // it exists (the Mr hands none out).
         unsafe {
-            std::ptr::copy_nonoverlapping(
+            softverbs_engine::copy::copy_bytes(
                 data.as_ptr(),
                 (self.info.addr as *mut u8).add(offset),
                 data.len(),

@@ -41,14 +41,57 @@ fn copied(n: isize) -> io::Result<usize> {
 /// Copies `local` into `len = local.len()` bytes at `remote_addr` in process `pid`;
 /// the count copied (short only on a fault part way).
 pub fn write_to(pid: u32, remote_addr: u64, local: &[u8]) -> io::Result<usize> {
-    let liov = iovec(local.as_ptr() as u64, local.len());
-    let riov = iovec(remote_addr, local.len());
-    crate::driver::note_syscall();
-    // SAFETY: the local iovec covers `local`, which the kernel only reads; the remote
-    // one names memory of another process, which the kernel checks (EFAULT) and which
-    // the caller checked against the peer's published, fenced region table.
-    let n = unsafe { libc::process_vm_writev(pid as libc::pid_t, &liov, 1, &riov, 1, 0) };
-    copied(n)
+    write_gather(pid, remote_addr, &[(local.as_ptr() as u64, local.len())])
+}
+
+/// Local copies staged at most this long (a thread's staging buffer grows to it); a
+/// longer one goes straight, at the short distance's price.
+const STAGE_MAX: usize = 1 << 20;
+
+thread_local! {
+    /// The staging buffer of [`staged`] copies, and how many this thread made.
+    static STAGE: std::cell::RefCell<(Vec<u8>, u64)> = const {
+        std::cell::RefCell::new((Vec::new(), 0))
+    };
+}
+
+/// Copies made on this thread through the staging buffer (for tests).
+#[cfg(test)]
+fn staged_copies() -> u64 {
+    STAGE.with(|s| s.borrow().1)
+}
+
+/// Whether the kernel's copy between local `pieces` (address, length), taken in
+/// order, and `len` bytes at `remote_addr` would meet a short distance (see
+/// `softverbs_engine::copy`: its `rep movsb` runs 3-8x slower than at any other
+/// distance here, session 18), `writing` from the pieces to the remote bytes or the
+/// other way.
+fn meets_short_distance(pieces: &[(u64, usize)], remote_addr: u64, writing: bool) -> bool {
+    let mut at = remote_addr;
+    pieces.iter().any(|&(addr, len)| {
+        let (src, dst) = if writing { (addr, at) } else { (at, addr) };
+        at = at.wrapping_add(len as u64);
+        softverbs_engine::copy::goes_backward(src as usize, dst as usize, len)
+    })
+}
+
+/// Runs `copy` with a staging buffer of `len` bytes placed at `remote_addr`'s offset
+/// in a page (the kernel's copy between it and the remote bytes is then at distance 0),
+/// `None` for a copy longer than [`STAGE_MAX`].
+fn staged<R>(remote_addr: u64, len: usize, copy: impl FnOnce(&mut [u8]) -> R) -> Option<R> {
+    if len > STAGE_MAX {
+        return None;
+    }
+    STAGE.with(|s| {
+        let mut s = s.borrow_mut();
+        let (buf, count) = &mut *s;
+        if buf.len() < len + 4096 {
+            buf.resize(len + 4096, 0);
+        }
+        let start = (remote_addr as usize).wrapping_sub(buf.as_ptr() as usize) % 4096;
+        *count += 1;
+        Some(copy(&mut buf[start..start + len]))
+    })
 }
 
 /// Copies the local pieces `sources` (address, length), in order, to `remote_addr` in
@@ -64,11 +107,44 @@ pub fn write_gather(pid: u32, remote_addr: u64, sources: &[(u64, usize)]) -> io:
 /// order from the local pieces taken in order: the kernel copies range by range (a
 /// stream's bytes first, then its "bytes placed" word, which so never lands before
 /// them). The count copied (short on a fault part way: nothing after it was written).
+///
+/// Pieces a few bytes behind their remote place modulo 4096 are first gathered into a
+/// staging buffer at the remote bytes' offset in a page ([`meets_short_distance`]).
 pub fn write_gather_to(
     pid: u32,
     remotes: &[(u64, usize)],
     sources: &[(u64, usize)],
 ) -> io::Result<usize> {
+    let (_, total) = piece_iovecs(sources)?;
+    let first = remotes.first().map_or(0, |r| r.0);
+    if meets_short_distance(sources, first, true) {
+        let staged = staged(first, total, |stage| {
+            let mut at = 0;
+            for &(addr, len) in sources {
+                // SAFETY: each piece is memory of this process the caller keeps valid
+                // for reads during this call (`write_gather`'s contract); `stage` is
+                // our own buffer, `total` long, so `at..at + len` lies inside it and
+                // cannot overlap a caller's piece.
+                unsafe {
+                    softverbs_engine::copy::copy_bytes(
+                        addr as *const u8,
+                        stage[at..].as_mut_ptr(),
+                        len,
+                    )
+                };
+                at += len;
+            }
+            write_ranges(pid, remotes, &[(stage.as_ptr() as u64, total)])
+        });
+        if let Some(result) = staged {
+            return result;
+        }
+    }
+    write_ranges(pid, remotes, sources)
+}
+
+/// The `process_vm_writev` of [`write_gather_to`].
+fn write_ranges(pid: u32, remotes: &[(u64, usize)], sources: &[(u64, usize)]) -> io::Result<usize> {
     let (liov, _) = piece_iovecs(sources)?;
     let (riov, _) = piece_iovecs(remotes)?;
     crate::driver::note_syscall();
@@ -106,7 +182,37 @@ pub fn read_from(pid: u32, remote_addr: u64, out: &mut [u8]) -> io::Result<usize
 /// memory of this process that allows local writes, checked against their memory
 /// regions under the device lock just before (deregistration waits for this copy:
 /// `SameHost::quiesce_local`).
+///
+/// Sinks a few bytes ahead of their remote place modulo 4096 are filled through a
+/// staging buffer at the remote bytes' offset in a page ([`meets_short_distance`]).
 pub fn read_scatter(pid: u32, remote_addr: u64, sinks: &[(u64, usize)]) -> io::Result<usize> {
+    let (_, total) = piece_iovecs(sinks)?;
+    if meets_short_distance(sinks, remote_addr, false) {
+        let staged = staged(remote_addr, total, |stage| {
+            let n = read_ranges(pid, remote_addr, &[(stage.as_mut_ptr() as u64, total)])?;
+            let mut at = 0;
+            for &(addr, len) in sinks {
+                let len = len.min(n - at);
+                // SAFETY: each sink is registered memory of this process whose region
+                // allows local writes and stays registered until this copy is over
+                // (`read_scatter`'s contract: the kernel would write it here); `stage`
+                // is our own buffer, so the two do not overlap; `at + len <= n`.
+                unsafe {
+                    softverbs_engine::copy::copy_bytes(stage[at..].as_ptr(), addr as *mut u8, len)
+                };
+                at += len;
+            }
+            Ok(n)
+        });
+        if let Some(result) = staged {
+            return result;
+        }
+    }
+    read_ranges(pid, remote_addr, sinks)
+}
+
+/// The `process_vm_readv` of [`read_scatter`].
+fn read_ranges(pid: u32, remote_addr: u64, sinks: &[(u64, usize)]) -> io::Result<usize> {
     let (liov, total) = piece_iovecs(sinks)?;
     let riov = iovec(remote_addr, total);
     crate::driver::note_syscall();
@@ -200,9 +306,64 @@ mod tests {
         assert_eq!(write_gather_to(pid, &remotes, &pieces).unwrap(), 100);
         assert_eq!((&dst[..90], &far[4..14]), (&src[..90], &src[90..]));
         let word = 0x1122_3344_5566_7788u64;
+        // (The short distances' staging: `a_copy_a_few_bytes_off_a_page_is_staged`.)
         assert_eq!(probe(pid, &word as *const u64 as u64).unwrap(), word);
         // An unmapped address faults; a pid that does not exist is refused.
         assert!(probe(pid, 8).is_err());
         assert!(probe(i32::MAX as u32, &word as *const u64 as u64).is_err());
+    }
+
+    /// A buffer of `len` bytes at `offset` in a page, inside `backing`.
+    fn at_offset(backing: &mut Vec<u8>, len: usize, offset: usize) -> *mut u8 {
+        backing.resize(len + 8192, 0);
+        let base = backing.as_mut_ptr() as usize;
+        (base + (offset + 4096 - base % 4096) % 4096) as *mut u8
+    }
+
+    #[test]
+    fn a_copy_a_few_bytes_off_a_page_is_staged() {
+        let pid = std::process::id();
+        let len = 64 << 10;
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        let src: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+        for (src_offset, dst_offset, stages) in [
+            (0, 16, true),
+            (4076, 0, true),
+            (100, 163, true),
+            (16, 0, false),
+            (0, 0, false),
+            (0, 2048, false),
+            (0, 64, false),
+        ] {
+            let from = at_offset(&mut a, len, src_offset);
+            let to = at_offset(&mut b, len, dst_offset);
+            // SAFETY: `from` and `to` each point at `len` bytes inside their own vector.
+            unsafe {
+                std::ptr::copy_nonoverlapping(src.as_ptr(), from, len);
+                std::ptr::write_bytes(to, 0, len);
+            }
+            let before = staged_copies();
+            let pieces = [(from as u64, 1000), (from as u64 + 1000, len - 1000)];
+            assert_eq!(write_gather(pid, to as u64, &pieces).unwrap(), len);
+            // SAFETY: as above.
+            let written = unsafe { std::slice::from_raw_parts(to, len) };
+            assert!(written == &src[..], "write {src_offset} -> {dst_offset}");
+            assert_eq!(staged_copies() - before, u64::from(stages), "write staged");
+            // Read it back the same way round: the sinks at the source's offsets.
+            // SAFETY: as above.
+            unsafe { std::ptr::write_bytes(from, 0, len) };
+            let before = staged_copies();
+            let sinks = [(from as u64, 3000), (from as u64 + 3000, len - 3000)];
+            assert_eq!(read_scatter(pid, to as u64, &sinks).unwrap(), len);
+            // SAFETY: as above.
+            let read = unsafe { std::slice::from_raw_parts(from, len) };
+            assert!(read == &src[..], "read {dst_offset} -> {src_offset}");
+            let reads_short = (src_offset + 4096 - dst_offset) % 4096;
+            assert_eq!(
+                staged_copies() - before,
+                u64::from((1..=63).contains(&reads_short)),
+                "read staged"
+            );
+        }
     }
 }
