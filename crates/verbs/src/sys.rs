@@ -169,24 +169,25 @@ pub fn enable_gro(sock: &UdpSocket) -> bool {
     }
 }
 
-/// Where in a page every read of a [`RecvBatch`] starts. The payload a datagram's
-/// receiver copies into a memory region (a WRITE's at the target, a READ response's at the
-/// requester) then starts at a fixed place in a page: byte 76 (after the 12-byte BTH; 92
-/// after a RETH), and the next datagrams of a GRO read 16 bytes further each (a 4096-byte
-/// payload plus BTH and ICRC is 4112 bytes). A page-aligned destination (perftest's,
-/// `softverbs perf`'s, any MR at a multiple of the MTU), or one 16 bytes into a page (a
-/// large `malloc`), is then always a few dozen to a few hundred bytes behind the copy's
-/// source modulo 4096.
+/// Where in a page every read of a [`RecvBatch`] starts: the middle. The payload a
+/// datagram's receiver copies into a memory region (a WRITE's at the target, a READ
+/// response's at the requester) then starts at byte 2060 of a page (after the 12-byte BTH;
+/// 2076 after a RETH), and the next datagrams of a GRO read 16 bytes further each (a
+/// 4096-byte payload plus BTH and ICRC is 4112 bytes): some 1800 bytes or more away, modulo
+/// 4096, from a destination at the start of a page (perftest's, `softverbs perf`'s, any MR
+/// at a multiple of the MTU) or a little after it (a large `malloc`'s 16 bytes).
 ///
 /// Why it matters: where the heap happened to put the buffers decided how fast those
 /// copies ran. In Debian's ib_write_bw over the drop-in the target's copies of 20000
-/// 64 KiB WRITEs into its page-aligned buffer took 384-495 profile samples at 4 kHz, the
-/// payloads at 4076-4092 and 12-60 in a page (straddling the destination's offset 0, where
-/// a load can wait on a pending store with the same low 12 address bits: 4K aliasing),
-/// against 150-166 in `softverbs perf`'s server, where they were at 3148-3228; the same
-/// 320 000 copies of 4096 bytes. With the reads placed here: 135-141 in both
-/// (docs/udp-bandwidth.md, session 18).
-const RX_READ_START_IN_PAGE: usize = 64;
+/// 64 KiB WRITEs into its page-aligned buffer took 384-495 profile samples at 4 kHz, with
+/// the payloads at 4076-4092 and 12-60 in a page, close to the destination's offset 0
+/// modulo 4096 (4K aliasing: a load waits on a pending store with the same low 12 address
+/// bits), against 150-166 in `softverbs perf`'s server, where they were at 3148-3228; the
+/// same 320 000 copies of 4096 bytes. Placed here: 114-164 in both. The kernel's copy into
+/// the buffer has a bad place of its own: a GRO read into a buffer 16 bytes into a page
+/// copied at 1.7 GB/s against 11-12.7 at 0-4080 otherwise (loopback, 15 x 4112-byte
+/// segments; docs/udp-bandwidth.md, session 18).
+const RX_READ_START_IN_PAGE: usize = 2048;
 
 /// Bytes a receive buffer has beyond its reads' room, so that its reads can start at
 /// [`RX_READ_START_IN_PAGE`] wherever the allocator put it.
