@@ -177,16 +177,18 @@ pub fn enable_gro(sock: &UdpSocket) -> bool {
 /// 4096, from a destination at the start of a page (perftest's, `softverbs perf`'s, any MR
 /// at a multiple of the MTU) or a little after it (a large `malloc`'s 16 bytes).
 ///
-/// Why it matters: where the heap happened to put the buffers decided how fast those
-/// copies ran. In Debian's ib_write_bw over the drop-in the target's copies of 20000
-/// 64 KiB WRITEs into its page-aligned buffer took 384-495 profile samples at 4 kHz, with
-/// the payloads at 4076-4092 and 12-60 in a page, close to the destination's offset 0
-/// modulo 4096 (4K aliasing: a load waits on a pending store with the same low 12 address
-/// bits), against 150-166 in `softverbs perf`'s server, where they were at 3148-3228; the
-/// same 320 000 copies of 4096 bytes. Placed here: 114-164 in both. The kernel's copy into
-/// the buffer has a bad place of its own: a GRO read into a buffer 16 bytes into a page
-/// copied at 1.7 GB/s against 11-12.7 at 0-4080 otherwise (loopback, 15 x 4112-byte
-/// segments; docs/udp-bandwidth.md, session 18).
+/// Why it matters: a copy whose destination is a few bytes *ahead* of its source modulo
+/// 4096 runs at 40 % of the speed (4K aliasing: each load waits on the pending store with
+/// the same low 12 address bits; a 64 KiB copy in 4096-byte pieces from a page-aligned
+/// source on this host: 14.0-14.5 GB/s with the destination 12-28 bytes into a page, 26.8
+/// at 60, 33.9-35.7 from 140 on), and where the heap happened to put the buffers decided
+/// it. In Debian's ib_write_bw over the drop-in the target's copies of 20000 64 KiB WRITEs
+/// into its page-aligned buffer took 384-495 profile samples at 4 kHz, some of its payloads
+/// at 4076-4092 in a page, against 150-166 in `softverbs perf`'s server, where they were at
+/// 3148-3228; the same 320 000 copies of 4096 bytes. Placed here: 114-164 in both. The
+/// kernel's copy into the buffer has a bad place of its own: a GRO read into a buffer 16
+/// bytes into a page copied at 1.7 GB/s against 11-12.7 at 0-4080 otherwise (loopback,
+/// 15 x 4112-byte segments; docs/udp-bandwidth.md, session 18).
 const RX_READ_START_IN_PAGE: usize = 2048;
 
 /// Bytes a receive buffer has beyond its reads' room, so that its reads can start at
