@@ -169,6 +169,37 @@ pub fn enable_gro(sock: &UdpSocket) -> bool {
     }
 }
 
+/// Where in a page every read of a [`RecvBatch`] starts: the middle. The payload a
+/// datagram's receiver copies into a memory region (a WRITE's at the target, a READ
+/// response's at the requester) then starts at byte 2060 of a page (after the 12-byte BTH;
+/// 2076 after a RETH), and the next datagrams of a GRO read 16 bytes further each (a
+/// 4096-byte payload plus BTH and ICRC is 4112 bytes): some 1800 bytes or more away, modulo
+/// 4096, from a destination at the start of a page (perftest's, `softverbs perf`'s, any MR
+/// at a multiple of the MTU) or a little after it (a large `malloc`'s 16 bytes).
+///
+/// Why it matters: a copy whose destination is a few bytes *ahead* of its source modulo
+/// 4096 runs at 40 % of the speed (4K aliasing: each load waits on the pending store with
+/// the same low 12 address bits; a 64 KiB copy in 4096-byte pieces from a page-aligned
+/// source on this host: 14.0-14.5 GB/s with the destination 12-28 bytes into a page, 26.8
+/// at 60, 33.9-35.7 from 140 on), and where the heap happened to put the buffers decided
+/// it. In Debian's ib_write_bw over the drop-in the target's copies of 20000 64 KiB WRITEs
+/// into its page-aligned buffer took 384-495 profile samples at 4 kHz, some of its payloads
+/// at 4076-4092 in a page, against 150-166 in `softverbs perf`'s server, where they were at
+/// 3148-3228; the same 320 000 copies of 4096 bytes. Placed here: 114-164 in both. The
+/// kernel's copy into the buffer has a bad place of its own: a GRO read into a buffer 16
+/// bytes into a page copied at 1.7 GB/s against 11-12.7 at 0-4080 otherwise (loopback,
+/// 15 x 4112-byte segments; docs/udp-bandwidth.md, session 18).
+const RX_READ_START_IN_PAGE: usize = 2048;
+
+/// Bytes a receive buffer has beyond its reads' room, so that its reads can start at
+/// [`RX_READ_START_IN_PAGE`] wherever the allocator put it.
+const RX_PLACEMENT_ROOM: usize = 4096;
+
+/// The offset in a buffer at `base` at which its reads start ([`RX_READ_START_IN_PAGE`]).
+fn rx_buffer_start(base: *const u8) -> usize {
+    (RX_READ_START_IN_PAGE + 4096 - (base as usize) % 4096) % 4096
+}
+
 /// Room for one cmsg carrying an int.
 const CMSG_SPACE_INT: usize = 32;
 
@@ -182,6 +213,8 @@ const CMSG_SPACE_INT: usize = 32;
 /// poll of a spinning thread, and the message it finally reads.
 pub struct RecvBatch {
     bufs: Vec<Vec<u8>>,
+    /// Where each read starts in its buffer (`rx_buffer_start`).
+    starts: Vec<usize>,
     addrs: Vec<libc::sockaddr_storage>,
     lens: Vec<usize>,
     segs: Vec<usize>,
@@ -206,15 +239,19 @@ unsafe impl Send for RecvBatch {}
 
 impl RecvBatch {
     pub fn new(buf_size: usize) -> Self {
-        let mut bufs: Vec<Vec<u8>> = (0..BATCH).map(|_| vec![0u8; buf_size]).collect();
+        let mut bufs: Vec<Vec<u8>> = (0..BATCH)
+            .map(|_| vec![0u8; buf_size + RX_PLACEMENT_ROOM])
+            .collect();
+        let starts: Vec<usize> = bufs.iter().map(|b| rx_buffer_start(b.as_ptr())).collect();
         // SAFETY: plain old data, all-zero is valid.
         let mut addrs: Vec<libc::sockaddr_storage> = vec![unsafe { std::mem::zeroed() }; BATCH];
         let mut ctrl = vec![[0u64; CMSG_SPACE_INT / 8]; BATCH];
         let mut iovs: Vec<libc::iovec> = bufs
             .iter_mut()
-            .map(|b| libc::iovec {
-                iov_base: b.as_mut_ptr().cast(),
-                iov_len: b.len(),
+            .zip(&starts)
+            .map(|(b, &at)| libc::iovec {
+                iov_base: b[at..].as_mut_ptr().cast(),
+                iov_len: buf_size,
             })
             .collect();
         let msgs = (0..BATCH)
@@ -230,6 +267,7 @@ impl RecvBatch {
             .collect();
         let mut batch = RecvBatch {
             bufs,
+            starts,
             addrs,
             lens: vec![0; BATCH],
             segs: vec![0; BATCH],
@@ -347,7 +385,7 @@ impl RecvBatch {
             return None;
         }
         let src = from_storage(&self.addrs[i])?;
-        let data = &self.bufs[i][..self.lens[i]];
+        let data = &self.bufs[i][self.starts[i]..][..self.lens[i]];
         let seg = self.segs[i].max(1);
         Some((
             src,
@@ -1238,6 +1276,46 @@ mod tests {
             (128 * 1024..=256 * 1024).contains(&granted),
             "{granted} bytes for 64 KiB asked"
         );
+    }
+
+    /// Every read of a receive batch starts at the same place in a page, wherever the
+    /// allocator put the buffers (heap offsets that differ between programs used to
+    /// decide how fast the payload copies into a memory region ran: see
+    /// `RX_READ_START_IN_PAGE`), and its datagrams are the bytes that were sent.
+    #[test]
+    fn every_read_starts_at_the_same_place_in_a_page() {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let to = rx.local_addr().unwrap();
+        // Batches made after allocations of assorted sizes, so their buffers start at
+        // assorted heap offsets.
+        let mut keep = Vec::new();
+        for shift in [0usize, 16, 48, 1000, 2064, 4032, 4080] {
+            keep.push(vec![1u8; shift + 1]);
+            let mut batch = RecvBatch::new(GRO_BUF);
+            for (b, &at) in batch.bufs.iter().zip(&batch.starts) {
+                assert_eq!((b.as_ptr() as usize + at) % 4096, RX_READ_START_IN_PAGE);
+                assert!(
+                    at + GRO_BUF <= b.len(),
+                    "a read's room is inside its buffer"
+                );
+            }
+            let sent: Vec<u8> = (0..3000).map(|i| (i * 7 + shift) as u8).collect();
+            tx.send_to(&sent, to).unwrap();
+            let mut got = 0;
+            for _ in 0..1000 {
+                got = batch.recv(&rx).unwrap();
+                if got > 0 {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            assert_eq!(got, 1);
+            let (_, mut data) = batch.datagrams(0).unwrap();
+            let (_, d) = data.next().unwrap();
+            assert_eq!((d.as_ptr() as usize) % 4096, RX_READ_START_IN_PAGE);
+            assert_eq!(d, &sent[..]);
+        }
     }
 
     /// `RecvBatch::recv_adaptive` reads once (`recvmsg`) where the previous call found
