@@ -185,7 +185,10 @@ pub fn enable_gro(sock: &UdpSocket) -> bool {
 /// it. In Debian's ib_write_bw over the drop-in the target's copies of 20000 64 KiB WRITEs
 /// into its page-aligned buffer took 384-495 profile samples at 4 kHz, some of its payloads
 /// at 4076-4092 in a page, against 150-166 in `softverbs perf`'s server, where they were at
-/// 3148-3228; the same 320 000 copies of 4096 bytes. Placed here: 114-164 in both. The
+/// 3148-3228; the same 320 000 copies of 4096 bytes. Placed here: 114-164 in both. (The
+/// copy into the region now steps around that distance itself, wherever the region is:
+/// `softverbs_engine::copy`; this placement keeps the common payloads on the platform's
+/// copy.) The
 /// kernel's copy into the buffer has a bad place of its own: a GRO read into a buffer 16
 /// bytes into a page copied at 1.7 GB/s against 11-12.7 at 0-4080 otherwise (loopback,
 /// 15 x 4112-byte segments; docs/udp-bandwidth.md, session 18).
