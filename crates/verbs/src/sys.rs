@@ -188,10 +188,9 @@ pub fn enable_gro(sock: &UdpSocket) -> bool {
 /// 3148-3228; the same 320 000 copies of 4096 bytes. Placed here: 114-164 in both. (The
 /// copy into the region now steps around that distance itself, wherever the region is:
 /// `softverbs_engine::copy`; this placement keeps the common payloads on the platform's
-/// copy.) The
-/// kernel's copy into the buffer has a bad place of its own: a GRO read into a buffer 16
-/// bytes into a page copied at 1.7 GB/s against 11-12.7 at 0-4080 otherwise (loopback,
-/// 15 x 4112-byte segments; docs/udp-bandwidth.md, session 18).
+/// copy.) The kernel's copy into the buffer has a bad place of its own: a GRO read into a
+/// buffer 16 bytes into a page copied at 1.7 GB/s against 11-12.7 at 0-4080 otherwise
+/// (loopback, 15 x 4112-byte segments; docs/udp-bandwidth.md, session 18).
 const RX_READ_START_IN_PAGE: usize = 2048;
 
 /// Bytes a receive buffer has beyond its reads' room, so that its reads can start at
