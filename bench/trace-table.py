@@ -19,14 +19,17 @@ import bisect
 import sys
 
 NAMES = {1: "received", 2: "handled", 3: "receive done", 4: "polled", 5: "post",
-         6: "queued", 7: "send", 8: "send returned", 9: "recvmmsg entered"}
+         6: "queued", 7: "send", 8: "send returned", 9: "recvmmsg entered",
+         10: "locked", 11: "datagram handled", 12: "pump", 13: "pump transmitted",
+         14: "pumped", 15: "unlocked", 16: "post locked", 17: "engine posted",
+         18: "batch taken"}
 ORDER = [1, 2, 3, 4, 5, 6, 7]
 
 
 def paths(stamps):
-    """stamps: [(step, ns)] of one thread, in order. Returns (times, entered) per path:
-    the times of the ORDER steps, and when the `recvmmsg` that returned its datagrams
-    was entered (None without that stamp)."""
+    """stamps: [(step, ns)] of one thread, in order. Returns (times, entered, stamps) per
+    path: the times of the ORDER steps, when the `recvmmsg` that returned its datagrams
+    was entered (None without that stamp), and every stamp from received to send."""
     out = []
     i = 0
     n = len(stamps)
@@ -47,9 +50,21 @@ def paths(stamps):
             j += 1
         if want == len(ORDER):
             entered = stamps[i - 1][1] if i > 0 and stamps[i - 1][0] == 9 else None
-            out.append((times, entered))
+            out.append((times, entered, stamps[i:j]))
         i = j
     return out
+
+
+def split_path(stamps, splits):
+    """Adds each pair of consecutive stamps of one path (the n-th time that pair comes
+    in the path) to splits: {(from, to, n): ([us], [position])}."""
+    seen = {}
+    for k in range(1, len(stamps)):
+        pair = (stamps[k - 1][0], stamps[k][0])
+        seen[pair] = seen.get(pair, 0) + 1
+        us, where = splits.setdefault(pair + (seen[pair],), ([], []))
+        us.append((stamps[k][1] - stamps[k - 1][1]) / 1000)
+        where.append(k)
 
 
 def pct(xs, p):
@@ -74,6 +89,7 @@ def main():
         by_process[name] = threads
     base = min(t for threads in by_process.values() for st in threads.values() for _, t in st)
     all_paths = []
+    splits = {}
     cross_entered, cross_returned, send_call = [], [], []
     to_recv_entered, recv_call = [], []
     for name, threads in by_process.items():
@@ -94,8 +110,9 @@ def main():
         starts = [e for e, _ in sends]
         for st in threads.values():
             st = [(step, t - base) for step, t in st]
-            for p, recv_entered in paths(st):
+            for p, recv_entered, path_stamps in paths(st):
                 all_paths.append(p)
+                split_path(path_stamps, splits)
                 if recv_entered is not None:
                     recv_call.append((p[0] - recv_entered) / 1000)
                 k = bisect.bisect_left(starts, p[0]) - 1
@@ -122,6 +139,16 @@ def main():
         row("peer's send returned -> recvmmsg in", to_recv_entered)
     if recv_call:
         row("recvmmsg in -> received", recv_call)
+    # Every pair of consecutive stamps on half the paths or more, in path order (the
+    # finer steps; a pair that comes twice in a path, a post_recv's lock and the post's,
+    # is numbered).
+    print()
+    print(f"{'between consecutive stamps':<34} {'median us':>10} {'p10 us':>8} {'paths':>7}")
+    common = [(key, v) for key, v in splits.items() if len(v[0]) * 2 >= len(all_paths)]
+    common.sort(key=lambda kv: sum(kv[1][1]) / len(kv[1][1]))
+    for (a, b, n), (us, _) in common:
+        label = f"{NAMES.get(a, a)} -> {NAMES.get(b, b)}" + (f" ({n})" if n > 1 else "")
+        row(label, us)
 
 
 main()

@@ -82,9 +82,11 @@ impl DeviceCore {
         let d = self.driver()?;
         let (r, deferred) = {
             let mut st = d.lock();
+            crate::trace::stamp(crate::trace::Step::PostLocked);
             let (r, produced) = f(&mut st);
             (r, produced.then(|| d.pump(&mut st)))
         };
+        crate::trace::stamp(crate::trace::Step::Unlocked);
         if let Some(deferred) = deferred {
             d.finish(deferred);
         }

@@ -762,8 +762,10 @@ impl Driver {
         let batches_before = st.batches_queued;
         // The cm's QP moves first (they may make the engine send), then the engine's
         // output, whose COMM_EST events feed the cm again.
+        crate::trace::stamp(crate::trace::Step::PumpEntered);
         self.cm_pump(st, now, &mut d);
         self.transmit(st, now, hold);
+        crate::trace::stamp(crate::trace::Step::PumpTransmitted);
         // Only engine events reach the cm between its two pumps: without one (every
         // message's pump) the second pump and transmit would find nothing.
         if self.dispatch(st, now, &mut d) {
@@ -792,6 +794,7 @@ impl Driver {
             && (!self.socket_unwatched.load(Ordering::SeqCst) || self.blocked_watch_active());
         d.timer_at = earlier.then_some(next);
         d.queued = st.batches_queued != batches_before;
+        crate::trace::stamp(crate::trace::Step::Pumped);
         d
     }
 
@@ -1087,6 +1090,7 @@ impl Driver {
             let Some(mut batch) = ob.queue.pop_front() else {
                 break;
             };
+            crate::trace::stamp(crate::trace::Step::BatchTaken);
             drop(ob);
             let result = self.send_batch(&mut sender, &mut batch);
             ob = lock(&self.outbox);
@@ -1417,6 +1421,7 @@ impl Driver {
             let mut st = self.lock();
             let now = self.now();
             received_at = Some(now.as_nanos());
+            crate::trace::stamp(crate::trace::Step::Locked);
             st.last_rx = now;
             let state = &mut *st;
             self.for_each_datagram(rx, got, |src, k, data| {
@@ -1432,6 +1437,7 @@ impl Driver {
                     state.cm.cm.handle_datagram(t, src, self.local, data);
                 } else {
                     state.engine.handle_datagram_with_ipv4_id(now, src, data, k);
+                    crate::trace::stamp(crate::trace::Step::DatagramHandled);
                 }
             });
             if read_responses {
@@ -1454,6 +1460,7 @@ impl Driver {
             (deferred, polled)
         };
         let (deferred, polled) = deferred;
+        crate::trace::stamp(crate::trace::Step::Unlocked);
         self.finish(deferred);
         crate::trace::stamp(crate::trace::Step::ReceiveDone);
         for (src, data) in hellos {

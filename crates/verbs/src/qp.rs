@@ -259,6 +259,7 @@ impl Poster<'_> {
     pub fn post_send(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
         crate::trace::stamp(crate::trace::Step::PostEntered);
         let r = self.st.engine.post_send(self.qp, wr);
+        crate::trace::stamp(crate::trace::Step::EnginePosted);
         let joins_above = if wr.op.is_read_or_atomic() {
             POST_READ_JOINS_NEXT_BATCH_ABOVE
         } else {

@@ -33,6 +33,26 @@ pub enum Step {
     /// [`Step::Received`] it splits the noticing of a datagram into the wait for the
     /// call and the call.
     RecvEntered = 9,
+    /// The receive holds the device lock and read the clock.
+    Locked = 10,
+    /// The engine handled one datagram of what the receive read.
+    DatagramHandled = 11,
+    /// A pump (`Driver::pump_holding`) starts: the cm's pump and the engine's transmit.
+    PumpEntered = 12,
+    /// The pump's first cm pump and transmit are done (packets built, ACKs held or
+    /// queued).
+    PumpTransmitted = 13,
+    /// The pump is done (events, same-host offers, the next timer).
+    Pumped = 14,
+    /// A receive or a post released the device lock (`Driver::finish` follows).
+    Unlocked = 15,
+    /// A post holds the device lock.
+    PostLocked = 16,
+    /// The engine's `post_send` returned.
+    EnginePosted = 17,
+    /// The sender took a batch from the outbox (fault injection, capture and the seal
+    /// follow before the send call).
+    BatchTaken = 18,
 }
 
 #[cfg(feature = "trace")]
@@ -44,7 +64,7 @@ mod on {
     use std::time::Instant;
 
     /// Stamps kept per thread (the newest win).
-    const RING: usize = 1 << 16;
+    const RING: usize = 1 << 20;
     const TIME_MASK: u64 = (1 << 56) - 1;
 
     struct Ring {

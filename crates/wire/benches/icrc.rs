@@ -1,7 +1,7 @@
 //! ICRC throughput: the CRC-32 kernels on one MTU's payload (4 KiB) and on a whole
 //! 64 KiB message, and `icrc::compute` on a 4 KiB-payload RoCEv2 packet (the
 //! masked pseudo-header, then the payload: what every sender and receiver does per
-//! packet).
+//! packet), and on the ACK and the 8-byte SEND of a latency ping-pong.
 //!
 //! Run: `cargo bench -p softverbs-wire --bench icrc`.
 
@@ -40,6 +40,27 @@ fn packet(c: &mut Criterion) {
     group.finish();
 }
 
+/// The packets of an 8-byte ping-pong, each checked by its receiver and sealed by its
+/// sender: an ACK (BTH, AETH, ICRC: 20 bytes) and an 8-byte SEND Only (24 bytes).
+fn small_packets(c: &mut Criterion) {
+    let ctx = IcrcContext::new(
+        "192.0.2.1:49152".parse().unwrap(),
+        "192.0.2.2:4791".parse().unwrap(),
+    );
+    let mut ack = buffer(12 + 4 + 4);
+    ack[0] = 0x11; // RC Acknowledge
+    let mut send = buffer(12 + 8 + 4);
+    send[0] = 0x04; // RC SEND Only
+    let mut group = c.benchmark_group("icrc small packet");
+    group.bench_function("compute ACK", |b| {
+        b.iter(|| icrc::compute(&ctx, black_box(&ack)).unwrap())
+    });
+    group.bench_function("compute 8-byte SEND", |b| {
+        b.iter(|| icrc::compute(&ctx, black_box(&send)).unwrap())
+    });
+    group.finish();
+}
+
 fn main() {
     let mut c = Criterion::default()
         .warm_up_time(std::time::Duration::from_millis(500))
@@ -47,5 +68,6 @@ fn main() {
         .configure_from_args();
     kernels(&mut c);
     packet(&mut c);
+    small_packets(&mut c);
     c.final_summary();
 }
