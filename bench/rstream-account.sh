@@ -29,14 +29,8 @@ while [ $# -gt 0 ]; do
     esac
     shift
 done
-BIN=${SOCKETS_BIN:-$PWD/target/release}
-if [[ -z ${SOCKETS_BIN:-} ]]; then
-    cargo build --release -q -p softverbs-cli
-fi
-SV=$BIN/softverbs
-DIR=$(mktemp -d)
-trap 'rm -rf "$DIR"' EXIT
-port() { python3 -c 'import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+NAME=rstream-account.sh
+source bench/rstream-pair.sh
 EVENTS=task-clock,context-switches
 for call in process_vm_writev recvmmsg recvmsg sendmsg sendmmsg ppoll timerfd_settime futex; do
     EVENTS+=",syscalls:sys_enter_$call"
@@ -45,16 +39,11 @@ done
 # One rstream run in MODE; the devices' counters are sampled every 50 ms while it runs
 # (a device publishes them at most every 100 ms and removes them when it closes).
 run() {
-    local mode=$1 p ts=() tc=()
+    local mode=$1 p
     p=$(port)
-    case $mode in
-        apart) ts=(taskset -c 0); tc=(taskset -c 1) ;;
-        one) ts=(taskset -c 0); tc=(taskset -c 0) ;;
-        free) ;;
-        *) echo "rstream-account.sh: unknown mode $mode" >&2; exit 1 ;;
-    esac
+    placement "$mode"
     rm -f "$DIR"/stat.*
-    timeout 120 "${ts[@]}" perf stat -x, -e "$EVENTS" -o "$DIR/server" \
+    timeout 120 "${TS[@]}" perf stat -x, -e "$EVENTS" -o "$DIR/server" \
         "$SV" rstream -b 127.0.0.1 -p "$p" -S 65536 -C "$COUNT" -T b > /dev/null &
     local srv=$!
     sleep 0.3
@@ -63,26 +52,16 @@ run() {
         sleep 0.05
     done) &
     local mon=$!
-    timeout 120 "${tc[@]}" perf stat -x, -e "$EVENTS" -o "$DIR/client" \
+    timeout 120 "${TC[@]}" perf stat -x, -e "$EVENTS" -o "$DIR/client" \
         "$SV" rstream -s 127.0.0.1 -p "$p" -S 65536 -C "$COUNT" -T b | tail -1 > "$DIR/line"
     wait "$srv"
     kill "$mon" 2> /dev/null || true
     wait "$mon" 2> /dev/null || true
     python3 - "$DIR" "$mode" "$COUNT" << 'PY'
 import glob, json, sys
+from perfstat import stat
 d, mode, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
 msgs = 2 * count  # each process writes COUNT and reads COUNT
-def stat(path):
-    r = {}
-    for line in open(path):
-        p = line.strip().split(",")
-        if line.startswith("#") or len(p) < 3 or not p[0]:
-            continue
-        try:
-            r[p[2].replace("syscalls:sys_enter_", "")] = float(p[0])
-        except ValueError:
-            pass
-    return r
 line = open(f"{d}/line").read().split()
 gbps = line[6] if len(line) > 6 else "nan"
 # The two devices of this run: those whose published counters show a same-host QP, last
@@ -100,7 +79,7 @@ for f in sorted(glob.glob(f"{d}/stat.*"), key=lambda x: int(x.rsplit(".", 1)[1])
 load = open("/proc/loadavg").read().split()[0]
 print(f"{mode:5} {gbps:>6} Gb/s  load {load}")
 for who in ("server", "client"):
-    r = stat(f"{d}/{who}")
+    r = stat(f"{d}/{who}", strip="syscalls:sys_enter_")
     calls = " ".join(f"{k} {v / msgs:.2f}" for k, v in r.items() if k not in ("task-clock", "context-switches"))
     print(f"  {who}: CPU {r.get('task-clock', 0) * 1000 / msgs:.1f} us/msg, "
           f"context switches {r.get('context-switches', 0) / msgs:.3f}/msg; calls/msg: {calls}")

@@ -40,31 +40,20 @@ while [ $# -gt 0 ]; do
     esac
     shift
 done
-BIN=${SOCKETS_BIN:-$PWD/target/release}
-if [[ -z ${SOCKETS_BIN:-} ]]; then
-    cargo build --release -q -p softverbs-cli
-fi
-SV=$BIN/softverbs
-DIR=$(mktemp -d)
-trap 'rm -rf "$DIR"' EXIT
-port() { python3 -c 'import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+NAME=rstream-sched.sh
+source bench/rstream-pair.sh
 
 # The pair's run: server in the background, the client's result line in $DIR/line.
 pair() {
-    local mode=$1 p ts=() tc=()
+    local mode=$1 p
     p=$(port)
-    case $mode in
-        apart) ts=(taskset -c 0); tc=(taskset -c 1) ;;
-        one) ts=(taskset -c 0); tc=(taskset -c 0) ;;
-        free) ;;
-        *) echo "rstream-sched.sh: unknown mode $mode" >&2; exit 1 ;;
-    esac
+    placement "$mode"
     local ev=task-clock,context-switches,cpu-migrations
-    timeout 120 "${ts[@]}" perf stat -x, -e "$ev" -o "$DIR/server" \
+    timeout 120 "${TS[@]}" perf stat -x, -e "$ev" -o "$DIR/server" \
         "$SV" rstream -b 127.0.0.1 -p "$p" -S "$SIZE" -C "$COUNT" -T b > /dev/null &
     local srv=$!
     sleep 0.3
-    timeout 120 "${tc[@]}" perf stat -x, -e "$ev" -o "$DIR/client" \
+    timeout 120 "${TC[@]}" perf stat -x, -e "$ev" -o "$DIR/client" \
         "$SV" rstream -s 127.0.0.1 -p "$p" -S "$SIZE" -C "$COUNT" -T b | tail -1 > "$DIR/line"
     wait "$srv"
 }
@@ -73,8 +62,8 @@ run() {
     local mode=$1
     if [ "$TRACE" = 1 ]; then
         # The pair runs under a system-wide record of the scheduler's tracepoints.
-        export -f pair port
-        export DIR SV SIZE COUNT
+        export -f pair port placement
+        export DIR SV SIZE COUNT NAME
         timeout 180 perf record -q -a -o "$DIR/sched.data" \
             -e sched:sched_switch,sched:sched_wakeup,sched:sched_wakeup_new,sched:sched_migrate_task \
             -- bash -c "pair $mode" > /dev/null 2>&1
@@ -83,18 +72,8 @@ run() {
     fi
     python3 - "$DIR" "$mode" << 'PY'
 import sys
+from perfstat import stat
 d, mode = sys.argv[1], sys.argv[2]
-def stat(path):
-    r = {}
-    for line in open(path):
-        p = line.strip().split(",")
-        if line.startswith("#") or len(p) < 3 or not p[0]:
-            continue
-        try:
-            r[p[2]] = float(p[0])
-        except ValueError:
-            pass
-    return r
 s, c = stat(f"{d}/server"), stat(f"{d}/client")
 line = open(f"{d}/line").read().split()
 gbps, secs = float(line[6]), float(line[5].rstrip("s"))
