@@ -75,10 +75,12 @@ fn meets_short_distance(pieces: &[(u64, usize)], remote_addr: u64, writing: bool
     })
 }
 
-/// Runs `copy` with a staging buffer of `len` bytes placed at `remote_addr`'s offset
-/// in a page (the kernel's copy between it and the remote bytes is then at distance 0),
-/// `None` for a copy longer than [`STAGE_MAX`].
-fn staged<R>(remote_addr: u64, len: usize, copy: impl FnOnce(&mut [u8]) -> R) -> Option<R> {
+/// Runs `copy` with the address of a staging buffer of `len` bytes placed half a page
+/// off `remote_addr`'s offset in a page, `None` for a copy longer than [`STAGE_MAX`].
+/// Both copies through it are then far from the short distances: between it and the
+/// remote bytes (2048), and between it and local pieces that sat 1-63 bytes from their
+/// remote place (2049-2111 from them).
+fn staged<R>(remote_addr: u64, len: usize, copy: impl FnOnce(u64) -> R) -> Option<R> {
     if len > STAGE_MAX {
         return None;
     }
@@ -88,10 +90,35 @@ fn staged<R>(remote_addr: u64, len: usize, copy: impl FnOnce(&mut [u8]) -> R) ->
         if buf.len() < len + 4096 {
             buf.resize(len + 4096, 0);
         }
-        let start = (remote_addr as usize).wrapping_sub(buf.as_ptr() as usize) % 4096;
+        let start = (remote_addr as usize + 2048).wrapping_sub(buf.as_ptr() as usize) % 4096;
         *count += 1;
-        Some(copy(&mut buf[start..start + len]))
+        Some(copy(buf[start..start + len].as_mut_ptr() as u64))
     })
+}
+
+/// Copies the local pieces `sources` into the local pieces `sinks`, both taken in order,
+/// by the kernel (`process_vm_writev` to this process): a piece unmapped meanwhile is
+/// EFAULT or a short count, never a fault in this process, as the copies to and from a
+/// peer are. The count copied.
+fn copy_within_self(sources: &[(u64, usize)], sinks: &[(u64, usize)]) -> io::Result<usize> {
+    let (liov, _) = piece_iovecs(sources)?;
+    let (riov, _) = piece_iovecs(sinks)?;
+    crate::driver::note_syscall();
+    // SAFETY: the kernel reads the source pieces and writes the sink pieces, all memory
+    // of this process that the callers keep valid for the call (a staging buffer they
+    // borrow, a caller's buffer, registered memory); were one unmapped anyway, the kernel
+    // reports EFAULT or a short count.
+    let n = unsafe {
+        libc::process_vm_writev(
+            libc::getpid(),
+            liov.as_ptr(),
+            sources.len() as libc::c_ulong,
+            riov.as_ptr(),
+            sinks.len() as libc::c_ulong,
+            0,
+        )
+    };
+    copied(n)
 }
 
 /// Copies the local pieces `sources` (address, length), in order, to `remote_addr` in
@@ -109,7 +136,7 @@ pub fn write_gather(pid: u32, remote_addr: u64, sources: &[(u64, usize)]) -> io:
 /// them). The count copied (short on a fault part way: nothing after it was written).
 ///
 /// Pieces a few bytes behind their remote place modulo 4096 are first gathered into a
-/// staging buffer at the remote bytes' offset in a page ([`meets_short_distance`]).
+/// staging buffer ([`meets_short_distance`], [`staged`]), by the kernel as well.
 pub fn write_gather_to(
     pid: u32,
     remotes: &[(u64, usize)],
@@ -119,22 +146,10 @@ pub fn write_gather_to(
     let first = remotes.first().map_or(0, |r| r.0);
     if meets_short_distance(sources, first, true) {
         let staged = staged(first, total, |stage| {
-            let mut at = 0;
-            for &(addr, len) in sources {
-                // SAFETY: each piece is memory of this process the caller keeps valid
-                // for reads during this call (`write_gather`'s contract); `stage` is
-                // our own buffer, `total` long, so `at..at + len` lies inside it and
-                // cannot overlap a caller's piece.
-                unsafe {
-                    softverbs_engine::copy::copy_bytes(
-                        addr as *const u8,
-                        stage[at..].as_mut_ptr(),
-                        len,
-                    )
-                };
-                at += len;
-            }
-            write_ranges(pid, remotes, &[(stage.as_ptr() as u64, total)])
+            // (A piece that faulted part way: what was gathered before it goes on, as
+            // the kernel's own gather would have sent it.)
+            let gathered = copy_within_self(sources, &[(stage, total)])?;
+            write_ranges(pid, remotes, &[(stage, gathered)])
         });
         if let Some(result) = staged {
             return result;
@@ -184,25 +199,13 @@ pub fn read_from(pid: u32, remote_addr: u64, out: &mut [u8]) -> io::Result<usize
 /// `SameHost::quiesce_local`).
 ///
 /// Sinks a few bytes ahead of their remote place modulo 4096 are filled through a
-/// staging buffer at the remote bytes' offset in a page ([`meets_short_distance`]).
+/// staging buffer ([`meets_short_distance`], [`staged`]), by the kernel as well.
 pub fn read_scatter(pid: u32, remote_addr: u64, sinks: &[(u64, usize)]) -> io::Result<usize> {
     let (_, total) = piece_iovecs(sinks)?;
     if meets_short_distance(sinks, remote_addr, false) {
         let staged = staged(remote_addr, total, |stage| {
-            let n = read_ranges(pid, remote_addr, &[(stage.as_mut_ptr() as u64, total)])?;
-            let mut at = 0;
-            for &(addr, len) in sinks {
-                let len = len.min(n - at);
-                // SAFETY: each sink is registered memory of this process whose region
-                // allows local writes and stays registered until this copy is over
-                // (`read_scatter`'s contract: the kernel would write it here); `stage`
-                // is our own buffer, so the two do not overlap; `at + len <= n`.
-                unsafe {
-                    softverbs_engine::copy::copy_bytes(stage[at..].as_ptr(), addr as *mut u8, len)
-                };
-                at += len;
-            }
-            Ok(n)
+            let n = read_ranges(pid, remote_addr, &[(stage, total)])?;
+            copy_within_self(&[(stage, n)], sinks)
         });
         if let Some(result) = staged {
             return result;
@@ -365,5 +368,30 @@ mod tests {
                 "read staged"
             );
         }
+    }
+
+    /// A local piece that is not mapped, at a distance that stages: the kernel's EFAULT,
+    /// as without the staging, not a fault in this process; both directions.
+    #[test]
+    fn a_staged_copy_of_unmapped_memory_is_an_error_not_a_crash() {
+        let pid = std::process::id();
+        let len = 8192;
+        let mut b = Vec::new();
+        let to = at_offset(&mut b, len, 16);
+        let unmapped = 4096u64; // the page after the null page: never mapped
+        assert!(meets_short_distance(&[(unmapped, len)], to as u64, true));
+        let before = staged_copies();
+        assert!(write_gather(pid, to as u64, &[(unmapped, len)]).is_err());
+        assert!(meets_short_distance(
+            &[(unmapped + 32, len)],
+            to as u64,
+            false
+        ));
+        assert!(read_scatter(pid, to as u64, &[(unmapped + 32, len)]).is_err());
+        assert_eq!(
+            staged_copies() - before,
+            2,
+            "both copies went through the stage"
+        );
     }
 }
