@@ -48,6 +48,22 @@ fn main() -> ExitCode {
     }
 }
 
+/// Page size assumed for placing the buffers.
+const PAGE: usize = 4096;
+
+/// The `size` bytes of `store` (which has `size + PAGE`) that start at a page boundary.
+///
+/// Every buffer of this program starts at a page, as `softverbs perf`'s and perftest's
+/// memory regions do: the distance between a copy's source and destination modulo 4096
+/// decides its speed on some hosts (1-63 bytes ahead: 3-20x slower, session 18's 4K
+/// aliasing, `softverbs_engine::copy`), and two heap vectors of 64 KiB in a row sat 16
+/// bytes apart, so this program's memcpy and process_vm_writev limits read 1.6-1.9 GB/s
+/// where the host does 26-39 and 5-8.
+fn at_page_start(store: &mut [u8], size: usize) -> &mut [u8] {
+    let skip = (PAGE - store.as_ptr() as usize % PAGE) % PAGE;
+    &mut store[skip..skip + size]
+}
+
 /// The child: owns the target buffer until its stdin closes.
 fn child(args: &[String]) -> Result<()> {
     let size: usize = args
@@ -55,7 +71,8 @@ fn child(args: &[String]) -> Result<()> {
         .and_then(|s| s.parse().ok())
         .ok_or_else(|| error!("--child needs a size"))?;
     // Touched now, so the parent's copies never take page faults.
-    let buf = vec![0u8; size];
+    let mut store = vec![0u8; size + PAGE];
+    let buf = at_page_start(&mut store, size);
     let mut out = std::io::stdout().lock();
     writeln!(out, "{} {:#x}", std::process::id(), buf.as_ptr() as usize)?;
     out.flush()?;
@@ -67,7 +84,7 @@ fn child(args: &[String]) -> Result<()> {
             .ok_or_else(|| error!("child: unexpected request {line:?}"))?;
         // The parent writes into `buf` behind the compiler's back: black_box
         // makes the compiler assume the bytes behind it may have changed.
-        let seen = std::hint::black_box(&buf);
+        let seen = std::hint::black_box(&*buf);
         let verdict = if holds_pattern(seen, round) {
             "ok"
         } else {
@@ -201,36 +218,39 @@ fn parent(mut o: Options) -> Result<()> {
     }
     println!("size={size}");
 
-    let mut src = vec![0u8; size];
-    let mut dst = vec![0u8; size];
-    fill_pattern(&mut src, 1);
+    let (mut src_store, mut dst_store) = (vec![0u8; size + PAGE], vec![0u8; size + PAGE]);
+    let (src, dst) = (
+        at_page_start(&mut src_store, size),
+        at_page_start(&mut dst_store, size),
+    );
+    fill_pattern(src, 1);
     let memcpy = run_for(warmup, span, || {
         // black_box on both sides: the copy is neither hoisted nor dropped.
-        std::hint::black_box(&mut dst).copy_from_slice(std::hint::black_box(&src));
+        std::hint::black_box(&mut *dst).copy_from_slice(std::hint::black_box(&*src));
         Ok(())
     })?;
-    if !holds_pattern(&dst, 1) {
+    if !holds_pattern(dst, 1) {
         return Err(error!("memcpy: the destination does not hold the source"));
     }
     println!("memcpy_gbs={:.3}", memcpy.gb_per_sec(size));
 
     let mut target = Target::start(size)?;
-    let writes = run_for(warmup, span, || target.write(&src))?;
+    let writes = run_for(warmup, span, || target.write(src))?;
     println!("process_vm_writev_gbs={:.3}", writes.gb_per_sec(size));
-    let reads = run_for(warmup, span, || target.read(&mut dst))?;
+    let reads = run_for(warmup, span, || target.read(dst))?;
     println!("process_vm_readv_gbs={:.3}", reads.gb_per_sec(size));
 
     // Proof that the copies reach the other process: a fresh pattern there and back.
-    fill_pattern(&mut src, 2);
-    target.write(&src)?;
+    fill_pattern(src, 2);
+    target.write(src)?;
     if !target.holds(2)? {
         return Err(error!(
             "process_vm_writev: the child does not see what was written"
         ));
     }
     dst.fill(0);
-    target.read(&mut dst)?;
-    if !holds_pattern(&dst, 2) {
+    target.read(dst)?;
+    if !holds_pattern(dst, 2) {
         return Err(error!(
             "process_vm_readv: did not read back what was written"
         ));
