@@ -23,5 +23,5 @@ placement() {
     esac
 }
 
-# For the Python parts: `sys.path.insert(0, "bench")`, then `from perfstat import stat`.
+# The Python parts import `bench/perfstat.py` (`from perfstat import stat`).
 export PYTHONPATH="$PWD/bench${PYTHONPATH:+:$PYTHONPATH}"

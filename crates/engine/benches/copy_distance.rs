@@ -14,7 +14,7 @@ use std::time::Duration;
 /// A pointer `offset` bytes into a page of `buf`, with `len` bytes after it.
 fn at(buf: &mut [u8], offset: usize, len: usize) -> *mut u8 {
     let base = buf.as_mut_ptr() as usize;
-    let start = (offset + 4096 - base % 4096) % 4096;
+    let start = softverbs_engine::copy::bytes_to_page_offset(base, offset);
     assert!(start + len <= buf.len());
     buf[start..].as_mut_ptr()
 }

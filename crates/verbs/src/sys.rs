@@ -199,7 +199,7 @@ const RX_PLACEMENT_ROOM: usize = 4096;
 
 /// The offset in a buffer at `base` at which its reads start ([`RX_READ_START_IN_PAGE`]).
 fn rx_buffer_start(base: *const u8) -> usize {
-    (RX_READ_START_IN_PAGE + 4096 - (base as usize) % 4096) % 4096
+    softverbs_engine::copy::bytes_to_page_offset(base as usize, RX_READ_START_IN_PAGE)
 }
 
 /// Room for one cmsg carrying an int.

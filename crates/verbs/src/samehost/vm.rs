@@ -90,7 +90,10 @@ fn staged<R>(remote_addr: u64, len: usize, copy: impl FnOnce(u64) -> R) -> Optio
         if buf.len() < len + 4096 {
             buf.resize(len + 4096, 0);
         }
-        let start = (remote_addr as usize + 2048).wrapping_sub(buf.as_ptr() as usize) % 4096;
+        let start = softverbs_engine::copy::bytes_to_page_offset(
+            buf.as_ptr() as usize,
+            remote_addr as usize + 2048,
+        );
         *count += 1;
         Some(copy(buf[start..start + len].as_mut_ptr() as u64))
     })
@@ -320,7 +323,7 @@ mod tests {
     fn at_offset(backing: &mut Vec<u8>, len: usize, offset: usize) -> *mut u8 {
         backing.resize(len + 8192, 0);
         let base = backing.as_mut_ptr() as usize;
-        (base + (offset + 4096 - base % 4096) % 4096) as *mut u8
+        (base + softverbs_engine::copy::bytes_to_page_offset(base, offset)) as *mut u8
     }
 
     #[test]
